@@ -1,0 +1,75 @@
+"""Arguments every command shares: which model, which template, which data.
+
+Names follow ms-swift so a user's `swift ...` command runs as `swiftlike ...`.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from .parser import check_choices
+
+
+def arg(default=None, help: str = "", aliases: tuple[str, ...] = (), **kwargs):
+    """A dataclass field whose help text and CLI aliases live next to its default."""
+    if isinstance(default, (list, dict)):
+        kwargs["default_factory"] = (lambda d=default: type(d)(d))
+    else:
+        kwargs["default"] = default
+    return field(metadata={"help": help, "aliases": aliases}, **kwargs)
+
+
+@dataclass
+class BaseArguments:
+    """Model, template and data arguments shared by all commands."""
+
+    model: str | None = arg(None, "Local HF directory or hub id (ModelScope; Hugging Face with --use_hf true). "
+                            "Offline: HuggingFaceTB/SmolLM2-135M-Instruct or tiny-random/<model_type>.")
+    model_type: str | None = arg(None, "Registered model type; detected from the id or config.json when omitted.")
+    model_revision: str | None = arg(None, "Hub revision (branch, tag or commit) to download.")
+    use_hf: bool = arg(False, "Download models and datasets from the Hugging Face hub instead of ModelScope.")
+    torch_dtype: Literal["auto", "float32", "bfloat16", "float16"] = arg(
+        "auto", "Weights dtype; auto = float32 on CPU, bfloat16 on GPU.")
+    template: str | None = arg(None, "Chat template name; defaults to the model type's template.")
+    system: str | None = arg(None, "Default system prompt, as text or the path of a text file. "
+                             "A system message in the data takes precedence.")
+    max_length: int | None = arg(None, "Longest encoded sample in tokens (prompt + answer).")
+    adapters: list[str] = arg([], "LoRA adapter directories (optionally name=path). A checkpoint's args.json "
+                              "supplies --model, --model_type, --template and --system when they are not given.")
+    dataset: list[str] = arg([], "Datasets: local .jsonl/.json/.csv files, built-in names or hub ids; "
+                             "append #N to sample N rows.")
+    val_dataset: list[str] = arg([], "Validation / evaluation datasets, same syntax as --dataset.")
+    model_name: list[str] = arg([], "Name(s) replacing {{NAME}} in self-cognition data: one, or Chinese then English.")
+    model_author: list[str] = arg([], "Author(s) replacing {{AUTHOR}} in self-cognition data.")
+    seed: int = arg(42, "Random seed for sampling, data order and initialisation.")
+
+    def __post_init__(self) -> None:
+        check_choices(self)
+        self._fill_from_checkpoint()
+        if self.max_length is not None and self.max_length <= 0:
+            raise ValueError(f"--max_length must be positive, got {self.max_length}")
+
+    def adapter_paths(self) -> dict[str, str]:
+        """`name=path` or bare paths (named after their directory) as {name: path}."""
+        out: dict[str, str] = {}
+        for spec in self.adapters:
+            name, _, path = spec.rpartition("=") if "=" in spec else (Path(spec).name, "", spec)
+            if name in out:
+                raise ValueError(f"--adapters: two adapters named {name!r}; use name=path to tell them apart")
+            out[name] = path
+        return out
+
+    def _fill_from_checkpoint(self) -> None:
+        """A training checkpoint records how it was made; reuse that instead of asking again."""
+        if not self.adapters:
+            return
+        first = Path(next(iter(self.adapter_paths().values())))
+        for candidate in (first / "args.json", first.parent / "args.json"):
+            if candidate.is_file():
+                saved = json.loads(candidate.read_text())
+                for key in ("model", "model_type", "template", "system"):
+                    if getattr(self, key) is None and saved.get(key) is not None:
+                        setattr(self, key, saved[key])
+                return

@@ -1,0 +1,147 @@
+"""Turn a typed argument dataclass into a command-line parser, and `--config` files into args.
+
+Why not `transformers.HfArgumentParser`: it accepts abbreviations, has no aliases
+(`--train_type` for `--tuner_type`), and its bool/list handling differs from ms-swift's
+`--flag true|false` and space-separated lists. This keeps the dataclass as the one schema:
+the CLI, YAML/JSON configs and the Python API all fill the same object.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import types
+import typing
+from pathlib import Path
+from typing import Any, Literal, get_args, get_origin
+
+TRUE_VALUES = ("true", "1", "yes", "y", "on")
+FALSE_VALUES = ("false", "0", "no", "n", "off")
+
+
+def str2bool(value: str) -> bool:
+    lowered = str(value).lower()
+    if lowered in TRUE_VALUES:
+        return True
+    if lowered in FALSE_VALUES:
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {value!r}")
+
+
+def _unwrap_optional(tp: Any) -> Any:
+    if get_origin(tp) in (typing.Union, types.UnionType):
+        inner = [a for a in get_args(tp) if a is not type(None)]
+        if len(inner) == 1:
+            return inner[0]
+    return tp
+
+
+def field_kind(tp: Any) -> tuple[str, Any]:
+    """('bool'|'list'|'choice'|'scalar', element type or choices)."""
+    tp = _unwrap_optional(tp)
+    if tp is bool:
+        return "bool", bool
+    if get_origin(tp) is Literal:
+        return "choice", get_args(tp)
+    if get_origin(tp) in (list, tuple):
+        args = get_args(tp)
+        return "list", args[0] if args else str
+    return "scalar", tp
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> typing.NoReturn:
+        message = message.replace("unrecognized arguments", "unknown argument(s)")
+        self.exit(2, f"{self.prog}: error: {message}\nRun `{self.prog} --help` for the valid arguments.\n")
+
+
+def build_parser(cls: type, prog: str) -> argparse.ArgumentParser:
+    parser = _Parser(prog=prog, description=(cls.__doc__ or "").strip().split("\n")[0],
+                     allow_abbrev=False, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--config", default=None,
+                        help="YAML or JSON file of arguments; flags given on the command line override it")
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        if not f.init:
+            continue
+        kind, extra = field_kind(hints[f.name])
+        names = [f"--{f.name}", *f.metadata.get("aliases", ())]
+        kwargs: dict[str, Any] = {"dest": f.name, "help": f.metadata.get("help", ""),
+                                  "default": argparse.SUPPRESS}
+        if kind == "bool":
+            kwargs.update(type=str2bool, metavar="true|false")
+        elif kind == "choice":
+            kwargs.update(choices=extra, type=type(extra[0]))
+        elif kind == "list":
+            kwargs.update(nargs="+", type=extra)
+        else:
+            kwargs.update(type=extra)
+        parser.add_argument(*names, **kwargs)
+    return parser
+
+
+def load_config_file(path: str) -> dict[str, Any]:
+    file = Path(path)
+    if not file.is_file():
+        raise SystemExit(f"error: --config {path}: no such file")
+    text = file.read_text(encoding="utf-8")
+    try:
+        if file.suffix in (".yaml", ".yml"):
+            import yaml
+            data = yaml.safe_load(text) or {}
+        else:
+            data = json.loads(text)
+    except Exception as e:
+        raise SystemExit(f"error: --config {path}: cannot parse: {e}") from None
+    if not isinstance(data, dict):
+        raise SystemExit(f"error: --config {path}: expected a mapping of argument names to values")
+    return data
+
+
+def _config_to_argv(data: dict[str, Any]) -> list[str]:
+    argv: list[str] = []
+    for key, value in data.items():
+        if value is None:
+            continue
+        argv.append(f"--{key}")
+        if isinstance(value, (list, tuple)):
+            argv.extend(str(v) for v in value)
+        elif isinstance(value, bool):
+            argv.append("true" if value else "false")
+        else:
+            argv.append(str(value))
+    return argv
+
+
+def parse_args(cls: type, argv: list[str] | None = None, prog: str | None = None):
+    """Parse `argv` (default sys.argv[1:]) into `cls`; a `--config` file fills values first."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    prog = prog or f"swiftlike {getattr(cls, 'command', '')}".strip()
+    parser = build_parser(cls, prog)
+    pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    pre.add_argument("--config")
+    known, _ = pre.parse_known_args(argv)
+    if known.config:
+        file_argv = _config_to_argv(load_config_file(known.config))
+        unknown = [a for a in file_argv if a.startswith("--") and a[2:] not in
+                   {f.name for f in dataclasses.fields(cls)} | {"config"}]
+        if unknown:
+            parser.error(f"--config {known.config}: unknown argument(s): {' '.join(unknown)}")
+        argv = file_argv + argv
+    namespace = parser.parse_args(argv)
+    values = {k: v for k, v in vars(namespace).items() if k != "config"}
+    try:
+        return cls(**values)
+    except (ValueError, TypeError) as e:
+        parser.exit(2, f"{prog}: error: {e}\n")
+
+
+def check_choices(obj: Any) -> None:
+    """Literal fields are checked here too, so the Python API rejects what the CLI rejects."""
+    hints = typing.get_type_hints(type(obj))
+    for f in dataclasses.fields(obj):
+        kind, extra = field_kind(hints[f.name])
+        value = getattr(obj, f.name)
+        if kind == "choice" and value is not None and value not in extra:
+            raise ValueError(f"invalid choice for --{f.name}: {value!r} (choose from {', '.join(map(str, extra))})")

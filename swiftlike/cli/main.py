@@ -1,0 +1,61 @@
+"""`swiftlike <command> [arguments]`: one entry point, dispatching to each command's *_main."""
+from __future__ import annotations
+
+import importlib
+import sys
+
+from .. import __version__
+
+# command -> (module:function, status). Commands without a module are not built yet.
+COMMANDS: dict[str, tuple[str | None, str]] = {
+    "infer": ("swiftlike.infer.run:infer_main", "chat on stdin or batch inference, pt / vLLM engines"),
+    "pt": (None, "pre-training on plain text"),
+    "sft": (None, "supervised fine-tuning, full or LoRA"),
+    "rlhf": (None, "GRPO family, GKD and DPO family"),
+    "rollout": (None, "vLLM rollout server for disaggregated RL"),
+    "deploy": (None, "OpenAI-compatible server"),
+    "eval": (None, "benchmarks and custom datasets"),
+    "export": (None, "merge LoRA and export"),
+    "web-ui": (None, "Gradio web UI"),
+    "app": (None, "Gradio chat app over a model or deployment"),
+}
+
+
+def usage() -> str:
+    lines = [f"swiftlike {__version__}: fine-tune, RL post-train, evaluate and serve LLMs", "",
+             "usage: swiftlike <command> [--arg value ...] [--config file.yaml]", "", "commands:"]
+    for name, (target, what) in COMMANDS.items():
+        lines.append(f"  {name:<9} {what}{'' if target else '  (not built yet)'}")
+    lines.append("\n`swiftlike <command> --help` lists a command's arguments.")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(usage())
+        return 0 if argv else 2
+    if argv[0] in ("-V", "--version"):
+        print(__version__)
+        return 0
+    command, rest = argv[0], argv[1:]
+    if command not in COMMANDS:
+        print(f"swiftlike: unknown command {command!r}; valid commands: {', '.join(COMMANDS)}", file=sys.stderr)
+        return 2
+    target, _ = COMMANDS[command]
+    if target is None:
+        print(f"swiftlike {command}: not built yet in this version of swiftlike.", file=sys.stderr)
+        return 3
+    module, func = target.split(":")
+    try:
+        getattr(importlib.import_module(module), func)(rest)
+    except (ValueError, FileNotFoundError, RuntimeError) as e:
+        print(f"swiftlike {command}: error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

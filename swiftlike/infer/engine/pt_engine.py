@@ -1,0 +1,203 @@
+"""Transformers engine: batched `generate` with left padding, LoRA via PEFT.
+
+Slower than vLLM but needs nothing beyond transformers, runs any architecture HF knows, and
+is the reference the trainer's own forward pass is compared against.
+"""
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Iterator
+from itertools import groupby
+from queue import Queue
+
+from tqdm import tqdm
+
+from ...model import ResolvedModel, check_adapter_dir, load_model, load_tokenizer
+from ...template import Template, get_template
+from ..protocol import (Choice, InferRequest, InferResponse, RequestConfig, StreamDelta, TokenLogprob,
+                        TopLogprob, Usage)
+from .base import InferEngine
+
+
+class PtEngine(InferEngine):
+    def __init__(self, resolved: ResolvedModel, template: Template | None = None, torch_dtype: str = "auto",
+                 max_batch_size: int = 16, adapters: dict[str, str] | None = None, device: str | None = None,
+                 model=None):
+        self.model_name = resolved.model_id
+        self.template = template or get_template(resolved.meta.template, load_tokenizer(resolved))
+        self.model = model if model is not None else load_model(resolved, torch_dtype, device)
+        self.max_batch_size = max_batch_size
+        self._adapters: dict[str, str] = {}
+        for name, path in (adapters or {}).items():
+            self.add_adapter(name, path)
+
+    @property
+    def adapters(self) -> dict[str, str]:
+        return dict(self._adapters)
+
+    @property
+    def device(self):
+        return next(self.model.parameters()).device
+
+    def add_adapter(self, name: str, path: str) -> None:
+        from peft import PeftModel
+        path = str(check_adapter_dir(path))
+        if not self._adapters:
+            self.model = PeftModel.from_pretrained(self.model, path, adapter_name=name).eval()
+        else:
+            self.model.load_adapter(path, adapter_name=name)
+        self._adapters[name] = path
+
+    def update_weights(self, named_tensors: Iterable[tuple[str, object]]) -> None:
+        base = self.model.get_base_model() if self._adapters else self.model
+        params = dict(base.named_parameters())
+        import torch
+        with torch.no_grad():
+            for name, tensor in named_tensors:
+                if name not in params:
+                    raise KeyError(f"update_weights: unknown parameter {name!r}")
+                params[name].copy_(tensor)
+
+    def _generate_kwargs(self, config: RequestConfig) -> dict:
+        kwargs = dict(max_new_tokens=config.max_tokens, num_return_sequences=config.n,
+                      eos_token_id=self.template.stop_token_ids, pad_token_id=self.tokenizer.pad_token_id,
+                      repetition_penalty=config.repetition_penalty, return_dict_in_generate=True,
+                      output_logits=True, do_sample=not config.greedy)
+        if config.greedy:
+            kwargs.update(temperature=None, top_p=None, top_k=None)
+        else:
+            kwargs.update(temperature=config.temperature, top_p=config.top_p,
+                          top_k=config.top_k if config.top_k > 0 else 0)
+        if config.stop:
+            kwargs.update(stop_strings=config.stop, tokenizer=self.tokenizer)
+        return kwargs
+
+    def _run_batch(self, prompts: list[list[int]], config: RequestConfig, adapter: str | None):
+        import torch
+        width = max(len(p) for p in prompts)
+        pad = self.tokenizer.pad_token_id
+        input_ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=self.device)
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=self.device)
+        if config.seed is not None:
+            torch.manual_seed(config.seed)
+        ctx = self._adapter_context(adapter)
+        with torch.inference_mode(), ctx:
+            out = self.model.generate(input_ids=input_ids, attention_mask=mask, **self._generate_kwargs(config))
+        generated = out.sequences[:, width:].tolist()
+        logprobs = torch.stack(out.logits, dim=1).float().log_softmax(-1) if out.logits else None
+        return generated, logprobs
+
+    def _adapter_context(self, adapter: str | None):
+        import contextlib
+        if not self._adapters:
+            return contextlib.nullcontext()
+        if adapter is None:
+            return self.model.disable_adapter()
+        self.model.set_adapter(adapter)
+        return contextlib.nullcontext()
+
+    def _make_choice(self, index: int, tokens: list[int], row_logprobs, config: RequestConfig) -> Choice:
+        stops = set(self.template.stop_token_ids)
+        end = next((i + 1 for i, t in enumerate(tokens) if t in stops), None)
+        finish = "stop" if end is not None else "length"
+        tokens = tokens[:end] if end is not None else tokens
+        text = self.tokenizer.decode(tokens, skip_special_tokens=True)
+        for word in config.stop:
+            if word in text:
+                text, finish = text[: text.index(word)], "stop"
+        logprobs = None
+        if config.logprobs and row_logprobs is not None:
+            logprobs = [self._token_logprob(t, row_logprobs[i], config.top_logprobs or 0) for i, t in enumerate(tokens)]
+        return Choice(index=index, text=text, token_ids=tokens, finish_reason=finish, logprobs=logprobs)
+
+    def _token_logprob(self, token_id: int, dist, top: int) -> TokenLogprob:
+        alternatives = []
+        if top:
+            values, ids = dist.topk(top)
+            alternatives = [TopLogprob(int(i), self.tokenizer.decode([int(i)]), float(v)) for v, i in zip(values, ids)]
+        return TokenLogprob(token_id, self.tokenizer.decode([token_id]), float(dist[token_id]), alternatives)
+
+    def infer(self, requests: list[InferRequest], config: RequestConfig, use_tqdm: bool = False) -> list[InferResponse]:
+        for r in requests:
+            self.check_adapter(r)
+        prompts = [self.prompt_ids(r) for r in requests]
+        results: list[InferResponse | None] = [None] * len(requests)
+        order = sorted(range(len(requests)), key=lambda i: (requests[i].adapter or "", len(prompts[i])))
+        bar = tqdm(total=len(requests), desc="infer (pt)", disable=not use_tqdm)
+        for adapter, group in groupby(order, key=lambda i: requests[i].adapter):
+            group = list(group)
+            for start in range(0, len(group), self.max_batch_size):
+                batch = group[start: start + self.max_batch_size]
+                generated, logprobs = self._run_batch([prompts[i] for i in batch], config, adapter)
+                for b, req_index in enumerate(batch):
+                    rows = range(b * config.n, (b + 1) * config.n)
+                    choices = [self._make_choice(k, generated[row], logprobs[row] if logprobs is not None else None,
+                                                 config) for k, row in enumerate(rows)]
+                    usage = Usage(len(prompts[req_index]), sum(len(c.token_ids) for c in choices))
+                    results[req_index] = InferResponse(choices, usage, prompts[req_index])
+                bar.update(len(batch))
+        bar.close()
+        return results
+
+    def stream(self, request: InferRequest, config: RequestConfig) -> Iterator[StreamDelta]:
+        """Tokens arrive from a streamer fed by `generate` in a worker thread."""
+        if config.n != 1:
+            raise ValueError("streaming supports n=1 only in the pt engine")
+        self.check_adapter(request)
+        prompt = self.prompt_ids(request)
+        queue: Queue = Queue()
+        stops = set(self.template.stop_token_ids)
+
+        class _Streamer:
+            first = True
+
+            def put(self, value):
+                if self.first:  # generate() first hands over the prompt
+                    self.first = False
+                    return
+                queue.put(value.reshape(-1).tolist())
+
+            def end(self):
+                queue.put(None)
+
+        def work():
+            import torch
+            try:
+                ids = torch.tensor([prompt], device=self.device)
+                kwargs = self._generate_kwargs(config)
+                kwargs.update(return_dict_in_generate=False, output_logits=False)
+                if config.seed is not None:
+                    torch.manual_seed(config.seed)
+                with torch.inference_mode(), self._adapter_context(request.adapter):
+                    self.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), streamer=_Streamer(),
+                                        **kwargs)
+            except Exception as e:  # surfaced to the consumer below
+                queue.put(e)
+
+        thread = threading.Thread(target=work, daemon=True)
+        thread.start()
+        tokens: list[int] = []
+        sent = ""
+        finish = "length"
+        while (item := queue.get()) is not None:
+            if isinstance(item, Exception):
+                raise item
+            new = [t for t in item]
+            tokens.extend(new)
+            if any(t in stops for t in new):
+                finish = "stop"
+            text = self.tokenizer.decode(tokens, skip_special_tokens=True)
+            for word in config.stop:
+                if word in text:
+                    text, finish = text[: text.index(word)], "stop"
+            if text.endswith("\ufffd") and finish != "stop":
+                continue  # an incomplete UTF-8 character: wait for the next token
+            if text != sent or finish == "stop":
+                yield StreamDelta(0, text[len(sent):], new)
+                sent = text
+            if finish == "stop" and config.stop and any(w in self.tokenizer.decode(tokens) for w in config.stop):
+                break
+        thread.join(timeout=60)
+        if len(tokens) < config.max_tokens and finish == "length" and tokens and tokens[-1] in stops:
+            finish = "stop"
+        yield StreamDelta(0, "", [], finish_reason=finish)

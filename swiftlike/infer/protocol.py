@@ -1,0 +1,121 @@
+"""One OpenAI-shaped request/response protocol for every engine (pt, vLLM, remote servers).
+
+Deploy, eval, rollout and RL all speak this, so a trainer can swap an in-process vLLM for
+an HTTP client without changing the loop.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Literal
+
+FinishReason = Literal["stop", "length"]
+
+
+@dataclass
+class RequestConfig:
+    """Sampling parameters of one call; names follow the OpenAI API."""
+
+    max_tokens: int = 512
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    repetition_penalty: float = 1.0
+    n: int = 1
+    seed: int | None = None
+    stop: list[str] = field(default_factory=list)
+    logprobs: bool = False
+    top_logprobs: int | None = None
+    stream: bool = False
+
+    def __post_init__(self) -> None:
+        if self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k == 0 or self.top_k < -1:
+            raise ValueError(f"top_k must be -1 (all tokens) or >= 1, got {self.top_k}")
+        if self.n < 1:
+            raise ValueError(f"n must be >= 1, got {self.n}")
+        if self.top_logprobs is not None and not 0 <= self.top_logprobs <= 20:
+            raise ValueError(f"top_logprobs must be in [0, 20], got {self.top_logprobs}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+
+@dataclass
+class InferRequest:
+    """Either chat `messages` (encoded with the engine's template) or ready `input_ids`."""
+
+    messages: list[dict] | None = None
+    input_ids: list[int] | None = None
+    adapter: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.messages is None) == (self.input_ids is None):
+            raise ValueError("an InferRequest needs exactly one of messages or input_ids")
+        if self.input_ids is not None and not self.input_ids:
+            raise ValueError("input_ids must not be empty")
+
+
+@dataclass
+class TopLogprob:
+    token_id: int
+    token: str
+    logprob: float
+
+
+@dataclass
+class TokenLogprob:
+    token_id: int
+    token: str
+    logprob: float
+    top_logprobs: list[TopLogprob] = field(default_factory=list)
+
+
+@dataclass
+class Choice:
+    index: int
+    text: str
+    token_ids: list[int]
+    finish_reason: FinishReason
+    logprobs: list[TokenLogprob] | None = None
+
+
+@dataclass
+class Usage:
+    prompt_tokens: int
+    completion_tokens: int
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+@dataclass
+class InferResponse:
+    choices: list[Choice]
+    usage: Usage
+    prompt_token_ids: list[int]
+
+    @property
+    def text(self) -> str:
+        return self.choices[0].text
+
+    def to_dict(self) -> dict:
+        out = asdict(self)
+        out["usage"]["total_tokens"] = self.usage.total_tokens
+        return out
+
+
+@dataclass
+class StreamDelta:
+    """A piece of one choice's answer; the last delta of a choice carries its finish_reason."""
+
+    index: int
+    text: str
+    token_ids: list[int]
+    finish_reason: FinishReason | None = None

@@ -1,0 +1,128 @@
+"""`swiftlike infer`: interactive chat on stdin, or batch inference over a dataset to JSONL."""
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import asdict
+from datetime import datetime
+
+from ..arguments import InferArguments, parse_args
+from ..model import resolve_model
+from ..template import get_template
+from ..utils import atomic_write_jsonl, get_logger
+from .engine import InferEngine, create_engine
+from .protocol import InferRequest
+
+logger = get_logger("swiftlike.infer")
+
+
+def build_engine(args: InferArguments) -> InferEngine:
+    """The same resolution path deploy, eval and rollout use: registry -> template -> engine."""
+    from ..model import load_tokenizer
+    resolved = resolve_model(args.model, args.model_type, args.use_hf, args.model_revision)
+    template = get_template(args.template or resolved.meta.template, load_tokenizer(resolved), args.system)
+    vllm_options = None
+    if args.infer_backend == "vllm":
+        from .engine.vllm_engine import VllmOptions
+        vllm_options = VllmOptions.from_args(args)
+    logger.info("model %s (%s, type %s, template %s) on the %s engine", resolved.model_id, resolved.source,
+                resolved.model_type, template.meta.name, args.infer_backend)
+    return create_engine(args.infer_backend, resolved, template, torch_dtype=args.torch_dtype,
+                         adapters=args.adapter_paths(), max_batch_size=args.max_batch_size,
+                         vllm_options=vllm_options)
+
+
+def _default_adapter(engine: InferEngine) -> str | None:
+    names = list(engine.adapters)
+    if len(names) > 1:
+        logger.warning("several adapters loaded; answering with the first, %r", names[0])
+    return names[0] if names else None
+
+
+def run_batch(args: InferArguments, engine: InferEngine) -> str:
+    from ..dataset import load_dataset
+    rows = load_dataset(args.val_dataset, seed=args.seed, model_name=args.model_name,
+                        model_author=args.model_author, use_hf=args.use_hf)
+    if args.val_dataset_sample is not None:
+        rows = rows[: args.val_dataset_sample]
+    if not rows:
+        raise ValueError(f"--val_dataset {' '.join(args.val_dataset)} has no rows")
+    adapter = _default_adapter(engine)
+    prompts, labels = [], []
+    for row in rows:
+        messages = list(row["messages"])
+        label = messages.pop()["content"] if messages[-1]["role"] == "assistant" else None
+        prompts.append(messages)
+        labels.append(label)
+    config = args.request_config()
+    config.seed = args.seed if not config.greedy else None
+    start = time.perf_counter()
+    responses = engine.infer([InferRequest(messages=m, adapter=adapter) for m in prompts], config, use_tqdm=True)
+    elapsed = time.perf_counter() - start
+    result_path = args.result_path or f"infer_result/{datetime.now():%Y%m%d-%H%M%S}.jsonl"
+    out_rows = []
+    for row, messages, label, resp in zip(rows, prompts, labels, responses):
+        extra = {k: v for k, v in row.items() if k not in ("messages",)}
+        out = {"messages": messages + [{"role": "assistant", "content": resp.text}], "response": resp.text,
+               "labels": label, "finish_reason": resp.choices[0].finish_reason,
+               "usage": {"prompt_tokens": resp.usage.prompt_tokens,
+                         "completion_tokens": resp.usage.completion_tokens}, **extra}
+        if config.n > 1:
+            out["responses"] = [c.text for c in resp.choices]
+        if config.logprobs:
+            out["logprobs"] = [[asdict(t) for t in c.logprobs or []] for c in resp.choices]
+        out_rows.append(out)
+    atomic_write_jsonl(result_path, out_rows)
+    generated = sum(r.usage.completion_tokens for r in responses)
+    print(f"\n[swiftlike infer] {len(rows)} prompts, {generated} tokens generated in {elapsed:.1f}s "
+          f"({generated / max(elapsed, 1e-9):.1f} tokens/s) on {args.infer_backend}; results: {result_path}")
+    return result_path
+
+
+def run_interactive(args: InferArguments, engine: InferEngine) -> None:
+    """A chat loop; `clear` forgets the history, `exit` or end of input quits."""
+    adapter = _default_adapter(engine)
+    config = args.request_config()
+    history: list[dict] = []
+    print("swiftlike chat: type a message; 'clear' resets the conversation, 'exit' quits.", flush=True)
+    while True:
+        print("<<< ", end="", flush=True)
+        line = sys.stdin.readline()
+        if not line:
+            break
+        query = line.rstrip("\n")
+        if query.strip() in ("exit", "quit"):
+            break
+        if query.strip() == "clear":
+            history = []
+            print("(history cleared)", flush=True)
+            continue
+        if not query.strip():
+            continue
+        history.append({"role": "user", "content": query})
+        request = InferRequest(messages=history, adapter=adapter)
+        print(">>> ", end="", flush=True)
+        if args.stream:
+            answer = ""
+            for delta in engine.stream(request, config):
+                print(delta.text, end="", flush=True)
+                answer += delta.text
+            print(flush=True)
+        else:
+            answer = engine.infer([request], config)[0].text
+            print(answer, flush=True)
+        history.append({"role": "assistant", "content": answer})
+
+
+def infer_main(args: InferArguments | list[str] | None = None):
+    """Entry point for the CLI and the Python API; returns the result path in batch mode."""
+    if not isinstance(args, InferArguments):
+        args = parse_args(InferArguments, args)
+    engine = build_engine(args)
+    try:
+        if args.val_dataset:
+            return run_batch(args, engine)
+        run_interactive(args, engine)
+        return None
+    finally:
+        engine.close()

