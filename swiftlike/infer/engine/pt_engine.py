@@ -49,13 +49,16 @@ class PtEngine(InferEngine):
         self._adapters[name] = path
 
     def update_weights(self, named_tensors: Iterable[tuple[str, object]]) -> None:
-        base = self.model.get_base_model() if self._adapters else self.model
-        params = dict(base.named_parameters())
         import torch
+        base = self.model.get_base_model() if self._adapters else self.model
+        # PEFT moves wrapped weights to `<module>.base_layer.weight`; callers use plain HF names.
+        params = {n.replace(".base_layer.", "."): p for n, p in base.named_parameters() if "lora_" not in n}
+        updates = list(named_tensors)
+        unknown = [n for n, _ in updates if n not in params]
+        if unknown:
+            raise KeyError(f"update_weights: unknown parameter(s) {unknown[:3]}; nothing was changed")
         with torch.no_grad():
-            for name, tensor in named_tensors:
-                if name not in params:
-                    raise KeyError(f"update_weights: unknown parameter {name!r}")
+            for name, tensor in updates:
                 params[name].copy_(tensor)
 
     def _generate_kwargs(self, config: RequestConfig) -> dict:

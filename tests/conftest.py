@@ -1,0 +1,62 @@
+"""Shared fixtures. Expensive things (vLLM engines, converted models) are built once per session."""
+import os
+
+os.environ.setdefault("SWIFTLIKE_OFFLINE", "1")
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import pytest  # noqa: E402
+
+TINY = "tiny-random/qwen2_5"
+SMOLLM2 = "HuggingFaceTB/SmolLM2-135M-Instruct"
+
+
+@pytest.fixture(scope="session")
+def tiny_resolved():
+    from swiftlike.model import resolve_model
+    return resolve_model(TINY)
+
+
+@pytest.fixture(scope="session")
+def tiny_template(tiny_resolved):
+    from swiftlike.model import load_tokenizer
+    from swiftlike.template import get_template
+    return get_template(tiny_resolved.meta.template, load_tokenizer(tiny_resolved))
+
+
+@pytest.fixture(scope="session")
+def tiny_adapter(tiny_resolved, tmp_path_factory):
+    """A LoRA adapter with random (non-zero) B matrices, so it really changes the output."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from swiftlike.model import load_model
+    torch.manual_seed(1)
+    model = load_model(tiny_resolved, "float32", "cpu")
+    cfg = LoraConfig(r=8, lora_alpha=32, target_modules=list(tiny_resolved.meta.lora_target_modules),
+                     init_lora_weights=False)
+    peft_model = get_peft_model(model, cfg)
+    with torch.no_grad():
+        for name, p in peft_model.named_parameters():
+            if "lora_" in name:
+                p.normal_(0, 0.1)
+    out = tmp_path_factory.mktemp("adapter") / "lora"
+    peft_model.save_pretrained(out)
+    return str(out)
+
+
+@pytest.fixture(scope="session")
+def pt_tiny(tiny_resolved, tiny_template, tiny_adapter):
+    from swiftlike.infer.engine.pt_engine import PtEngine
+    return PtEngine(tiny_resolved, tiny_template, torch_dtype="float32", adapters={"lora": tiny_adapter})
+
+
+@pytest.fixture(scope="session")
+def vllm_tiny(tiny_resolved, tiny_template, tiny_adapter):
+    """The one vLLM engine of the session for the tiny model (LoRA enabled)."""
+    from swiftlike.infer.engine.vllm_engine import VllmEngine, VllmOptions
+    engine = VllmEngine(tiny_resolved, tiny_template, VllmOptions(torch_dtype="float32", enable_lora=True,
+                                                                  max_model_len=1024),
+                        adapters={"lora": tiny_adapter})
+    yield engine
+    engine.close()
