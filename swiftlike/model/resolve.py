@@ -83,10 +83,9 @@ def _detect_model_type(model_dir: Path, name: str) -> str | None:
         return None
     hf_type = json.loads(config_file.read_text()).get("model_type", "")
     specials: set[str] = set()
-    tok_cfg = model_dir / "tokenizer_config.json"
-    if tok_cfg.is_file():
-        cfg = json.loads(tok_cfg.read_text())
-        specials = {v.get("content", "") for v in cfg.get("added_tokens_decoder", {}).values()}
+    tok_file = model_dir / "tokenizer.json"
+    if tok_file.is_file():
+        specials = {t.get("content", "") for t in json.loads(tok_file.read_text()).get("added_tokens", [])}
     return guess_model_type(hf_type, name, specials)
 
 

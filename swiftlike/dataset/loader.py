@@ -1,0 +1,222 @@
+"""Resolve `--dataset` specs to normalized rows, the way ms-swift reads them.
+
+A spec is a local `.jsonl`/`.json`/`.csv` file, a registered built-in name, or an `owner/name`
+hub id, optionally followed by `#N` to take N rows. Files are read whole into lists: the
+datasets this platform trains on fit in memory, and lists keep every step deterministic.
+"""
+from __future__ import annotations
+
+import copy
+import csv
+import json
+import math
+import os
+import random
+import re
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from .formats import DatasetRowError, RowFormat, detect_format, normalize_row
+from .registry import DATASET_REGISTRY, SELF_COGNITION_TAG, DatasetMeta
+
+LocatedRow = tuple[str, dict]  # ("data.jsonl line 3", row)
+
+FILE_SUFFIXES = (".jsonl", ".json", ".csv")
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+_PLACEHOLDERS = ("{{NAME}}", "{{AUTHOR}}")
+
+
+def _jsonl_rows(lines: Iterable[str], label: str) -> Iterator[LocatedRow]:
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        where = f"{label} line {number}"
+        try:
+            yield where, json.loads(line)
+        except json.JSONDecodeError as error:
+            raise DatasetRowError(f"{where}: not valid JSON ({error.msg} at column {error.colno})") from None
+
+
+def _json_rows(text: str, label: str) -> Iterator[LocatedRow]:
+    """A `.json` file is either one array of rows or, as often on the hubs, JSON lines."""
+    if not text.lstrip().startswith("["):
+        yield from _jsonl_rows(text.splitlines(), label)
+        return
+    try:
+        rows = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise DatasetRowError(f"{label} line {error.lineno}: not valid JSON ({error.msg})") from None
+    for index, row in enumerate(rows):
+        yield f"{label} row {index + 1}", row
+
+
+def _csv_rows(path: Path, label: str) -> Iterator[LocatedRow]:
+    """Line numbers count the header as line 1, as a spreadsheet or editor shows them."""
+    with path.open(newline="", encoding="utf-8") as f:
+        reader = csv.DictReader(f)
+        header_width = len(reader.fieldnames or ())
+        start = reader.line_num + 1
+        for row in reader:
+            where = f"{label} line {start}"
+            start = reader.line_num + 1
+            if None in row:
+                raise DatasetRowError(f"{where}: {header_width + len(row[None])} cells, "
+                                      f"but the header names {header_width} columns")
+            # A short line leaves its last columns unset; treat them as missing, not as text.
+            yield where, {key: value for key, value in row.items() if value is not None}
+
+
+def _file_rows(path: Path, label: str) -> list[LocatedRow]:
+    suffix = path.suffix.lower()
+    if suffix == ".csv":
+        return list(_csv_rows(path, label))
+    text = path.read_text(encoding="utf-8")
+    if suffix == ".json":
+        return list(_json_rows(text, label))
+    return list(_jsonl_rows(text.splitlines(), label))
+
+
+def _hub_is_offline() -> bool:
+    return os.environ.get("SWIFTLIKE_OFFLINE", "").lower() in ("1", "true", "yes")
+
+
+def _hub_rows(dataset_id: str, use_hf: bool) -> list[LocatedRow]:
+    hub = "the Hugging Face hub" if use_hf else "ModelScope"
+    advice = "download it and pass the local .jsonl/.json/.csv file to --dataset instead"
+    if _hub_is_offline():
+        raise RuntimeError(f"could not load dataset {dataset_id!r} from {hub}: "
+                           f"SWIFTLIKE_OFFLINE is set; {advice}")
+    try:
+        if use_hf:
+            import datasets
+            rows = datasets.load_dataset(dataset_id, split="train")
+        else:
+            from modelscope import MsDataset
+            rows = MsDataset.load(dataset_id, split="train")
+        return [(f"{dataset_id} row {index + 1}", dict(row)) for index, row in enumerate(rows)]
+    except Exception as error:
+        raise RuntimeError(f"could not load dataset {dataset_id!r} from {hub} "
+                           f"({type(error).__name__}: {error}); {advice}") from error
+
+
+def _normalize_all(located: list[LocatedRow]) -> list[dict]:
+    """The first row fixes the format every other row of the same source must have."""
+    expected: RowFormat | None = None
+    normalized = []
+    for where, row in located:
+        expected = expected or detect_format(row, where)
+        normalized.append(normalize_row(row, where, expected=expected))
+    return normalized
+
+
+def _pick_name(names: list[str], lang: str) -> str:
+    """ms-swift convention: with two names the first is Chinese and the second English."""
+    return names[0] if lang == "zh" or len(names) == 1 else names[1]
+
+
+def _check_identity(dataset: str, model_name: list[str] | None, model_author: list[str] | None) -> None:
+    if not model_name or not model_author:
+        raise ValueError(f"{dataset} needs --model_name and --model_author, e.g. "
+                         "--model_name 小黄 'Xiao Huang' --model_author 魔搭 ModelScope")
+    for flag, names in (("--model_name", model_name), ("--model_author", model_author)):
+        if len(names) > 2:
+            raise ValueError(f"{flag} takes one or two values (Chinese, then English), got {len(names)}")
+
+
+def _fill_identity(rows: list[dict], model_name: list[str], model_author: list[str]) -> list[dict]:
+    """Replace the placeholders; the hidden `lang` column picks the name's language and is dropped."""
+    for row in rows:
+        lang = row.pop("lang", "en")
+        values = (_pick_name(model_name, lang), _pick_name(model_author, lang))
+        for message in row["messages"]:
+            for placeholder, value in zip(_PLACEHOLDERS, values, strict=True):
+                message["content"] = message["content"].replace(placeholder, value)
+    return rows
+
+
+def _builtin_rows(meta: DatasetMeta, model_name: list[str] | None,
+                  model_author: list[str] | None) -> list[dict]:
+    self_cognition = SELF_COGNITION_TAG in meta.tags
+    if self_cognition:
+        _check_identity(meta.name, model_name, model_author)
+    rows = _normalize_all(_file_rows(meta.file, meta.file.name))
+    return _fill_identity(rows, model_name, model_author) if self_cognition else rows
+
+
+def _is_hub_id(source: str) -> bool:
+    return bool(_HUB_ID.match(source)) and not source.lower().endswith(FILE_SUFFIXES)
+
+
+def _local_rows(source: str) -> list[dict]:
+    path = Path(source).expanduser()
+    if not path.is_file():
+        raise FileNotFoundError(f"dataset file not found: {source} (built-in datasets: "
+                                f"{', '.join(sorted(DATASET_REGISTRY))}; hub ids look like owner/name)")
+    if path.suffix.lower() not in FILE_SUFFIXES:
+        raise ValueError(f"dataset file {source}: unsupported type {path.suffix!r}; "
+                         "use .jsonl, .json or .csv")
+    return _normalize_all(_file_rows(path, source))
+
+
+def _source_rows(source: str, *, model_name: list[str] | None, model_author: list[str] | None,
+                 use_hf: bool) -> list[dict]:
+    if source in DATASET_REGISTRY:
+        return _builtin_rows(DATASET_REGISTRY[source], model_name, model_author)
+    if _is_hub_id(source) and not Path(source).expanduser().exists():
+        return _normalize_all(_hub_rows(source, use_hf))
+    return _local_rows(source)
+
+
+def _parse_spec(spec: str) -> tuple[str, int | None]:
+    """Split `source#N` into the source and the number of rows to take (None: all)."""
+    source, hash_sign, count = spec.rpartition("#")
+    if not hash_sign:
+        return spec, None
+    if not re.fullmatch(r"[0-9]+", count) or int(count) == 0:
+        raise ValueError(f"dataset spec {spec!r}: the part after '#' must be a positive number of rows, "
+                         f"got {count!r}")
+    return source, int(count)
+
+
+def _sample_rows(rows: list[dict], count: int, seed: int) -> list[dict]:
+    """Take `count` rows; past the dataset's size, repeat it whole and sample the remainder (as ms-swift).
+
+    Repeated rows are copies, so a later in-place edit of one does not change its twins.
+    """
+    repeats, remainder = divmod(count, len(rows))
+    picked = [copy.deepcopy(row) for _ in range(repeats) for row in rows] if repeats else []
+    return picked + [rows[i] for i in random.Random(seed).sample(range(len(rows)), remainder)]
+
+
+def load_dataset(datasets: list[str], *, seed: int = 42, model_name: list[str] | None = None,
+                 model_author: list[str] | None = None, use_hf: bool = False,
+                 streaming: bool = False) -> list[dict]:
+    """Load every spec and concatenate the normalized rows, in spec order.
+
+    Each row is checked in full before `#N` sampling, so a bad row fails the run whatever
+    the sample. `streaming` is accepted for ms-swift compatibility but not supported yet.
+    """
+    if streaming:
+        raise ValueError("--streaming is not supported yet; datasets are loaded into memory")
+    rows: list[dict] = []
+    for spec in datasets:
+        source, count = _parse_spec(spec)
+        loaded = _source_rows(source, model_name=model_name, model_author=model_author, use_hf=use_hf)
+        if not loaded:
+            raise ValueError(f"dataset {source!r} has no rows")
+        rows += loaded if count is None else _sample_rows(loaded, count, seed)
+    return rows
+
+
+def split_dataset(rows: list[dict], ratio: float, seed: int) -> tuple[list[dict], list[dict]]:
+    """Shuffle with `seed` and hold out `ratio` of the rows (at least one) for validation."""
+    if not 0 <= ratio < 1:
+        raise ValueError(f"split ratio must be in [0, 1), got {ratio}")
+    if ratio == 0:
+        return list(rows), []
+    if len(rows) < 2:
+        raise ValueError(f"cannot split {len(rows)} row(s) into train and validation sets")
+    shuffled = list(rows)
+    random.Random(seed).shuffle(shuffled)
+    val_size = min(len(rows) - 1, max(1, math.ceil(len(rows) * ratio)))
+    return shuffled[val_size:], shuffled[:val_size]

@@ -1,0 +1,81 @@
+"""Built-in datasets, declared as data: each name maps to a JSONL file shipped in the package.
+
+They exist so every command can be tried, and every test run, on a machine with no hub
+access. `scripts/make_builtin_datasets.py` regenerates the files.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+DATA_DIR = Path(__file__).parent / "data"
+
+# Rows of datasets with this tag hold {{NAME}} and {{AUTHOR}}, filled from --model_name/--model_author.
+SELF_COGNITION_TAG = "self-cognition"
+
+
+@dataclass(frozen=True)
+class DatasetMeta:
+    """One built-in dataset.
+
+    `path` is relative to `swiftlike/dataset/data/`; `columns` shows the row shape without opening the file.
+    """
+    name: str
+    path: str
+    description: str
+    columns: tuple[str, ...]
+    tags: tuple[str, ...] = ()
+
+    @property
+    def file(self) -> Path:
+        return DATA_DIR / self.path
+
+
+DATASET_REGISTRY: dict[str, DatasetMeta] = {}
+
+
+def register_dataset(meta: DatasetMeta) -> DatasetMeta:
+    if meta.name in DATASET_REGISTRY:
+        raise ValueError(f"dataset {meta.name!r} is already registered")
+    DATASET_REGISTRY[meta.name] = meta
+    return meta
+
+
+register_dataset(DatasetMeta(
+    name="swiftlike/arithmetic",
+    path="arithmetic.jsonl",
+    description="2000 +, -, * questions on 1-2 digit numbers, some two-step; a user turn and the answer "
+                "in `solution`, for RL with a verifiable reward. Answers are asked for as '#### <number>'.",
+    columns=("messages", "solution"),
+    tags=("rl", "math"),
+))
+register_dataset(DatasetMeta(
+    name="swiftlike/arithmetic-sft",
+    path="arithmetic_sft.jsonl",
+    description="1000 questions like swiftlike/arithmetic (none shared) with short worked answers ending in "
+                "'#### <number>', to teach the answer format before RL.",
+    columns=("messages", "solution"),
+    tags=("sft", "math"),
+))
+register_dataset(DatasetMeta(
+    name="swiftlike/self-cognition",
+    path="self_cognition.jsonl",
+    description="Who-are-you questions whose answers name the model and its author; needs "
+                "--model_name and --model_author.",
+    columns=("messages", "lang"),
+    tags=("sft", SELF_COGNITION_TAG),
+))
+register_dataset(DatasetMeta(
+    name="swiftlike/alpaca-mini",
+    path="alpaca_mini.jsonl",
+    description="50 short general-knowledge instructions with answers, for SFT smoke tests.",
+    columns=("instruction", "input", "output"),
+    tags=("sft",),
+))
+register_dataset(DatasetMeta(
+    name="swiftlike/preference-mini",
+    path="preference_mini.jsonl",
+    description="30 questions with a better and a worse answer, for DPO-style smoke tests.",
+    columns=("query", "chosen", "rejected"),
+    tags=("dpo",),
+))
