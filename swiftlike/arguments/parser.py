@@ -58,27 +58,37 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser(cls: type, prog: str) -> argparse.ArgumentParser:
     parser = _Parser(prog=prog, description=(cls.__doc__ or "").strip().split("\n")[0],
-                     allow_abbrev=False, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                     allow_abbrev=False)
     parser.add_argument("--config", default=None,
                         help="YAML or JSON file of arguments; flags given on the command line override it")
     hints = typing.get_type_hints(cls)
-    for f in dataclasses.fields(cls):
-        if not f.init:
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    # One help section per argument class: shared parts first, the command's own last.
+    for part in [*cls.__mro__[1:], cls]:
+        own = [n for n in part.__dict__.get("__annotations__", {}) if n in fields]
+        if not own:
             continue
-        kind, extra = field_kind(hints[f.name])
-        names = [f"--{f.name}", *f.metadata.get("aliases", ())]
-        kwargs: dict[str, Any] = {"dest": f.name, "help": f.metadata.get("help", ""),
-                                  "default": argparse.SUPPRESS}
-        if kind == "bool":
-            kwargs.update(type=str2bool, metavar="true|false")
-        elif kind == "choice":
-            kwargs.update(choices=extra, type=type(extra[0]))
-        elif kind == "list":
-            kwargs.update(nargs="+", type=extra)
-        else:
-            kwargs.update(type=extra)
-        parser.add_argument(*names, **kwargs)
+        group = parser.add_argument_group(part.__name__, (part.__doc__ or "").strip().split("\n")[0])
+        for name in own:
+            _add_field(group, fields.pop(name), hints[name])
     return parser
+
+
+def _add_field(group, f: dataclasses.Field, hint: Any) -> None:
+    kind, extra = field_kind(hint)
+    names = [f"--{f.name}", *f.metadata.get("aliases", ())]
+    default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+    kwargs: dict[str, Any] = {"dest": f.name, "help": f"{f.metadata.get('help', '')} (default: {default})",
+                              "default": argparse.SUPPRESS}
+    if kind == "bool":
+        kwargs.update(type=str2bool, metavar="true|false")
+    elif kind == "choice":
+        kwargs.update(choices=extra, type=type(extra[0]))
+    elif kind == "list":
+        kwargs.update(nargs="+", type=extra)
+    else:
+        kwargs.update(type=extra)
+    group.add_argument(*names, **kwargs)
 
 
 def load_config_file(path: str) -> dict[str, Any]:

@@ -63,10 +63,10 @@ def run_batch(args: InferArguments, engine: InferEngine) -> str:
     out_rows = []
     for row, messages, label, resp in zip(rows, prompts, labels, responses):
         extra = {k: v for k, v in row.items() if k not in ("messages",)}
-        out = {"messages": messages + [{"role": "assistant", "content": resp.text}], "response": resp.text,
-               "labels": label, "finish_reason": resp.choices[0].finish_reason,
+        out = {**extra, "messages": messages + [{"role": "assistant", "content": resp.text}],
+               "response": resp.text, "labels": label, "finish_reason": resp.choices[0].finish_reason,
                "usage": {"prompt_tokens": resp.usage.prompt_tokens,
-                         "completion_tokens": resp.usage.completion_tokens}, **extra}
+                         "completion_tokens": resp.usage.completion_tokens}}
         if config.n > 1:
             out["responses"] = [c.text for c in resp.choices]
         if config.logprobs:

@@ -104,10 +104,9 @@ class PtEngine(InferEngine):
         end = next((i + 1 for i, t in enumerate(tokens) if t in stops), None)
         finish = "stop" if end is not None else "length"
         tokens = tokens[:end] if end is not None else tokens
-        text = self.tokenizer.decode(tokens, skip_special_tokens=True)
-        for word in config.stop:
-            if word in text:
-                text, finish = text[: text.index(word)], "stop"
+        text, hit = _cut_at_stop_words(self.tokenizer.decode(tokens, skip_special_tokens=True), config.stop)
+        if hit:
+            finish = "stop"
         logprobs = None
         if config.logprobs and row_logprobs is not None:
             logprobs = [self._token_logprob(t, row_logprobs[i], config.top_logprobs or 0) for i, t in enumerate(tokens)]
@@ -180,27 +179,27 @@ class PtEngine(InferEngine):
         thread = threading.Thread(target=work, daemon=True)
         thread.start()
         tokens: list[int] = []
-        sent = ""
-        finish = "length"
+        pending: list[int] = []
+        sent, finish = "", "length"
         while (item := queue.get()) is not None:
             if isinstance(item, Exception):
                 raise item
-            new = [t for t in item]
-            tokens.extend(new)
-            if any(t in stops for t in new):
+            tokens.extend(item)
+            pending.extend(item)
+            if any(t in stops for t in item):
                 finish = "stop"
-            text = self.tokenizer.decode(tokens, skip_special_tokens=True)
-            for word in config.stop:
-                if word in text:
-                    text, finish = text[: text.index(word)], "stop"
+            text, hit = _cut_at_stop_words(self.tokenizer.decode(tokens, skip_special_tokens=True), config.stop)
+            if hit:
+                finish = "stop"
             if text.endswith("\ufffd") and finish != "stop":
                 continue  # an incomplete UTF-8 character: wait for the next token
-            if text != sent or finish == "stop":
-                yield StreamDelta(0, text[len(sent):], new)
-                sent = text
-            if finish == "stop" and config.stop and any(w in self.tokenizer.decode(tokens) for w in config.stop):
-                break
-        thread.join(timeout=60)
-        if len(tokens) < config.max_tokens and finish == "length" and tokens and tokens[-1] in stops:
-            finish = "stop"
-        yield StreamDelta(0, "", [], finish_reason=finish)
+            yield StreamDelta(0, text[len(sent):], pending)
+            sent, pending = text, []
+        thread.join()
+        yield StreamDelta(0, "", pending, finish_reason=finish)
+
+
+def _cut_at_stop_words(text: str, stop: list[str]) -> tuple[str, bool]:
+    """Text up to the first stop word, and whether one was found (OpenAI semantics)."""
+    cuts = [text.index(word) for word in stop if word in text]
+    return (text[: min(cuts)], True) if cuts else (text, False)

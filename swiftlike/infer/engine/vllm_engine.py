@@ -67,8 +67,10 @@ def engine_kwargs(model_dir: str, opts: VllmOptions) -> dict:
     if cpu:
         # On CPU, gpu_memory_utilization is a share of all host RAM; a fixed KV budget is saner for
         # a 24 GiB machine that also runs a trainer. VLLM_CPU_KVCACHE_SPACE (GiB) overrides it.
-        gib = int(os.environ.get("VLLM_CPU_KVCACHE_SPACE") or CPU_KV_CACHE_GIB)
-        kwargs["kv_cache_memory_bytes"] = gib * (1 << 30)
+        gib = float(os.environ.get("VLLM_CPU_KVCACHE_SPACE") or CPU_KV_CACHE_GIB)
+        if gib <= 0:
+            raise ValueError(f"VLLM_CPU_KVCACHE_SPACE must be a positive number of GiB, got {gib}")
+        kwargs["kv_cache_memory_bytes"] = int(gib * (1 << 30))
     else:
         kwargs["gpu_memory_utilization"] = opts.gpu_memory_utilization
     return kwargs
