@@ -11,6 +11,7 @@ $(STAMP): pyproject.toml scripts/setup.sh
 	bash scripts/setup.sh
 
 test: setup
+	$(VENV)/bin/ruff check swiftlike tests benchmarks scripts
 	$(PY) -m pytest -q tests
 
 test-fast: setup
@@ -23,7 +24,7 @@ bench: setup
 	$(PY) benchmarks/bench_infer.py
 
 lint: setup
-	$(VENV)/bin/ruff check swiftlike tests benchmarks
+	$(VENV)/bin/ruff check swiftlike tests benchmarks scripts
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -74,7 +74,7 @@ def main() -> None:
             seconds, tokens = fn()
             rates[name].append(tokens / seconds)
     ours.close()
-    del bare
+    bare = None  # free the engine before the pt run
     if not args.skip_pt:
         pt = PtEngine(resolved, template, torch_dtype="float32", max_batch_size=args.num_prompts)
         start = time.perf_counter()

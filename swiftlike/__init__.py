@@ -18,7 +18,8 @@ _LAZY = {
     "load_dataset": "swiftlike.dataset",
 }
 
-__all__ = sorted(_LAZY)
+__all__ = ["BaseArguments", "InferArguments", "InferRequest", "RequestConfig", "create_engine", "get_template",
+           "infer_main", "load_dataset", "resolve_model"]
 
 
 def __getattr__(name):

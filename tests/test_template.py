@@ -80,7 +80,7 @@ def test_loss_only_on_assistant_turns(tiny_template):
     assert text == " Blue <|im_end|>Green\n\nor red.<|im_end|>"
     assert "Name a colour" not in text and "system" not in text
     # labels align with ids wherever they are set
-    assert all(l == i for l, i in zip(enc.labels, enc.input_ids) if l != IGNORE_INDEX)
+    assert all(lab == tok for lab, tok in zip(enc.labels, enc.input_ids) if lab != IGNORE_INDEX)
 
 
 def test_system_prompt_text_and_file(tiny_template, tmp_path):

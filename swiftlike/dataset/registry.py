@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..utils.registry import Registry
+
 DATA_DIR = Path(__file__).parent / "data"
 
 # Rows of datasets with this tag hold {{NAME}} and {{AUTHOR}}, filled from --model_name/--model_author.
@@ -31,14 +33,11 @@ class DatasetMeta:
         return DATA_DIR / self.path
 
 
-DATASET_REGISTRY: dict[str, DatasetMeta] = {}
+DATASET_REGISTRY: Registry[DatasetMeta] = Registry("dataset", "--dataset")
 
 
 def register_dataset(meta: DatasetMeta) -> DatasetMeta:
-    if meta.name in DATASET_REGISTRY:
-        raise ValueError(f"dataset {meta.name!r} is already registered")
-    DATASET_REGISTRY[meta.name] = meta
-    return meta
+    return DATASET_REGISTRY.register(meta.name, meta)
 
 
 register_dataset(DatasetMeta(

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..utils.registry import Registry
+
 LLM_LINEAR_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
@@ -22,23 +24,15 @@ class ModelMeta:
     id_keywords: tuple[str, ...] = field(default=())
 
 
-MODEL_REGISTRY: dict[str, ModelMeta] = {}
+MODEL_REGISTRY: Registry[ModelMeta] = Registry("model_type", "--model_type")
 
 
 def register_model(meta: ModelMeta) -> ModelMeta:
-    if meta.model_type in MODEL_REGISTRY:
-        raise ValueError(f"model_type {meta.model_type!r} is already registered")
-    MODEL_REGISTRY[meta.model_type] = meta
-    return meta
+    return MODEL_REGISTRY.register(meta.model_type, meta)
 
 
 def get_model_meta(model_type: str) -> ModelMeta:
-    try:
-        return MODEL_REGISTRY[model_type]
-    except KeyError:
-        raise ValueError(
-            f"unknown --model_type {model_type!r}; valid values: {', '.join(sorted(MODEL_REGISTRY))}"
-        ) from None
+    return MODEL_REGISTRY.lookup(model_type)
 
 
 def find_model_type_by_id(model_id: str) -> str | None:

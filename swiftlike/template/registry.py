@@ -1,23 +1,18 @@
 """Chat templates declared as data. Each also carries an equivalent Jinja template."""
 from __future__ import annotations
 
+from ..utils.registry import Registry
 from .base import Template, TemplateMeta
 
-TEMPLATE_REGISTRY: dict[str, TemplateMeta] = {}
+TEMPLATE_REGISTRY: Registry[TemplateMeta] = Registry("template", "--template")
 
 
 def register_template(meta: TemplateMeta) -> TemplateMeta:
-    if meta.name in TEMPLATE_REGISTRY:
-        raise ValueError(f"template {meta.name!r} is already registered")
-    TEMPLATE_REGISTRY[meta.name] = meta
-    return meta
+    return TEMPLATE_REGISTRY.register(meta.name, meta)
 
 
 def get_template_meta(name: str) -> TemplateMeta:
-    try:
-        return TEMPLATE_REGISTRY[name]
-    except KeyError:
-        raise ValueError(f"unknown --template {name!r}; valid values: {', '.join(sorted(TEMPLATE_REGISTRY))}") from None
+    return TEMPLATE_REGISTRY.lookup(name)
 
 
 def get_template(name: str, tokenizer, system: str | None = None) -> Template:
