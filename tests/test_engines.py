@@ -121,3 +121,14 @@ def test_request_validation():
         RequestConfig(top_p=0)
     with pytest.raises(ValueError, match="top_k"):
         RequestConfig(top_k=0)
+
+
+def test_update_weights_accepts_a_full_state_dict_with_tied_head(pt_tiny, tiny_resolved):
+    """A tied-embedding model's state_dict names lm_head.weight too; it must be accepted, not refused."""
+    from swiftlike.model import load_model
+    fresh = load_model(tiny_resolved, "float32", "cpu").state_dict()
+    assert "lm_head.weight" in fresh
+    before = pt_tiny.infer(requests()[:1], GREEDY)[0].choices[0].token_ids
+    pt_tiny.update_weights(fresh.items())
+    assert pt_tiny.infer(requests()[:1], GREEDY)[0].choices[0].token_ids == before
+

@@ -23,12 +23,17 @@ class GenerationArguments:
     stream: bool = arg(False, "Print tokens as they are generated (interactive mode).")
 
     def request_config(self):
-        from ..infer.protocol import RequestConfig
-        return RequestConfig(max_tokens=self.max_new_tokens, temperature=self.temperature, top_p=self.top_p,
-                             top_k=self.top_k, repetition_penalty=self.repetition_penalty,
-                             n=self.num_return_sequences, stop=list(self.stop_words), seed=None,
-                             logprobs=self.logprobs or self.top_logprobs is not None,
-                             top_logprobs=self.top_logprobs, stream=self.stream)
+        """The engine's RequestConfig; a rule it breaks is reported under our flag name."""
+        from ..infer.protocol import InvalidSamplingParam, RequestConfig
+        try:
+            return RequestConfig(max_tokens=self.max_new_tokens, temperature=self.temperature, top_p=self.top_p,
+                                 top_k=self.top_k, repetition_penalty=self.repetition_penalty,
+                                 n=self.num_return_sequences, stop=list(self.stop_words), seed=None,
+                                 logprobs=self.logprobs or self.top_logprobs is not None,
+                                 top_logprobs=self.top_logprobs, stream=self.stream)
+        except InvalidSamplingParam as e:
+            flag = {"max_tokens": "max_new_tokens", "n": "num_return_sequences"}.get(e.field_name, e.field_name)
+            raise ValueError(f"--{flag} {e.reason}") from None
 
 
 @dataclass
@@ -61,19 +66,8 @@ class InferArguments(BaseArguments, GenerationArguments, VllmArguments):
         if self.infer_backend in ("sglang", "lmdeploy"):
             raise ValueError(f"--infer_backend {self.infer_backend} is not available in swiftlike infer yet; "
                              "use pt or vllm")
-        if self.max_new_tokens <= 0:
-            raise ValueError(f"--max_new_tokens must be positive, got {self.max_new_tokens}")
-        if self.temperature < 0:
-            raise ValueError(f"--temperature must be >= 0, got {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"--top_p must be in (0, 1], got {self.top_p}")
-        if self.top_k == 0 or self.top_k < -1:
-            raise ValueError(f"--top_k must be -1 (all tokens) or >= 1, got {self.top_k}")
-        if self.top_logprobs is not None and not 0 <= self.top_logprobs <= 20:
-            raise ValueError(f"--top_logprobs must be in [0, 20], got {self.top_logprobs}")
+        self.request_config()  # RequestConfig holds the sampling rules; checked here before any model loads
         if self.stream and self.num_return_sequences > 1:
             raise ValueError("--stream true prints one answer; use --num_return_sequences 1 with it")
-        if self.num_return_sequences < 1:
-            raise ValueError(f"--num_return_sequences must be >= 1, got {self.num_return_sequences}")
         if self.model is None:
             raise ValueError("--model is required (or --adapters pointing at a checkpoint with args.json)")

@@ -11,6 +11,15 @@ from typing import Literal
 FinishReason = Literal["stop", "length"]
 
 
+class InvalidSamplingParam(ValueError):
+    """Names the bad field, so each front end (CLI flags, OpenAI server) can report it in its own terms."""
+
+    def __init__(self, field_name: str, reason: str):
+        super().__init__(f"{field_name} {reason}")
+        self.field_name = field_name
+        self.reason = reason
+
+
 @dataclass
 class RequestConfig:
     """Sampling parameters of one call; names follow the OpenAI API."""
@@ -28,18 +37,17 @@ class RequestConfig:
     stream: bool = False
 
     def __post_init__(self) -> None:
-        if self.max_tokens < 1:
-            raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
-        if self.temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
-        if self.top_k == 0 or self.top_k < -1:
-            raise ValueError(f"top_k must be -1 (all tokens) or >= 1, got {self.top_k}")
-        if self.n < 1:
-            raise ValueError(f"n must be >= 1, got {self.n}")
-        if self.top_logprobs is not None and not 0 <= self.top_logprobs <= 20:
-            raise ValueError(f"top_logprobs must be in [0, 20], got {self.top_logprobs}")
+        checks = [
+            ("max_tokens", self.max_tokens >= 1, "must be >= 1"),
+            ("temperature", self.temperature >= 0, "must be >= 0"),
+            ("top_p", 0 < self.top_p <= 1, "must be in (0, 1]"),
+            ("top_k", self.top_k == -1 or self.top_k >= 1, "must be -1 (all tokens) or >= 1"),
+            ("n", self.n >= 1, "must be >= 1"),
+            ("top_logprobs", self.top_logprobs is None or 0 <= self.top_logprobs <= 20, "must be in [0, 20]"),
+        ]
+        for name, ok, rule in checks:
+            if not ok:
+                raise InvalidSamplingParam(name, f"{rule}, got {getattr(self, name)}")
 
     @property
     def greedy(self) -> bool:

@@ -52,7 +52,9 @@ class PtEngine(InferEngine):
         import torch
         base = self.model.get_base_model() if self._adapters else self.model
         # PEFT moves wrapped weights to `<module>.base_layer.weight`; callers use plain HF names.
-        params = {n.replace(".base_layer.", "."): p for n, p in base.named_parameters() if "lora_" not in n}
+        # Tied weights (lm_head = embed_tokens) appear under both names, as in a state_dict.
+        params = {n.replace(".base_layer.", "."): p for n, p in base.named_parameters(remove_duplicate=False)
+                  if "lora_" not in n}
         updates = list(named_tensors)
         unknown = [n for n, _ in updates if n not in params]
         if unknown:
