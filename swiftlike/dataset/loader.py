@@ -10,12 +10,12 @@ import copy
 import csv
 import json
 import math
-import os
 import random
 import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from ..utils.hub import offline_variable
 from .formats import DatasetRowError, RowFormat, detect_format, normalize_row
 from .registry import DATASET_REGISTRY, SELF_COGNITION_TAG, DatasetMeta
 
@@ -76,16 +76,11 @@ def _file_rows(path: Path, label: str) -> list[LocatedRow]:
     return list(_jsonl_rows(text.splitlines(), label))
 
 
-def _hub_is_offline() -> bool:
-    return os.environ.get("SWIFTLIKE_OFFLINE", "").lower() in ("1", "true", "yes")
-
-
 def _hub_rows(dataset_id: str, use_hf: bool) -> list[LocatedRow]:
     hub = "the Hugging Face hub" if use_hf else "ModelScope"
     advice = "download it and pass the local .jsonl/.json/.csv file to --dataset instead"
-    if _hub_is_offline():
-        raise RuntimeError(f"could not load dataset {dataset_id!r} from {hub}: "
-                           f"SWIFTLIKE_OFFLINE is set; {advice}")
+    if switch := offline_variable():
+        raise RuntimeError(f"could not load dataset {dataset_id!r} from {hub}: {switch} is set; {advice}")
     try:
         if use_hf:
             import datasets

@@ -7,7 +7,6 @@ does not, a Python package that carries the weights (SmolLM2-135M-Instruct via l
 from __future__ import annotations
 
 import json
-import os
 import socket
 from dataclasses import dataclass
 from functools import lru_cache
@@ -15,6 +14,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from ..utils import get_logger
+from ..utils.hub import offline_variable
 from .packaged import find_packaged, materialize_packaged, read_marker
 from .registry import MODEL_REGISTRY, ModelMeta, find_model_type_by_id, get_model_meta, guess_model_type
 from .tiny import TINY_PREFIX, build_tiny_random
@@ -34,11 +34,6 @@ class ResolvedModel:
         return self.meta.model_type
 
 
-def _offline_forced() -> bool:
-    return any(os.environ.get(k, "").lower() in ("1", "true", "yes")
-               for k in ("SWIFTLIKE_OFFLINE", "HF_HUB_OFFLINE", "MODELSCOPE_OFFLINE"))
-
-
 def _hub_endpoint(use_hf: bool) -> str:
     if use_hf:
         from huggingface_hub import constants
@@ -50,7 +45,7 @@ def _hub_endpoint(use_hf: bool) -> str:
 @lru_cache(maxsize=2)
 def hub_reachable(use_hf: bool) -> bool:
     """A 3 s TCP probe of the hub, so an offline machine does not wait on download retries."""
-    if _offline_forced():
+    if offline_variable():
         return False
     try:
         url = urlparse(_hub_endpoint(use_hf))
