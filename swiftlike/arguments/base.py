@@ -62,11 +62,19 @@ class BaseArguments:
         return out
 
     def _fill_from_checkpoint(self) -> None:
-        """A training checkpoint records how it was made; reuse that instead of asking again."""
-        if not self.adapters:
+        """A training checkpoint records how it was made; reuse that instead of asking again.
+
+        The checkpoint is the first adapter, or else a `--model` directory written by a
+        full-weight training run or by `swiftlike export`.
+        """
+        if self.adapters:
+            first = Path(next(iter(self.adapter_paths().values())))
+            candidates = (first / "args.json", first.parent / "args.json")
+        elif self.model is not None and Path(self.model).is_dir():
+            candidates = (Path(self.model) / "args.json",)
+        else:
             return
-        first = Path(next(iter(self.adapter_paths().values())))
-        for candidate in (first / "args.json", first.parent / "args.json"):
+        for candidate in candidates:
             if candidate.is_file():
                 saved = json.loads(candidate.read_text())
                 for key in ("model", "model_type", "template", "system"):

@@ -9,13 +9,13 @@ from .. import __version__
 # command -> (module:function, status). Commands without a module are not built yet.
 COMMANDS: dict[str, tuple[str | None, str]] = {
     "infer": ("swiftlike.infer.run:infer_main", "chat on stdin or batch inference, pt / vLLM engines"),
-    "pt": (None, "pre-training on plain text"),
-    "sft": (None, "supervised fine-tuning, full or LoRA"),
+    "pt": ("swiftlike.train.sft:pt_main", "pre-training on plain text"),
+    "sft": ("swiftlike.train.sft:sft_main", "supervised fine-tuning, full or LoRA"),
     "rlhf": (None, "GRPO family, GKD and DPO family"),
     "rollout": (None, "vLLM rollout server for disaggregated RL"),
     "deploy": (None, "OpenAI-compatible server"),
     "eval": (None, "benchmarks and custom datasets"),
-    "export": (None, "merge LoRA and export"),
+    "export": ("swiftlike.export.merge:export_main", "merge LoRA and export"),
     "web-ui": (None, "Gradio web UI"),
     "app": (None, "Gradio chat app over a model or deployment"),
 }

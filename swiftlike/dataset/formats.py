@@ -171,6 +171,11 @@ def _from_chosen_rejected(row: dict, where: str) -> dict:
                        f"got {_type_name(chosen)} and {_type_name(rejected)}")
 
 
+def _from_text(row: dict, where: str) -> dict:
+    """Plain text for pre-training (`swiftlike pt`): one assistant turn holding the text."""
+    return {"messages": [{"role": "assistant", "content": _string(row, "text", where)}]}
+
+
 # Checked in order: the first format whose required columns are all present wins, so the
 # more specific shapes come before the ones they contain.
 FORMATS: tuple[RowFormat, ...] = (
@@ -185,6 +190,7 @@ FORMATS: tuple[RowFormat, ...] = (
     RowFormat("query/response", ("query", "response"),
               ("query", "response", "history", "system", "rejected_response"), _from_query_response),
     RowFormat("query (RL prompt)", ("query",), ("query", "history", "system"), _from_query_response),
+    RowFormat("text (pre-training)", ("text",), ("text",), _from_text),
 )
 
 

@@ -1,0 +1,27 @@
+"""Arguments of `swiftlike export`."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .base import BaseArguments, arg
+
+
+@dataclass
+class ExportArguments(BaseArguments):
+    """swiftlike export: merge a LoRA adapter into its base model and write an HF directory."""
+
+    command = "export"
+    merge_lora: bool = arg(False, "Merge the --adapters checkpoint into the base weights.")
+    output_dir: str | None = arg(None, "Where the merged model goes; default <adapter dir>-merged.")
+    max_shard_size: str = arg("5GB", "Largest safetensors shard.")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.merge_lora:
+            raise ValueError("nothing to export: pass --merge_lora true (with --adapters <checkpoint>)")
+        if not self.adapters:
+            raise ValueError("--merge_lora true needs --adapters <LoRA checkpoint directory>")
+        if len(self.adapters) > 1:
+            raise ValueError("--merge_lora merges one adapter at a time; pass a single --adapters path")
+        if self.model is None:
+            raise ValueError("--model is required: the adapter directory has no args.json to read it from")

@@ -1,0 +1,166 @@
+"""Arguments of `swiftlike sft` and `swiftlike pt`.
+
+Names and defaults follow ms-swift. `to_training_arguments` is the one place they become
+a `transformers.TrainingArguments`, so the Trainer sees exactly what the user typed.
+"""
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from .base import BaseArguments, arg
+
+DEEPSPEED_PRESETS = ("zero0", "zero1", "zero2", "zero3", "zero2_offload", "zero3_offload")
+
+
+@dataclass
+class TunerArguments:
+    """What is trained: all weights, or LoRA adapters (PEFT)."""
+
+    tuner_type: Literal["lora", "full"] = arg("lora", "full: train every weight; lora: train LoRA adapters only.",
+                                               aliases=("--train_type",))
+    lora_rank: int = arg(8, "LoRA rank r.")
+    lora_alpha: int = arg(32, "LoRA scaling alpha (the update is scaled by alpha / r).")
+    lora_dropout: float = arg(0.05, "Dropout on the LoRA branch.")
+    target_modules: list[str] = arg(["all-linear"], "Modules that get LoRA: all-linear (every linear layer but "
+                                    "the output head) or module names such as q_proj v_proj.")
+    modules_to_save: list[str] = arg([], "Modules trained in full and saved with the adapter, e.g. embed_tokens "
+                                     "lm_head.")
+    lora_bias: Literal["none", "all"] = arg("none", "Train biases too (all) or not (none).")
+
+
+@dataclass
+class TrainArguments(BaseArguments, TunerArguments):
+    """swiftlike sft: supervised fine-tuning on chat data, loss on the assistant turns."""
+
+    command = "sft"
+    output_dir: str | None = arg(None, "Runs go to <output_dir>/vN-YYYYMMDD-HHMMSS/; default output/<model name>.")
+    add_version: bool = arg(True, "Put each run in a new vN-<time> subdirectory of --output_dir.")
+    learning_rate: float | None = arg(None, "Peak learning rate; default 1e-4 for LoRA, 1e-5 for full.")
+    num_train_epochs: float = arg(3.0, "Passes over the training data (ignored when --max_steps > 0).")
+    max_steps: int = arg(-1, "Optimizer steps to run; -1 = set by --num_train_epochs.")
+    per_device_train_batch_size: int = arg(1, "Samples per forward pass per process.", aliases=("--batch_size",))
+    per_device_eval_batch_size: int = arg(1, "Samples per evaluation forward pass per process.")
+    gradient_accumulation_steps: int | None = arg(None, "Forward passes per optimizer step; default makes the "
+                                                  "total batch at least 16 samples.")
+    warmup_ratio: float = arg(0.0, "Fraction of steps with a linear learning-rate warm-up.")
+    warmup_steps: int = arg(0, "Warm-up steps; overrides --warmup_ratio when > 0.")
+    lr_scheduler_type: str = arg("cosine", "Learning-rate schedule (transformers names: cosine, linear, "
+                                 "constant, constant_with_warmup, ...).")
+    weight_decay: float = arg(0.1, "AdamW weight decay.")
+    adam_beta1: float = arg(0.9, "AdamW beta1.")
+    adam_beta2: float = arg(0.95, "AdamW beta2.")
+    max_grad_norm: float = arg(1.0, "Clip the gradient norm to this value.")
+    optim: str = arg("adamw_torch", "Optimizer (transformers names).")
+    logging_steps: int = arg(5, "Log loss, learning rate and grad norm every N steps.")
+    save_steps: int = arg(500, "Save a checkpoint every N steps (and at the end).")
+    save_total_limit: int | None = arg(None, "Keep at most N checkpoints (the best one is kept too).")
+    save_only_model: bool = arg(False, "Save weights only, without optimizer state (cannot resume exactly).")
+    eval_steps: int | None = arg(None, "Evaluate every N steps; default --save_steps.")
+    split_dataset_ratio: float = arg(0.0, "Hold out this fraction of --dataset for validation.")
+    truncation_strategy: Literal["delete", "left", "right"] = arg(
+        "delete", "A sample longer than --max_length is dropped (delete) or cut on the left or right.")
+    packing: bool = arg(False, "Pack several samples into each --max_length row (no padding; attention stays "
+                        "within each sample).")
+    gradient_checkpointing: bool = arg(True, "Recompute activations in the backward pass to save memory.")
+    dataloader_num_workers: int = arg(0, "Data-loader worker processes.")
+    report_to: list[str] = arg(["tensorboard"], "Where metrics go besides logging.jsonl: tensorboard, wandb, "
+                               "swanlab or none.")
+    logging_dir: str | None = arg(None, "TensorBoard directory; default <run dir>/runs.")
+    resume_from_checkpoint: str | None = arg(None, "Continue a run from this checkpoint: optimizer, scheduler, "
+                                             "data position and RNG are restored.")
+    deepspeed: str | None = arg(None, "DeepSpeed config: zero0|zero1|zero2|zero3|zero2_offload|zero3_offload or "
+                                "a JSON path (GPU only).")
+    ddp_backend: str | None = arg(None, "torch.distributed backend; default nccl on GPU, gloo on CPU.")
+    ddp_timeout: int = arg(18000000, "Seconds a process waits for the others.")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self._check()
+        if self.learning_rate is None:
+            self.learning_rate = 1e-4 if self.tuner_type == "lora" else 1e-5
+        if self.eval_steps is None:
+            self.eval_steps = self.save_steps
+        if self.gradient_accumulation_steps is None:
+            world = int(os.environ.get("WORLD_SIZE") or
+                        int(os.environ.get("NPROC_PER_NODE") or 1) * int(os.environ.get("NNODES") or 1))
+            self.gradient_accumulation_steps = max(1, math.ceil(16 / self.per_device_train_batch_size / world))
+        self.report_to = [r for r in self.report_to if r != "none"]
+        if self.resume_from_checkpoint is not None:
+            self._check_resume_dir()
+
+    def _check(self) -> None:
+        if self.model is None and self.resume_from_checkpoint is None:
+            raise ValueError("--model is required, e.g. --model HuggingFaceTB/SmolLM2-135M-Instruct")
+        if not self.dataset:
+            raise ValueError("--dataset is required: a .jsonl/.json/.csv file or a built-in name "
+                             "(swiftlike/alpaca-mini, swiftlike/self-cognition, ...)")
+        for name in ("per_device_train_batch_size", "per_device_eval_batch_size", "logging_steps", "save_steps",
+                     "lora_rank", "lora_alpha"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"--{name} must be positive, got {getattr(self, name)}")
+        if self.gradient_accumulation_steps is not None and self.gradient_accumulation_steps <= 0:
+            raise ValueError(f"--gradient_accumulation_steps must be positive, got {self.gradient_accumulation_steps}")
+        if not 0 <= self.split_dataset_ratio < 1:
+            raise ValueError(f"--split_dataset_ratio must be in [0, 1), got {self.split_dataset_ratio}")
+        if not 0 <= self.lora_dropout < 1:
+            raise ValueError(f"--lora_dropout must be in [0, 1), got {self.lora_dropout}")
+        if self.packing and self.max_length is None:
+            raise ValueError("--packing true needs --max_length (the length of each packed row)")
+        if self.max_steps <= 0 and self.num_train_epochs <= 0:
+            raise ValueError("set --max_steps > 0 or --num_train_epochs > 0")
+        if self.tuner_type == "full" and self.adapters:
+            raise ValueError("--adapters continues LoRA training; it cannot be combined with --tuner_type full")
+        unknown = [r for r in self.report_to if r not in ("tensorboard", "wandb", "swanlab", "none")]
+        if unknown:
+            raise ValueError(f"--report_to {' '.join(unknown)}: choose from tensorboard, wandb, swanlab, none")
+
+    def _check_resume_dir(self) -> None:
+        from ..train.checkpoint import check_resumable
+        check_resumable(self.resume_from_checkpoint)
+        run_args = Path(self.resume_from_checkpoint).parent / "args.json"
+        if self.model is None and run_args.is_file():
+            import json
+            saved = json.loads(run_args.read_text())
+            for key in ("model", "model_type", "template", "system"):
+                if getattr(self, key) is None:
+                    setattr(self, key, saved.get(key))
+        if self.model is None:
+            raise ValueError(f"--model is required: no args.json next to {self.resume_from_checkpoint}")
+
+    @property
+    def loss_on_all_tokens(self) -> bool:
+        return False
+
+    def deepspeed_config(self) -> str | None:
+        """A preset name becomes the JSON file shipped with swiftlike; DeepSpeed itself needs a GPU."""
+        if self.deepspeed is None:
+            return None
+        import torch
+        if not torch.cuda.is_available():
+            raise ValueError("--deepspeed needs a CUDA GPU; on this machine train without it "
+                             "(multi-process CPU training works with NPROC_PER_NODE=N)")
+        try:
+            import deepspeed  # noqa: F401
+        except ImportError:
+            raise ValueError("--deepspeed needs the deepspeed package: pip install deepspeed") from None
+        if self.deepspeed in DEEPSPEED_PRESETS:
+            return str(Path(__file__).parent.parent / "train" / "ds_config" / f"{self.deepspeed}.json")
+        if not Path(self.deepspeed).is_file():
+            raise ValueError(f"--deepspeed {self.deepspeed}: not a preset ({', '.join(DEEPSPEED_PRESETS)}) "
+                             "nor an existing JSON file")
+        return self.deepspeed
+
+
+@dataclass
+class PtArguments(TrainArguments):
+    """swiftlike pt: continued pre-training on plain text, loss on every token."""
+
+    command = "pt"
+
+    @property
+    def loss_on_all_tokens(self) -> bool:
+        return True

@@ -1,0 +1,161 @@
+"""From dataset rows to training batches: encode, enforce --max_length, pack, collate.
+
+Encoding goes through the chat template (sft) or plain text (pt) once, up front, so the
+counts of truncated and dropped samples are known and logged before the first step.
+Packing is written here rather than taken from TRL because it must keep our labels
+(loss only on assistant turns) and our truncation rules; the attention separation itself
+is transformers' own: with `position_ids` restarting at 0 and no attention mask, its
+mask builder keeps each packed sample attending only to itself.
+"""
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+
+from ..template.base import IGNORE_INDEX, Template
+
+
+@dataclass
+class EncodeStats:
+    """What happened to the rows on the way in; logged and kept in the run summary."""
+
+    rows: int = 0
+    kept: int = 0
+    truncated: int = 0
+    dropped_too_long: int = 0
+    dropped_no_target: int = 0
+    tokens: int = 0
+    longest: int = 0
+    examples: list[str] = field(default_factory=list)
+
+    def describe(self, max_length: int | None, strategy: str) -> str:
+        parts = [f"{self.kept}/{self.rows} samples kept, {self.tokens} tokens, longest {self.longest}"]
+        if self.truncated:
+            parts.append(f"{self.truncated} truncated on the {strategy} to --max_length {max_length}")
+        if self.dropped_too_long:
+            parts.append(f"{self.dropped_too_long} longer than --max_length {max_length} dropped "
+                         "(--truncation_strategy delete)")
+        if self.dropped_no_target:
+            parts.append(f"{self.dropped_no_target} dropped with no tokens to learn from")
+        return "; ".join(parts)
+
+
+def encode_pretrain_text(messages: list[dict], tokenizer) -> tuple[list[int], list[int]]:
+    """pt learns raw text: the turns' contents joined by newlines, then EOS; every token carries loss."""
+    text = "\n".join(m["content"] for m in messages if m["role"] != "system")
+    ids = tokenizer(text, add_special_tokens=True)["input_ids"]
+    if tokenizer.eos_token_id is not None:
+        ids = ids + [tokenizer.eos_token_id]
+    return ids, list(ids)
+
+
+def encode_rows(rows: list[dict], template: Template, *, max_length: int | None, truncation_strategy: str,
+                loss_on_all_tokens: bool) -> tuple[list[dict], EncodeStats]:
+    """Encode every row; apply the truncation rule; drop samples left with nothing to learn."""
+    stats = EncodeStats(rows=len(rows))
+    samples = []
+    for index, row in enumerate(rows):
+        if loss_on_all_tokens:
+            ids, labels = encode_pretrain_text(row["messages"], template.tokenizer)
+        else:
+            if row["messages"][-1]["role"] != "assistant":
+                raise ValueError(f"training row {index + 1} ends with a {row['messages'][-1]['role']} turn: "
+                                 "sft learns from assistant answers, so each row needs one "
+                                 "(query/response, messages ending with an assistant turn, ...)")
+            encoded = template.encode(row["messages"])
+            ids, labels = encoded.input_ids, encoded.labels
+        stats.longest = max(stats.longest, len(ids))
+        if max_length is not None and len(ids) > max_length:
+            if truncation_strategy == "delete":
+                stats.dropped_too_long += 1
+                continue
+            stats.truncated += 1
+            cut = slice(len(ids) - max_length, None) if truncation_strategy == "left" else slice(0, max_length)
+            ids, labels = ids[cut], labels[cut]
+        if all(label == IGNORE_INDEX for label in labels[1:]):
+            stats.dropped_no_target += 1
+            continue
+        samples.append({"input_ids": ids, "labels": labels})
+        stats.kept += 1
+        stats.tokens += len(ids)
+    return samples, stats
+
+
+def pack_samples(samples: list[dict], max_length: int) -> list[dict]:
+    """Best-fit-decreasing packing into rows of at most `max_length` tokens.
+
+    Each row keeps per-sample `position_ids` (restarting at 0); the first label of every
+    sample is masked, since in a packed row it would be predicted from the previous sample.
+    """
+    order = sorted(range(len(samples)), key=lambda i: -len(samples[i]["input_ids"]))
+    bins: list[list[int]] = []
+    free: list[tuple[int, int]] = []  # (space left, bin index), sorted
+    for i in order:
+        length = len(samples[i]["input_ids"])
+        at = bisect.bisect_left(free, (length, -1))
+        if at < len(free):
+            space, b = free.pop(at)
+        else:
+            space, b = max_length, len(bins)
+            bins.append([])
+        bins[b].append(i)
+        if space - length > 0:
+            bisect.insort(free, (space - length, b))
+    packed = []
+    for members in bins:
+        input_ids, labels, position_ids = [], [], []
+        for i in sorted(members):
+            sample = samples[i]
+            input_ids += sample["input_ids"]
+            labels += [IGNORE_INDEX] + sample["labels"][1:]
+            position_ids += list(range(len(sample["input_ids"])))
+        packed.append({"input_ids": input_ids, "labels": labels, "position_ids": position_ids})
+    return packed
+
+
+@dataclass
+class PaddingCollator:
+    """Right-pads a batch to its longest sample."""
+
+    pad_token_id: int
+
+    def __call__(self, batch: list[dict]) -> dict:
+        import torch
+        width = max(len(b["input_ids"]) for b in batch)
+        input_ids = torch.full((len(batch), width), self.pad_token_id, dtype=torch.long)
+        labels = torch.full((len(batch), width), IGNORE_INDEX, dtype=torch.long)
+        attention_mask = torch.zeros((len(batch), width), dtype=torch.long)
+        for row, b in enumerate(batch):
+            n = len(b["input_ids"])
+            input_ids[row, :n] = torch.tensor(b["input_ids"])
+            labels[row, :n] = torch.tensor(b["labels"])
+            attention_mask[row, :n] = 1
+        return {"input_ids": input_ids, "labels": labels, "attention_mask": attention_mask, "use_cache": False}
+
+
+@dataclass
+class PackedCollator:
+    """Concatenates packed rows into one padding-free row; position_ids tell samples apart.
+
+    `use_cache=False` matters for correctness, not only memory: transformers builds the
+    per-sample mask from position_ids only when no KV cache is passed.
+    """
+
+    def __call__(self, batch: list[dict]) -> dict:
+        import torch
+        out = {key: torch.tensor([[token for b in batch for token in b[key]]], dtype=torch.long)
+               for key in ("input_ids", "labels", "position_ids")}
+        return out | {"use_cache": False}
+
+
+class ListDataset:
+    """A torch map-style dataset over a list; the Trainer's sampler shuffles it with --seed."""
+
+    def __init__(self, items: list[dict]):
+        self.items = items
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, index: int) -> dict:
+        return self.items[index]

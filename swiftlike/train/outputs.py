@@ -1,0 +1,140 @@
+"""The run directory every training command writes, and what goes in it.
+
+    <output_dir>/vN-YYYYMMDD-HHMMSS/
+        args.json          the arguments, so checkpoints can be used without repeating them
+        logging.jsonl      one JSON object per log event (loss, lr, grad norm, eval, timing)
+        checkpoint-K/      Trainer checkpoints, renamed into place only once complete
+        images/*.png       curves of every logged series, redrawn at each save
+
+GRPO and the other trainers reuse this layout, so one reader serves all of them.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from dataclasses import asdict
+from datetime import datetime
+from pathlib import Path
+
+from ..utils import atomic_write_json, get_logger
+
+logger = get_logger("swiftlike.train")
+
+LOGGING_FILE = "logging.jsonl"
+ARGS_FILE = "args.json"
+IMAGES_DIR = "images"
+_VERSION = re.compile(r"^v(\d+)-")
+
+
+def new_run_dir(output_dir: str | os.PathLike, add_version: bool = True) -> Path:
+    """`output_dir/vN-<time>` with N one more than the highest existing version."""
+    root = Path(output_dir)
+    if not add_version:
+        root.mkdir(parents=True, exist_ok=True)
+        return root
+    root.mkdir(parents=True, exist_ok=True)
+    versions = [int(m.group(1)) for p in root.iterdir() if p.is_dir() and (m := _VERSION.match(p.name))]
+    version = max(versions, default=-1) + 1
+    run_dir = root / f"v{version}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    run_dir.mkdir()
+    return run_dir
+
+
+def save_args(run_dir: Path, args, **extra) -> dict:
+    data = {**asdict(args), "command": getattr(args, "command", None), **extra}
+    atomic_write_json(run_dir / ARGS_FILE, data)
+    return data
+
+
+def read_log(run_dir: str | os.PathLike) -> list[dict]:
+    """Entries of logging.jsonl; a last line cut short by a crash is skipped."""
+    path = Path(run_dir) / LOGGING_FILE
+    if not path.is_file():
+        return []
+    entries = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            entries.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return entries
+
+
+class JsonlLog:
+    """Appends one line per event; each line is written with one call and flushed."""
+
+    def __init__(self, run_dir: Path):
+        self.path = run_dir / LOGGING_FILE
+        self.start = time.time()
+
+    def seed_from(self, previous_run: Path, up_to_step: int) -> None:
+        """A resumed run starts with the history of the run it continues, up to the checkpoint."""
+        kept = [e for e in read_log(previous_run) if e.get("step", 0) <= up_to_step]
+        for entry in kept:
+            self.write(entry)
+
+    def write(self, entry: dict) -> None:
+        with self.path.open("a", encoding="utf-8") as f:
+            f.write(json.dumps(entry, ensure_ascii=False) + "\n")
+            f.flush()
+
+
+def _series(entries: list[dict]) -> dict[str, tuple[list[int], list[float]]]:
+    series: dict[str, tuple[list[int], list[float]]] = {}
+    for entry in entries:
+        step = entry.get("step")
+        if step is None:
+            continue
+        for key, value in entry.items():
+            if key in ("step", "epoch", "elapsed_s") or not isinstance(value, (int, float)) or isinstance(value, bool):
+                continue
+            xs, ys = series.setdefault(key, ([], []))
+            xs.append(step)
+            ys.append(float(value))
+    return series
+
+
+PLOTTED = ("loss", "eval_loss", "learning_rate", "grad_norm")
+
+
+def plot_curves(run_dir: str | os.PathLike, keys: tuple[str, ...] = PLOTTED, smooth: float = 0.9) -> list[Path]:
+    """One PNG per series named in `keys` under images/, each written atomically.
+
+    Train curves get an exponential moving average drawn over the raw points, which stay visible.
+    """
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    run_dir = Path(run_dir)
+    series = _series(read_log(run_dir))
+    images = run_dir / IMAGES_DIR
+    images.mkdir(exist_ok=True)
+    written = []
+    for key in keys:
+        if key not in series or len(series[key][0]) < 1:
+            continue
+        xs, ys = series[key]
+        fig, ax = plt.subplots(figsize=(6, 4))
+        ax.plot(xs, ys, color="#9ecae1" if len(xs) > 4 else "#1f77b4", marker="o" if len(xs) <= 20 else None,
+                label=key)
+        if len(xs) > 4 and not key.startswith("eval_") and key != "learning_rate":
+            ema, avg = [], ys[0]
+            for y in ys:
+                avg = smooth * avg + (1 - smooth) * y
+                ema.append(avg)
+            ax.plot(xs, ema, color="#1f77b4", label=f"{key} (smoothed)")
+        ax.set_xlabel("step")
+        ax.set_title(key)
+        ax.grid(alpha=0.3)
+        ax.legend()
+        name = ("train_" + key if not key.startswith(("eval_", "train_")) else key).replace("/", "_")
+        target = images / f"{name}.png"
+        tmp = images / f".{name}.tmp.png"
+        fig.savefig(tmp, dpi=100, bbox_inches="tight")
+        plt.close(fig)
+        os.replace(tmp, target)
+        written.append(target)
+    return written

@@ -1,0 +1,191 @@
+"""`swiftlike sft` and `swiftlike pt`: arguments -> model and data -> Trainer -> run directory."""
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..arguments import parse_args
+from ..arguments.train_args import PtArguments, TrainArguments
+from ..model import ResolvedModel, default_device, load_tokenizer, resolve_model
+from ..template import get_template
+from ..utils import atomic_write_json, get_logger
+from .data import EncodeStats, ListDataset, PackedCollator, PaddingCollator, encode_rows, pack_samples
+from .launch import relaunch_with_torchrun, wants_torchrun
+from .outputs import ARGS_FILE, JsonlLog, new_run_dir, save_args
+
+logger = get_logger("swiftlike.train")
+
+
+@dataclass
+class TrainResult:
+    """What a finished run produced; printed as the summary and returned to Python callers."""
+
+    run_dir: Path
+    last_checkpoint: Path | None
+    best_checkpoint: Path | None
+    global_step: int
+    train_loss: float | None
+    eval_loss: float | None
+    elapsed_s: float
+    train_tokens_per_second: float | None
+    data: EncodeStats
+
+    def summary(self) -> str:
+        def fmt(value, spec=".4f"):
+            return "n/a" if value is None else format(value, spec)
+        lines = [
+            "training finished",
+            f"  run directory     {self.run_dir}",
+            f"  last checkpoint   {self.last_checkpoint or 'none'}",
+            f"  best checkpoint   {self.best_checkpoint or self.last_checkpoint or 'none'}",
+            f"  steps             {self.global_step}",
+            f"  last train loss   {fmt(self.train_loss)}",
+            f"  last eval loss    {fmt(self.eval_loss)}",
+            f"  elapsed           {self.elapsed_s:.1f} s",
+            f"  train tokens/s    {fmt(self.train_tokens_per_second, '.1f')}",
+            f"  curves            {self.run_dir / 'images'}",
+        ]
+        return "\n".join(lines)
+
+
+def _load_split(args: TrainArguments) -> tuple[list[dict], list[dict]]:
+    from ..dataset import load_dataset, split_dataset
+    rows = load_dataset(args.dataset, seed=args.seed, model_name=args.model_name, model_author=args.model_author,
+                        use_hf=args.use_hf)
+    train, val = split_dataset(rows, args.split_dataset_ratio, args.seed)
+    if args.val_dataset:
+        val += load_dataset(args.val_dataset, seed=args.seed, model_name=args.model_name,
+                            model_author=args.model_author, use_hf=args.use_hf)
+    return train, val
+
+
+def _encode(args: TrainArguments, rows: list[dict], template, what: str) -> tuple[list[dict], EncodeStats]:
+    samples, stats = encode_rows(rows, template, max_length=args.max_length,
+                                 truncation_strategy=args.truncation_strategy,
+                                 loss_on_all_tokens=args.loss_on_all_tokens)
+    logger.info("%s data: %s", what, stats.describe(args.max_length, args.truncation_strategy))
+    if not samples:
+        detail = stats.describe(args.max_length, args.truncation_strategy)
+        raise ValueError(f"no {what} samples left after encoding ({detail}); raise --max_length or use "
+                         "--truncation_strategy left|right")
+    return samples, stats
+
+
+def _training_arguments(args: TrainArguments, run_dir: Path, has_eval: bool):
+    from transformers import TrainingArguments
+    on_cpu = default_device() == "cpu"
+    return TrainingArguments(
+        output_dir=str(run_dir), seed=args.seed, data_seed=args.seed,
+        learning_rate=args.learning_rate, num_train_epochs=args.num_train_epochs, max_steps=args.max_steps,
+        per_device_train_batch_size=args.per_device_train_batch_size,
+        per_device_eval_batch_size=args.per_device_eval_batch_size,
+        gradient_accumulation_steps=args.gradient_accumulation_steps,
+        warmup_steps=args.warmup_steps if args.warmup_steps > 0 else args.warmup_ratio, lr_scheduler_type=args.lr_scheduler_type, weight_decay=args.weight_decay,
+        adam_beta1=args.adam_beta1, adam_beta2=args.adam_beta2, max_grad_norm=args.max_grad_norm, optim=args.optim,
+        logging_steps=args.logging_steps, logging_first_step=True, save_strategy="steps", save_steps=args.save_steps,
+        save_total_limit=args.save_total_limit, save_only_model=args.save_only_model,
+        eval_strategy="steps" if has_eval else "no", eval_steps=args.eval_steps if has_eval else None,
+        metric_for_best_model="loss" if has_eval else None, greater_is_better=False if has_eval else None,
+        gradient_checkpointing=args.gradient_checkpointing,
+        gradient_checkpointing_kwargs={"use_reentrant": False} if args.gradient_checkpointing else None,
+        bf16=args.torch_dtype == "bfloat16", fp16=args.torch_dtype == "float16",
+        dataloader_num_workers=args.dataloader_num_workers, remove_unused_columns=False,
+        dataloader_pin_memory=not on_cpu,
+        report_to=args.report_to or "none",
+        deepspeed=args.deepspeed_config(), ddp_timeout=args.ddp_timeout,
+        # On CPU, accelerate forms a torchrun process group only when told it is a CPU run.
+        use_cpu=on_cpu, ddp_backend=args.ddp_backend,
+        include_num_input_tokens_seen="non_padding",
+    )
+
+
+def _shared_run_dir(args: TrainArguments, training_args, resolved: ResolvedModel) -> Path:
+    """Rank 0 picks the versioned directory; the other processes are told its name."""
+    output_dir = args.output_dir or str(Path("output") / Path(resolved.model_id.rstrip("/")).name)
+    name = [str(new_run_dir(output_dir, args.add_version)) if training_args.process_index == 0 else None]
+    if training_args.world_size > 1:
+        import torch.distributed as dist
+        dist.broadcast_object_list(name, src=0)
+    return Path(name[0])
+
+
+def _checkpoint_extras(run_dir: Path):
+    def write(checkpoint: Path) -> None:
+        atomic_write_json(checkpoint / ARGS_FILE, json.loads((run_dir / ARGS_FILE).read_text()))
+    return write
+
+
+def train(args: TrainArguments) -> TrainResult:
+    """Run one training job from typed arguments (the CLI and the Python API both end here)."""
+    from .trainer import RunLogCallback, SwiftlikeTrainer
+    from .tuner import parameter_summary, prepare_model
+
+    from transformers import set_seed
+    start = time.time()
+    set_seed(args.seed)  # before the LoRA weights are initialised, so a run is reproducible from its args
+    resolved = resolve_model(args.model, args.model_type, args.use_hf, args.model_revision)
+    tokenizer = load_tokenizer(resolved)
+    template = get_template(args.template or resolved.meta.template, tokenizer, args.system)
+    train_rows, val_rows = _load_split(args)
+    train_samples, stats = _encode(args, train_rows, template, "train")
+    val_samples = _encode(args, val_rows, template, "validation")[0] if val_rows else []
+    collator = PaddingCollator(tokenizer.pad_token_id)
+    if args.packing:
+        train_samples = pack_samples(train_samples, args.max_length)
+        val_samples = pack_samples(val_samples, args.max_length) if val_samples else []
+        collator = PackedCollator()
+        logger.info("packed %d samples into %d rows of <= %d tokens", stats.kept, len(train_samples),
+                    args.max_length)
+
+    training_args = _training_arguments(args, Path(args.output_dir or "output"), bool(val_samples))
+    run_dir = _shared_run_dir(args, training_args, resolved)
+    training_args.output_dir = str(run_dir)
+    if args.logging_dir is not None:
+        os.environ["TENSORBOARD_LOGGING_DIR"] = args.logging_dir
+    log = JsonlLog(run_dir)
+    if training_args.process_index == 0:
+        save_args(run_dir, args, model_dir=str(resolved.model_dir), template=template.meta.name,
+                  model_type=resolved.model_type, data=stats.__dict__)
+        if args.resume_from_checkpoint:
+            checkpoint = Path(args.resume_from_checkpoint)
+            log.seed_from(checkpoint.parent, int(checkpoint.name.rsplit("-", 1)[-1]))
+
+    model = prepare_model(args, resolved, default_device())
+    logger.info("%s (%s); run directory %s", parameter_summary(model), args.tuner_type, run_dir)
+    callback = RunLogCallback(run_dir, log)
+    trainer = SwiftlikeTrainer(model=model, args=training_args, train_dataset=ListDataset(train_samples),
+                               eval_dataset=ListDataset(val_samples) if val_samples else None,
+                               data_collator=collator, processing_class=tokenizer, callbacks=[callback],
+                               checkpoint_extras=_checkpoint_extras(run_dir))
+    trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
+    from .checkpoint import latest_checkpoint
+    best = trainer.state.best_model_checkpoint
+    return TrainResult(run_dir=run_dir, last_checkpoint=latest_checkpoint(run_dir),
+                       best_checkpoint=Path(best) if best else None, global_step=trainer.state.global_step,
+                       train_loss=callback.last_train_loss, eval_loss=callback.last_eval_loss,
+                       elapsed_s=time.time() - start, train_tokens_per_second=callback.tokens_per_second, data=stats)
+
+
+def _main(cls: type[TrainArguments], argv: list[str] | None) -> TrainResult | None:
+    import sys
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if wants_torchrun():
+        relaunch_with_torchrun(cls.command, argv)
+        return None
+    args = parse_args(cls, argv)
+    result = train(args)
+    import torch.distributed as dist
+    if not dist.is_initialized() or dist.get_rank() == 0:
+        print(result.summary(), flush=True)
+    return result
+
+
+def sft_main(argv: list[str] | None = None) -> TrainResult | None:
+    return _main(TrainArguments, argv)
+
+
+def pt_main(argv: list[str] | None = None) -> TrainResult | None:
+    return _main(PtArguments, argv)

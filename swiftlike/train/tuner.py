@@ -1,0 +1,46 @@
+"""Model preparation for training: full weights or LoRA through PEFT."""
+from __future__ import annotations
+
+from ..arguments.train_args import TrainArguments
+from ..model import ResolvedModel, check_adapter_dir, pick_dtype
+from ..utils import get_logger
+
+logger = get_logger("swiftlike.train")
+
+
+def lora_target_modules(target_modules: list[str]) -> str | list[str]:
+    """`all-linear` is PEFT's own keyword (every linear layer except the output head)."""
+    if "all-linear" in target_modules:
+        if len(target_modules) > 1:
+            raise ValueError("--target_modules: use all-linear alone, or list module names without it")
+        return "all-linear"
+    return list(target_modules)
+
+
+def prepare_model(args: TrainArguments, resolved: ResolvedModel, device: str):
+    """Load the model in the training dtype and wrap it for the chosen tuner."""
+    from transformers import AutoModelForCausalLM
+    model = AutoModelForCausalLM.from_pretrained(resolved.model_dir, dtype=pick_dtype(args.torch_dtype, device))
+    if args.tuner_type == "full":
+        return model
+    from peft import LoraConfig, PeftModel, get_peft_model
+    if args.adapters:
+        if len(args.adapters) > 1:
+            raise ValueError("--adapters: training continues one adapter at a time")
+        path = check_adapter_dir(next(iter(args.adapter_paths().values())))
+        logger.info("continuing LoRA training from %s", path)
+        return PeftModel.from_pretrained(model, str(path), is_trainable=True)
+    config = LoraConfig(r=args.lora_rank, lora_alpha=args.lora_alpha, lora_dropout=args.lora_dropout,
+                        target_modules=lora_target_modules(args.target_modules),
+                        modules_to_save=list(args.modules_to_save) or None, bias=args.lora_bias,
+                        task_type="CAUSAL_LM")
+    try:
+        return get_peft_model(model, config)
+    except ValueError as e:
+        raise ValueError(f"--target_modules {' '.join(args.target_modules)}: {e}") from None
+
+
+def parameter_summary(model) -> str:
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    total = sum(p.numel() for p in model.parameters())
+    return f"trainable parameters: {trainable:,} of {total:,} ({100 * trainable / max(total, 1):.2f}%)"
