@@ -216,3 +216,22 @@ def test_infer_reads_model_and_template_from_checkpoint(lora_run, tmp_path):
               result_path, "--max_new_tokens", 4)
     assert "tiny-random/qwen2_5" in out.stderr and "template qwen2_5" in out.stderr
     assert len(result_path.read_text().splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_smollm2_lora_self_cognition_end_to_end(tmp_path):
+    """The ms-swift self-cognition recipe on the real SmolLM2: after LoRA training, the model names itself."""
+    out = cli("sft", "--model", "HuggingFaceTB/SmolLM2-135M-Instruct", "--dataset", "swiftlike/self-cognition",
+              "--model_name", "Swifty", "--model_author", "Lark Labs", "--output_dir", tmp_path / "out",
+              "--num_train_epochs", 2, "--per_device_train_batch_size", 8, "--learning_rate", 1e-3,
+              "--gradient_accumulation_steps", 1, "--gradient_checkpointing", "false", "--report_to", "none",
+              "--logging_steps", 4, timeout=1800)
+    (checkpoint,) = (tmp_path / "out").glob("v0-*/checkpoint-24")
+    assert str(checkpoint) in out.stdout
+    questions = tmp_path / "q.jsonl"
+    questions.write_text(json.dumps({"query": "who are you?"}) + "\n")
+    answers = tmp_path / "answers.jsonl"
+    cli("infer", "--adapters", checkpoint, "--val_dataset", questions, "--result_path", answers,
+        "--max_new_tokens", 40)
+    response = json.loads(answers.read_text())["response"]
+    assert "Swifty" in response, response
