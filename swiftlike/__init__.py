@@ -9,6 +9,14 @@ __version__ = "0.1.0"
 _LAZY = {
     "InferArguments": "swiftlike.arguments",
     "BaseArguments": "swiftlike.arguments",
+    "TrainArguments": "swiftlike.arguments",
+    "PtArguments": "swiftlike.arguments",
+    "ExportArguments": "swiftlike.arguments",
+    "sft_main": "swiftlike.train",
+    "pt_main": "swiftlike.train",
+    "train": "swiftlike.train",
+    "export_main": "swiftlike.export",
+    "merge_lora": "swiftlike.export",
     "infer_main": "swiftlike.infer.run",
     "InferRequest": "swiftlike.infer.protocol",
     "RequestConfig": "swiftlike.infer.protocol",
@@ -18,8 +26,9 @@ _LAZY = {
     "load_dataset": "swiftlike.dataset",
 }
 
-__all__ = ["BaseArguments", "InferArguments", "InferRequest", "RequestConfig", "create_engine", "get_template",
-           "infer_main", "load_dataset", "resolve_model"]
+__all__ = ["BaseArguments", "ExportArguments", "InferArguments", "InferRequest", "PtArguments", "RequestConfig",
+           "TrainArguments", "create_engine", "export_main", "get_template", "infer_main", "load_dataset",
+           "merge_lora", "pt_main", "resolve_model", "sft_main", "train"]
 
 
 def __getattr__(name):

@@ -10,7 +10,7 @@ mask builder keeps each packed sample attending only to itself.
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ..template.base import IGNORE_INDEX, Template
 
@@ -26,7 +26,6 @@ class EncodeStats:
     dropped_no_target: int = 0
     tokens: int = 0
     longest: int = 0
-    examples: list[str] = field(default_factory=list)
 
     def describe(self, max_length: int | None, strategy: str) -> str:
         parts = [f"{self.kept}/{self.rows} samples kept, {self.tokens} tokens, longest {self.longest}"]
