@@ -366,6 +366,134 @@ PREFERENCE_MINI = (
      "Ignore it and keep working."),
 )
 
+# Short general-knowledge paragraphs written for swiftlike; plain text for `swiftlike pt`.
+TEXT_MINI = (
+    ("The water cycle moves water between the oceans, the air and the land. Sunlight warms the sea and "
+     "turns some of its water into vapor, which rises and cools into clouds. When the droplets in a cloud "
+     "grow heavy enough, they fall as rain or snow, and rivers carry much of that water back to the sea."),
+    ("Bees visit flowers to collect nectar and pollen. As they move from one blossom to the next, they "
+     "carry pollen with them, which lets many plants make seeds and fruit. A large share of the fruit and "
+     "vegetables people eat depends on this quiet work."),
+    ("A lighthouse warns ships away from rocks and shallow water. Each lighthouse flashes its light in its "
+     "own pattern, so a sailor who counts the flashes can tell which one it is and work out where the ship "
+     "is along the coast."),
+    ("Bread rises because of yeast, a tiny fungus that feeds on the sugars in flour. As it feeds, it "
+     "releases bubbles of carbon dioxide that get trapped in the stretchy dough. Baking sets the dough "
+     "around those bubbles, which is why a slice of bread is full of small holes."),
+    ("The Moon has no light of its own; it reflects light from the Sun. As the Moon travels around the "
+     "Earth, we see different amounts of its sunlit side, from a thin crescent to a full disc. One cycle "
+     "of these phases takes about twenty-nine and a half days."),
+    ("Maps shrink the world to fit on a page. A scale bar tells the reader how a distance on the map "
+     "compares with the real distance, and a compass rose shows which way is north. Contour lines, drawn "
+     "where the land has the same height, reveal hills and valleys on a flat sheet of paper."),
+    ("Volcanoes form where molten rock from deep inside the Earth finds a way to the surface. Some erupt "
+     "violently, throwing ash high into the sky, while others release slow rivers of lava. Over thousands "
+     "of years, repeated eruptions can build mountains and even entire islands."),
+    ("A library lends books so that many people can read them without each buying a copy. Books are "
+     "usually arranged by subject with a numbering system, so titles on the same topic sit side by side. "
+     "Many libraries also lend music, films and e-books, and offer quiet places to study."),
+    ("Trees add a new layer of wood under their bark every growing season. In a cut trunk, each layer "
+     "shows up as a ring, wide in good years and narrow in dry or cold ones. Counting the rings gives the "
+     "age of the tree, and their widths tell a story about past weather."),
+    ("Recycling turns used materials into new products. Glass and aluminum can be melted down and reshaped "
+     "again and again, while paper can be pulped and made into fresh sheets a few times. Sorting waste "
+     "correctly at home makes the whole process cheaper and cleaner."),
+    ("The heart is a muscle about the size of a fist. It beats around seventy times a minute at rest, "
+     "pushing blood through a vast network of vessels. The blood carries oxygen and nutrients to every part "
+     "of the body and takes waste away."),
+    ("Rainbows appear when sunlight shines through raindrops. Each drop bends the light and splits it into "
+     "its colors, from red on the outside of the bow to violet on the inside. To see a rainbow, you need "
+     "the Sun behind you and rain in front of you."),
+    ("Chess is played on a board of sixty-four squares by two players, each with sixteen pieces. Every "
+     "kind of piece moves in its own way: the rook in straight lines, the bishop along diagonals, the "
+     "knight in an L shape. The game ends when one king is trapped and cannot escape capture."),
+    ("A seed holds a tiny plant and a store of food to get it started. When it has water, air and the "
+     "right temperature, it swells and splits its coat. A root grows down first, then a shoot pushes up "
+     "toward the light and opens its first leaves."),
+    ("Penguins are birds that cannot fly, but they are superb swimmers. Their wings have become stiff "
+     "flippers, and their smooth bodies slip through the water with little effort. Most penguins live in "
+     "the Southern Hemisphere, many of them in very cold seas."),
+    ("Clocks once relied on swinging pendulums or wound springs to keep time. Most modern clocks and "
+     "watches count the vibrations of a small quartz crystal, which shakes thousands of times a second "
+     "at a very steady rate. The most precise clocks of all measure the behavior of atoms."),
+    ("Deserts are places that receive very little rain, not necessarily places that are hot. Some deserts "
+     "are covered in sand dunes, but many are rocky plains, and a few are frozen. Plants there often have "
+     "deep roots or thick stems that store water for long dry spells."),
+    ("Wind turbines turn moving air into electricity. The wind pushes on the long blades, which spin a "
+     "shaft connected to a generator. Turbines are often grouped together on hills or out at sea, where "
+     "the wind is stronger and steadier."),
+    ("Honey keeps for a very long time without spoiling. It contains little water and a lot of sugar, and "
+     "it is slightly acidic, so most germs cannot grow in it. Bees make it by collecting nectar and "
+     "letting much of its water evaporate inside the hive."),
+    ("Mountains can be built when the plates of the Earth's crust push against each other. The rock "
+     "between them crumples and is forced upward over millions of years. Wind, water and ice then wear the "
+     "peaks down, so young mountains tend to be sharp and old ones rounded."),
+    ("A thermometer measures temperature. Older designs use a liquid in a thin glass tube that expands "
+     "and climbs as it warms. Digital thermometers instead measure how an electrical part changes with "
+     "heat and show the result as a number."),
+    ("Octopuses have eight flexible arms lined with suckers that can taste what they touch. They can "
+     "change the color and texture of their skin in a moment to blend in with rocks or coral. Many are "
+     "clever at solving puzzles, such as opening a jar to reach food inside."),
+    ("The printing press made books far cheaper to produce. Before it, each copy had to be written out by "
+     "hand, which took months. With movable type, a printer could arrange letters once and press many "
+     "identical pages, and ideas began to spread much faster."),
+    ("Sleep gives the body and the brain time to recover. During the night we pass through several cycles "
+     "of light sleep, deep sleep and dreaming. Most adults feel and work best with seven to nine hours "
+     "each night."),
+    ("Coral reefs look like rock, but they are built by colonies of tiny animals called polyps. Each polyp "
+     "makes a hard cup of limestone around itself, and over centuries these cups pile up into reefs. Reefs "
+     "shelter a huge variety of fish and other sea life."),
+    ("A bicycle turns the push of a rider's legs into forward motion with very little wasted effort. The "
+     "pedals drive a chain that turns the rear wheel, and gears let the rider choose between easy pedaling "
+     "and more speed. On flat ground a cyclist can travel several times faster than a walker."),
+    ("Salt has been valued for thousands of years, both to flavor food and to preserve it. It can be "
+     "gathered by letting seawater evaporate in shallow ponds or mined from thick underground layers left "
+     "by ancient seas. Too much salt in the diet, however, can raise blood pressure."),
+    ("Glaciers are rivers of ice that move slowly downhill under their own weight. As they flow, they "
+     "scrape the ground beneath them and carve wide valleys shaped like the letter U. Many glaciers are "
+     "shrinking as the climate warms."),
+    ("A compass needle is a small magnet that lines up with the Earth's magnetic field. One end points "
+     "roughly toward the north, which has helped travelers and sailors find their way for centuries. "
+     "Nearby iron or electronics can pull the needle off course."),
+    ("Tea is made by soaking the dried leaves of the tea plant in hot water. Green, black and oolong teas "
+     "all come from the same plant; the difference lies in how the leaves are processed after picking. "
+     "Herbal drinks made from other plants are often called tea as well."),
+    ("Bats find their way in the dark by making high-pitched calls and listening for the echoes. From the "
+     "returning sound they can judge the size, shape and distance of objects, even small flying insects. "
+     "This skill is called echolocation."),
+    ("The Sun is a star, a huge ball of hot gas that produces energy by fusing hydrogen into helium in its "
+     "core. Its light takes a little more than eight minutes to reach the Earth. Without that light and "
+     "warmth, life on our planet could not exist."),
+    ("Vaccines train the immune system to recognize a germ before a real infection happens. They contain "
+     "a harmless piece or weakened form of the germ, or instructions for making one of its parts. If the "
+     "real germ appears later, the body is ready to fight it quickly."),
+    ("Ants live in large colonies in which different members do different jobs. Workers gather food, care "
+     "for the young and defend the nest, while the queen lays eggs. Ants leave scent trails that guide "
+     "their nestmates to a good source of food."),
+    ("Paper is made from plant fibers, most often from wood. The wood is broken down into a wet pulp, "
+     "spread thin on a screen and pressed and dried into sheets. Adding recycled paper to the pulp saves "
+     "trees and energy."),
+    ("Thunder is the sound of air expanding suddenly as lightning heats it. Light travels much faster than "
+     "sound, so we see the flash before we hear the rumble. Counting the seconds between them and dividing "
+     "by three gives a rough distance to the storm in kilometers."),
+    ("Camels are well suited to life in the desert. They can go for days without drinking and then take "
+     "in a great deal of water at once. Their humps store fat, not water, and their wide feet keep them "
+     "from sinking into soft sand."),
+    ("A budget is a plan for how to use money. It lists expected income and spending, so a person can see "
+     "in advance whether there will be enough for everything. Setting a little aside each month builds "
+     "savings for emergencies and future plans."),
+    ("Earthquakes happen when rocks deep underground suddenly slip along a crack called a fault. The "
+     "energy released travels outward as waves that shake the ground. Scientists measure earthquakes with "
+     "instruments called seismometers, which record the waves even from far away."),
+    ("Music is built from rhythm, melody and harmony. Rhythm is the pattern of beats in time, melody is a "
+     "sequence of notes that forms a tune, and harmony is what we hear when several notes sound together. "
+     "People in every culture make music of some kind."),
+)
+
+
+def text_mini_rows() -> list[dict]:
+    return [{"text": text} for text in TEXT_MINI]
+
 
 def builtin_files() -> dict[str, list[dict]]:
     """File name -> rows; the tests compare it with the committed files."""
@@ -376,6 +504,7 @@ def builtin_files() -> dict[str, list[dict]]:
         "self_cognition.jsonl": self_cognition_rows(),
         "alpaca_mini.jsonl": [{"instruction": i, "input": x, "output": o} for i, x, o in ALPACA_MINI],
         "preference_mini.jsonl": [{"query": q, "chosen": c, "rejected": r} for q, c, r in PREFERENCE_MINI],
+        "text_mini.jsonl": text_mini_rows(),
     }
 
 

@@ -102,6 +102,19 @@ def test_rl_prompt_rows_keep_solution(tmp_path):
     assert rows == [{"messages": [user("What is 2+3?")], "solution": "5"}]
 
 
+def test_text_rows_become_one_assistant_turn(tmp_path):
+    rows = load_one(tmp_path / "text.jsonl", [{"text": "The Sun is a star.", "source": "notes"},
+                                              {"text": "Bees carry pollen."}])
+    assert rows == [{"messages": [assistant("The Sun is a star.")], "source": "notes"},
+                    {"messages": [assistant("Bees carry pollen.")]}]
+    with pytest.raises(DatasetRowError, match=r"line 1: field 'text' must be a string, got int$"):
+        load_one(tmp_path / "bad.jsonl", [{"text": 3}])
+    rows = load_dataset(["swiftlike/text-mini"])
+    assert len(rows) == 40
+    assert all([m["role"] for m in row["messages"]] == ["assistant"] and row["messages"][0]["content"]
+               for row in rows)
+
+
 def test_normalize_row_directly():
     row = {"query": "Hi", "response": "Hello", "id": 7}
     assert normalize_row(row, "inline row 1") == {"messages": [user("Hi"), assistant("Hello")], "id": 7}
@@ -236,9 +249,13 @@ def test_self_cognition_needs_name_and_author(names):
 def test_builtin_dataset_loads_and_every_row_normalizes(name):
     rows = load_dataset([name], **NAMES)
     assert len(rows) >= 30
+    plain_text = "pt" in DATASET_REGISTRY[name].tags  # text rows: one assistant turn, no user
     for row in rows:
         roles = [message["role"] for message in row["messages"]]
-        assert "user" in roles and set(roles) <= {"system", "user", "assistant"}
+        if plain_text:
+            assert roles == ["assistant"]
+        else:
+            assert "user" in roles and set(roles) <= {"system", "user", "assistant"}
         assert all(isinstance(message["content"], str) and message["content"] for message in row["messages"])
 
 
@@ -303,8 +320,8 @@ def test_bad_message_role(tmp_path):
 
 def test_unrecognised_row_shape_lists_formats(tmp_path):
     with pytest.raises(DatasetRowError, match=r"data\.jsonl line 1: no known row format fits columns "
-                                              r"\['foo', 'text'\]; recognised formats: .*query/response"):
-        load_one(tmp_path / "data.jsonl", [{"text": "hello", "foo": 1}])
+                                              r"\['body', 'foo'\]; recognised formats: .*query/response.*text"):
+        load_one(tmp_path / "data.jsonl", [{"body": "hello", "foo": 1}])
 
 
 def test_rows_of_one_file_share_one_format(tmp_path):

@@ -78,3 +78,10 @@ register_dataset(DatasetMeta(
     columns=("query", "chosen", "rejected"),
     tags=("dpo",),
 ))
+register_dataset(DatasetMeta(
+    name="swiftlike/text-mini",
+    path="text_mini.jsonl",
+    description="40 short general-knowledge paragraphs as plain `text` rows, for `swiftlike pt` smoke tests.",
+    columns=("text",),
+    tags=("pt",),
+))
