@@ -16,6 +16,9 @@ class ExportArguments(BaseArguments):
     max_shard_size: str = arg("5GB", "Largest safetensors shard.")
 
     def __post_init__(self) -> None:
+        from ..model.loader import check_adapter_dir
+        for path in self.adapter_paths().values():
+            check_adapter_dir(path)
         super().__post_init__()
         if not self.merge_lora:
             raise ValueError("nothing to export: pass --merge_lora true (with --adapters <checkpoint>)")

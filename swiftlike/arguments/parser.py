@@ -141,6 +141,9 @@ def parse_args(cls: type, argv: list[str] | None = None, prog: str | None = None
         argv = file_argv + argv
     namespace = parser.parse_args(argv)
     values = {k: v for k, v in vars(namespace).items() if k != "config"}
+    saved_defaults = getattr(cls, "saved_defaults", None)
+    if saved_defaults is not None:  # e.g. a resumed run takes what the user did not repeat from its args.json
+        values = {**saved_defaults(values), **values}
     try:
         return cls(**values)
     except (ValueError, TypeError) as e:

@@ -37,7 +37,8 @@ class TrainArguments(BaseArguments, TunerArguments):
     """swiftlike sft: supervised fine-tuning on chat data, loss on the assistant turns."""
 
     command = "sft"
-    output_dir: str | None = arg(None, "Runs go to <output_dir>/vN-YYYYMMDD-HHMMSS/; default output/<model name>.")
+    output_dir: str | None = arg(None, "Runs go to <output_dir>/vN-YYYYMMDD-HHMMSS/; default output/<model name>, "
+                                 "or beside the checkpoint's run with --resume_from_checkpoint.")
     add_version: bool = arg(True, "Put each run in a new vN-<time> subdirectory of --output_dir.")
     learning_rate: float | None = arg(None, "Peak learning rate; default 1e-4 for LoRA, 1e-5 for full.")
     num_train_epochs: float = arg(3.0, "Passes over the training data (ignored when --max_steps > 0).")
@@ -92,6 +93,20 @@ class TrainArguments(BaseArguments, TunerArguments):
         if self.resume_from_checkpoint is not None:
             self._check_resume_dir()
 
+    @classmethod
+    def saved_defaults(cls, given: dict) -> dict:
+        """With --resume_from_checkpoint, arguments not given again are those of the run being resumed."""
+        checkpoint = given.get("resume_from_checkpoint")
+        run_args = Path(checkpoint).parent / "args.json" if checkpoint else None
+        if run_args is None or not run_args.is_file():
+            return {}
+        import dataclasses
+        import json
+        saved = json.loads(run_args.read_text())
+        skip = {"resume_from_checkpoint", "output_dir", "add_version"}
+        return {f.name: saved[f.name] for f in dataclasses.fields(cls)
+                if f.init and f.name in saved and f.name not in skip}
+
     def _check(self) -> None:
         if self.model is None and self.resume_from_checkpoint is None:
             raise ValueError("--model is required, e.g. --model HuggingFaceTB/SmolLM2-135M-Instruct")
@@ -106,6 +121,9 @@ class TrainArguments(BaseArguments, TunerArguments):
             raise ValueError(f"--gradient_accumulation_steps must be positive, got {self.gradient_accumulation_steps}")
         if not 0 <= self.split_dataset_ratio < 1:
             raise ValueError(f"--split_dataset_ratio must be in [0, 1), got {self.split_dataset_ratio}")
+        if not 0 <= self.warmup_ratio < 1:
+            raise ValueError(f"--warmup_ratio must be in [0, 1), got {self.warmup_ratio}; use --warmup_steps for "
+                             "a step count")
         if not 0 <= self.lora_dropout < 1:
             raise ValueError(f"--lora_dropout must be in [0, 1), got {self.lora_dropout}")
         if self.packing and self.max_length is None:
@@ -130,6 +148,8 @@ class TrainArguments(BaseArguments, TunerArguments):
                     setattr(self, key, saved.get(key))
         if self.model is None:
             raise ValueError(f"--model is required: no args.json next to {self.resume_from_checkpoint}")
+        if self.output_dir is None:  # the continuation lands next to the run it continues
+            self.output_dir = str(Path(self.resume_from_checkpoint).resolve().parent.parent)
 
     @property
     def loss_on_all_tokens(self) -> bool:

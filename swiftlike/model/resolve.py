@@ -100,7 +100,7 @@ def resolve_model(model: str, model_type: str | None = None, use_hf: bool = Fals
         model_dir, source = build_tiny_random(wanted), "tiny-random"
     elif (packaged := find_packaged(model)) is not None and not hub_reachable(use_hf):
         model_dir, source = materialize_packaged(packaged), f"package:{packaged.package}"
-        logger.warning("%s: hub not reachable, using %s", model, packaged.note)
+        logger.warning("%s: hub not reachable; using packaged weights (%s)", model, packaged.note)
     elif "/" in model and not model.startswith((".", "/")):
         if not hub_reachable(use_hf):
             raise RuntimeError(

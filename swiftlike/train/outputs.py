@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import time
 from dataclasses import asdict
 from datetime import datetime
 from pathlib import Path
@@ -66,8 +65,9 @@ class JsonlLog:
     """Appends one line per event; each line is written with one call and flushed."""
 
     def __init__(self, run_dir: Path):
+        """A new run starts a new file, also when --add_version false reuses a directory."""
         self.path = run_dir / LOGGING_FILE
-        self.start = time.time()
+        self.path.write_text("", encoding="utf-8")
 
     def seed_from(self, previous_run: Path, up_to_step: int) -> None:
         """A resumed run starts with the history of the run it continues, up to the checkpoint."""

@@ -97,7 +97,7 @@ def _training_arguments(args: TrainArguments, run_dir: Path, has_eval: bool):
         report_to=args.report_to or "none",
         deepspeed=args.deepspeed_config(), ddp_timeout=args.ddp_timeout,
         # On CPU, accelerate forms a torchrun process group only when told it is a CPU run.
-        use_cpu=on_cpu, ddp_backend=args.ddp_backend,
+        use_cpu=on_cpu, ddp_backend=args.ddp_backend, ddp_find_unused_parameters=False,
         include_num_input_tokens_seen="non_padding",
     )
 
@@ -145,8 +145,8 @@ def train(args: TrainArguments) -> TrainResult:
     training_args.output_dir = str(run_dir)
     if args.logging_dir is not None:
         os.environ["TENSORBOARD_LOGGING_DIR"] = args.logging_dir
-    log = JsonlLog(run_dir)
-    if training_args.process_index == 0:
+    log = JsonlLog(run_dir) if training_args.process_index == 0 else None
+    if log is not None:
         save_args(run_dir, args, model_dir=str(resolved.model_dir), template=template.meta.name,
                   model_type=resolved.model_type, data=stats.__dict__)
         if args.resume_from_checkpoint:

@@ -70,7 +70,7 @@ PLOT_INTERVAL_S = 60.0
 class RunLogCallback(TrainerCallback):
     """Writes logging.jsonl and redraws the PNG curves; main process only."""
 
-    def __init__(self, run_dir: Path, log: JsonlLog):
+    def __init__(self, run_dir: Path, log: JsonlLog | None):
         self.run_dir = run_dir
         self.log = log
         self.start = time.time()
@@ -83,8 +83,13 @@ class RunLogCallback(TrainerCallback):
     def on_train_begin(self, args, state, control, **kwargs):
         self._tokens_at_start = state.num_input_tokens_seen
 
+    def on_step_end(self, args, state, control, **kwargs):
+        """Log the final step too, so the summary's last loss is the last step's, not an older one."""
+        if state.global_step >= state.max_steps:
+            control.should_log = True
+
     def on_log(self, args, state, control, logs=None, **kwargs):
-        if not state.is_world_process_zero or not logs:
+        if self.log is None or not logs:
             return
         elapsed = time.time() - self.start
         entry = {"step": state.global_step, "epoch": round(state.epoch or 0.0, 4), **logs}
