@@ -98,7 +98,8 @@ def _training_arguments(args: TrainArguments, run_dir: Path, has_eval: bool):
         deepspeed=args.deepspeed_config(), ddp_timeout=args.ddp_timeout,
         # On CPU, accelerate forms a torchrun process group only when told it is a CPU run.
         use_cpu=on_cpu, ddp_backend=args.ddp_backend, ddp_find_unused_parameters=False,
-        include_num_input_tokens_seen="non_padding",
+        # packed rows have no padding, and counting "non-padding" there would skip real tokens equal to the pad id
+        include_num_input_tokens_seen="all" if args.packing else "non_padding",
     )
 
 
