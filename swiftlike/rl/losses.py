@@ -1,0 +1,193 @@
+"""The GRPO-family policy loss: clipped surrogate, KL to the reference, and the loss normalisations.
+
+Definitions follow ms-swift's GRPO trainer (`--loss_type`, `--epsilon`, `--epsilon_high`,
+`--importance_sampling_level`, `--beta`) and TRL's `GRPOTrainer.compute_loss`, which ms-swift
+builds on. Shapes: per-token tensors are (batch, seq) with `mask` marking completion tokens;
+advantages are per sequence (batch,) or already per token (batch, seq).
+"""
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+
+LossType = Literal["grpo", "bnpo", "dr_grpo", "dapo"]
+ImportanceSamplingLevel = Literal["token", "sequence", "sequence_token"]
+
+LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
+
+# ms-swift clamps the reference log-ratio and the k3 value for numerical safety: exp(20) is
+# already 5e8, and a token 10 nats of KL away from the reference is a broken run either way.
+_KL_LOG_RATIO_BOUND = 20.0
+_KL_VALUE_BOUND = 10.0
+
+
+def _masked_fill_zero(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    # `where` rather than `x * mask`: padding positions may hold inf/NaN log-probs, and
+    # NaN * 0 is NaN, which would poison every sum (and gradient) it touches.
+    return torch.where(mask, x, torch.zeros_like(x))
+
+
+def k3_kl(logps: torch.Tensor, ref_logps: torch.Tensor) -> torch.Tensor:
+    """Per-token k3 estimate of KL(pi_theta || pi_ref) on tokens sampled from pi_theta.
+
+    `exp(ref - logp) - (ref - logp) - 1` (Schulman's k3): unbiased, never negative, and much
+    lower variance than the plain log-ratio, which is why GRPO uses it as its KL penalty.
+    Clamped as ms-swift does (log-ratio to +-20, value to <= 10).
+    """
+    d = torch.clamp(ref_logps - logps, min=-_KL_LOG_RATIO_BOUND, max=_KL_LOG_RATIO_BOUND)
+    return torch.clamp(torch.exp(d) - d - 1, min=-_KL_VALUE_BOUND, max=_KL_VALUE_BOUND)
+
+
+def importance_ratio(logps: torch.Tensor, old_logps: torch.Tensor, mask: torch.Tensor,
+                     level: ImportanceSamplingLevel = "token") -> torch.Tensor:
+    """pi_theta / pi_old per token, (batch, seq), at token or GSPO sequence level.
+
+    "token": `exp(logp_t - old_t)`, the PPO/GRPO ratio.
+
+    "sequence" (GSPO): every token of sequence i carries `s_i = exp(mean_t(logp_t - old_t))`,
+    the length-normalised sequence likelihood ratio, because the reward is per sequence and a
+    per-token ratio, each from a single sample, is mostly noise. It is written in GSPO-token's
+    stop-gradient form `sg[s_i] * exp(logp_t - sg[logp_t])`: the value is `s_i` and the
+    gradient with respect to `logp_t` is `s_i`, which after the mean over the sequence's tokens
+    is exactly the gradient of GSPO's sequence objective `s_i * A_i` (d s_i / d logp_t =
+    s_i / |y_i|). ms-swift's "sequence" (a (batch, 1) ratio broadcast over tokens) and
+    "sequence_token" (this form) therefore agree in value and gradient under every aggregation;
+    both names are accepted.
+    """
+    mask = mask.bool()
+    logps = _masked_fill_zero(logps, mask)
+    log_ratio = _masked_fill_zero(logps - old_logps, mask)
+    if level == "token":
+        return torch.exp(log_ratio)
+    if level in ("sequence", "sequence_token"):
+        seq_log_ratio = log_ratio.sum(-1) / mask.sum(-1).clamp(min=1)
+        log_weight = logps - logps.detach() + seq_log_ratio.detach().unsqueeze(-1)
+        return torch.exp(_masked_fill_zero(log_weight, mask))
+    raise ValueError(f"importance_sampling_level must be 'token' or 'sequence', got {level!r}")
+
+
+def aggregate(per_token_loss: torch.Tensor, mask: torch.Tensor, loss_type: LossType, *,
+              max_completion_length: int | None = None,
+              num_items_in_batch: float | torch.Tensor | None = None,
+              num_processes: int = 1) -> torch.Tensor:
+    """Reduce a (batch, seq) per-token loss to a scalar; the loss types differ only here.
+
+    - grpo: mean over each sequence's tokens, then mean over sequences. Every sequence weighs
+      the same, so a token of a short answer counts more than one of a long answer (the length
+      bias DAPO and Dr. GRPO point out).
+    - bnpo: sum over all completion tokens / number of completion tokens in this batch. Every
+      token weighs the same, within this micro-batch.
+    - dr_grpo: sum / (batch * max_completion_length). A constant denominator, so no length bias
+      at all and no dependence on what else is in the batch.
+    - dapo: sum / the token count of the whole global batch. `num_items_in_batch` is that count
+      (summed over all processes and over the micro-batches of one optimizer step), divided
+      here by `num_processes` because DDP averages gradients over processes: the effective
+      denominator of the step is then the global token count, so every token of the step weighs
+      the same however tokens are spread over ranks and accumulation steps. bnpo normalises
+      per micro-batch instead, so a short micro-batch's tokens weigh more. In one process with
+      one micro-batch, and with `num_items_in_batch` left None (the local token count is
+      used), dapo equals bnpo. The caller must not divide the dapo loss by the accumulation
+      steps again; for the other types that division is the caller's job, as in TRL.
+    """
+    mask = mask.bool()
+    summed = _masked_fill_zero(per_token_loss, mask)
+    if loss_type == "grpo":
+        return (summed.sum(-1) / mask.sum(-1).clamp(min=1)).mean()
+    if loss_type == "bnpo":
+        return summed.sum() / mask.sum().clamp(min=1)
+    if loss_type == "dr_grpo":
+        if max_completion_length is None:
+            raise ValueError("loss_type='dr_grpo' needs max_completion_length")
+        return summed.sum() / (per_token_loss.shape[0] * max_completion_length)
+    if loss_type == "dapo":
+        if num_items_in_batch is None:
+            normaliser = mask.sum().clamp(min=1)
+        else:
+            normaliser = torch.as_tensor(num_items_in_batch, dtype=per_token_loss.dtype,
+                                         device=per_token_loss.device).clamp(min=1) / num_processes
+        return summed.sum() / normaliser
+    raise ValueError(f"loss_type must be one of {LOSS_TYPES}, got {loss_type!r}")
+
+
+def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return _masked_fill_zero(x, mask).sum() / mask.sum().clamp(min=1)
+
+
+def policy_loss(logps: torch.Tensor, old_logps: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, *,
+                loss_type: LossType = "grpo", epsilon_low: float = 0.2, epsilon_high: float | None = None,
+                importance_sampling_level: ImportanceSamplingLevel = "token",
+                ref_logps: torch.Tensor | None = None, beta: float = 0.0,
+                max_completion_length: int | None = None,
+                rollout_is_weights: torch.Tensor | None = None,
+                num_items_in_batch: float | torch.Tensor | None = None,
+                num_processes: int = 1) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """GRPO-family loss and its clip/KL metrics.
+
+    Per token: `-min(r * A, clip(r, 1 - epsilon_low, 1 + epsilon_high) * A)` with `r` from
+    `importance_ratio`. The min makes the objective pessimistic: once `r` has moved past the
+    bound in the direction the advantage rewards, the token stops contributing gradient, so
+    one batch cannot push the policy far from the one that sampled it. Separate low and high
+    bounds are DAPO's clip-higher: a larger `epsilon_high` (e.g. 0.28) lets low-probability
+    tokens with positive advantage grow, which keeps entropy from collapsing.
+    `epsilon_high=None` means symmetric (ms-swift's `--epsilon_high` default).
+
+    `beta > 0` adds `beta * k3_kl(logps, ref_logps)` per token, keeping the policy near the
+    reference model. `rollout_is_weights` (see `correction.rollout_is_weights`) then multiply
+    the whole per-token loss, KL term included, as current ms-swift does (TRL multiplies before
+    adding the KL); they are detached, being a correction for where the samples came from and
+    not something to optimise. The result is reduced by `aggregate` (see there for the four
+    normalisations and `num_items_in_batch` / `num_processes`).
+
+    `old_logps` are the log-probs of the policy that generated the batch as the *training*
+    engine computes them; with one update per generation they equal `logps.detach()` and the
+    ratio is exactly 1 in value (the gradient is then the plain policy gradient).
+
+    Metrics (detached 0-dim tensors, so the trainer can all-reduce them before `.item()`):
+    `clip_ratio/low_mean` (fraction of completion tokens where r < 1 - epsilon_low and A < 0,
+    i.e. clipped from below), `clip_ratio/high_mean` (r > 1 + epsilon_high and A > 0),
+    `clip_ratio/region_mean` (either), each a completion-token mean as in ms-swift (at
+    sequence level every token of a sequence shares the sequence's ratio, so this is the
+    token-weighted fraction of clipped sequences), and `kl` (completion-token mean of the
+    per-token k3 KL) when beta > 0.
+    """
+    if loss_type not in LOSS_TYPES:
+        raise ValueError(f"loss_type must be one of {LOSS_TYPES}, got {loss_type!r}")
+    if epsilon_high is None:
+        epsilon_high = epsilon_low
+    mask = mask.bool()
+    # Zero the padding first: inf/NaN there would not change the loss (it is masked) but would
+    # turn gradients to NaN through exp (0 * NaN upstream of a `where` is still NaN).
+    logps = _masked_fill_zero(logps, mask)
+    old_logps = _masked_fill_zero(old_logps, mask)
+    if ref_logps is not None:
+        ref_logps = _masked_fill_zero(ref_logps, mask)
+    if advantages.dim() == 1:
+        advantages = advantages.unsqueeze(-1)
+    advantages = advantages.to(logps.dtype)
+
+    ratio = importance_ratio(logps, old_logps, mask, importance_sampling_level)
+    clipped_ratio = torch.clamp(ratio, 1 - epsilon_low, 1 + epsilon_high)
+    per_token_loss = -torch.min(ratio * advantages, clipped_ratio * advantages)
+
+    metrics: dict[str, torch.Tensor] = {}
+    if beta != 0.0:
+        if ref_logps is None:
+            raise ValueError("beta != 0 needs ref_logps")
+        per_token_kl = k3_kl(logps, ref_logps)
+        per_token_loss = per_token_loss + beta * per_token_kl
+        metrics["kl"] = _masked_mean(per_token_kl.detach(), mask)
+    if rollout_is_weights is not None:
+        per_token_loss = per_token_loss * rollout_is_weights.detach().to(per_token_loss.dtype)
+
+    loss = aggregate(per_token_loss, mask, loss_type, max_completion_length=max_completion_length,
+                     num_items_in_batch=num_items_in_batch, num_processes=num_processes)
+
+    with torch.no_grad():
+        r = ratio.detach()
+        low = (r < 1 - epsilon_low) & (advantages < 0)
+        high = (r > 1 + epsilon_high) & (advantages > 0)
+        metrics["clip_ratio/low_mean"] = _masked_mean(low.to(r.dtype), mask)
+        metrics["clip_ratio/high_mean"] = _masked_mean(high.to(r.dtype), mask)
+        metrics["clip_ratio/region_mean"] = _masked_mean((low | high).to(r.dtype), mask)
+    return loss, metrics

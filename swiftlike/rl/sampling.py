@@ -1,0 +1,93 @@
+"""Log-probs of the distribution vLLM actually samples from: temperature, then top-k, then top-p.
+
+The importance ratios of GRPO compare the trainer's log-probs with the rollout engine's. vLLM,
+run with `logprobs_mode="processed_logprobs"` (what ms-swift's rollout uses), returns the
+log-probs of the distribution it sampled from: logits / temperature, restricted to the top-k /
+top-p set and renormalised over it. If the trainer scored the same tokens with a plain
+`log_softmax(logits)`, the two would disagree whenever temperature != 1 or a filter is on, and
+the "mismatch" would be an artefact. These functions rebuild vLLM's processed distribution
+from the trainer's logits, following vLLM v1's sampler (`vllm/v1/sample/sampler.py`) and its
+PyTorch top-k/top-p path (`apply_top_k_top_p_pytorch` / `apply_top_k_only` in
+`vllm/v1/sample/ops/topk_topp_sampler.py`):
+
+1. logits in float32, divided by the temperature;
+2. top-k: keep the logits >= the k-th largest value (so every token tied with the k-th is
+   kept; `top_k` <= 0 or >= vocab size means off, as vLLM normalises it);
+3. top-p on the softmax of what top-k kept (renormalised): sort ascending, cumulative sum,
+   drop the tokens whose cumulative mass is <= 1 - top_p, never drop the most likely one.
+   Equivalently: keep the smallest set of most-likely tokens whose mass reaches top_p;
+   `top_p` = 1 means off;
+4. log_softmax over the kept set (the rest get -inf).
+
+Not modelled: min_p, logit bias and penalties (they run before top-k/top-p in vLLM), and
+vLLM's Triton top-k/top-p kernel used on CUDA, which keeps exactly k tokens when several tie
+with the k-th value (the PyTorch path, reproduced here, keeps them all). Ties at the top-p
+boundary are broken by sort position, so exact ties can differ across devices; with real
+float logits exact ties are rare.
+"""
+from __future__ import annotations
+
+import torch
+
+# vLLM treats temperatures below this as greedy (`_SAMPLING_EPS` in its sampler).
+SAMPLING_EPS = 1e-5
+
+
+def _kept_set(scaled: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor | None:
+    """Bool mask (rows, vocab) of the tokens vLLM can sample, or None when nothing is filtered."""
+    vocab = scaled.shape[-1]
+    use_k = 0 < top_k < vocab
+    use_p = top_p < 1.0
+    if not (use_k or use_p):
+        return None
+    with torch.no_grad():
+        sorted_logits, order = scaled.sort(dim=-1, descending=False)
+        keep_sorted = torch.ones_like(sorted_logits, dtype=torch.bool)
+        if use_k:
+            kth_largest = sorted_logits[:, vocab - top_k].unsqueeze(-1)
+            keep_sorted &= sorted_logits >= kth_largest
+        if use_p:
+            probs = sorted_logits.masked_fill(~keep_sorted, float("-inf")).softmax(dim=-1)
+            cumulative = probs.cumsum(dim=-1)
+            # 1 - p in float32, as vLLM computes it from its float32 top_p tensor: the double
+            # 1 - p rounds differently (0.1 vs 0.10000002 for p = 0.9) and would move the boundary.
+            drop = cumulative <= 1 - torch.tensor(top_p, dtype=torch.float32, device=probs.device)
+            drop[:, -1] = False  # at least one token survives
+            keep_sorted &= ~drop
+        return torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
+
+
+def apply_temperature_and_filter(logits: torch.Tensor, temperature: float = 1.0, top_k: int = -1,
+                                 top_p: float = 1.0) -> torch.Tensor:
+    """Log-probs (float32, same shape as `logits` (..., vocab)) of vLLM's sampling distribution.
+
+    Tokens outside the top-k/top-p set get -inf. Differentiable with respect to `logits`
+    through the kept tokens (which tokens are kept is a discrete choice and carries no
+    gradient). A temperature below 1e-5 is greedy decoding in vLLM, for which it returns
+    the unscaled, unfiltered `log_softmax(logits)` (what vLLM reports for an all-greedy batch).
+    """
+    if not 0.0 < top_p <= 1.0:
+        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    shape = logits.shape
+    flat = logits.float().reshape(-1, shape[-1])
+    if temperature < SAMPLING_EPS:
+        return flat.log_softmax(dim=-1).reshape(shape)
+    scaled = flat / temperature
+    keep = _kept_set(scaled, top_k, top_p)
+    if keep is not None:
+        scaled = scaled.masked_fill(~keep, float("-inf"))
+    return scaled.log_softmax(dim=-1).reshape(shape)
+
+
+def selected_logps(logits: torch.Tensor, token_ids: torch.Tensor, temperature: float = 1.0, top_k: int = -1,
+                   top_p: float = 1.0) -> torch.Tensor:
+    """Log-prob under vLLM's sampling distribution of each chosen token: logits (..., vocab), ids (...).
+
+    A token vLLM really sampled is always inside its kept set, so a -inf here means the
+    trainer's logits put the token outside the set vLLM's logits did (a mismatch the caller
+    should clamp or mask, as ms-swift clamps log-ratios to +-20).
+    """
+    logps = apply_temperature_and_filter(logits, temperature, top_k, top_p)
+    return logps.gather(-1, token_ids.long().unsqueeze(-1)).squeeze(-1)

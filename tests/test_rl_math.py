@@ -1,0 +1,387 @@
+"""The GRPO-family math in swiftlike.rl, checked against values worked out by hand on tiny tensors."""
+import math
+
+import pytest
+import torch
+
+from swiftlike.rl import (aggregate, apply_temperature_and_filter, effective_sample_size, group_advantages,
+                          groups_with_signal, importance_ratio, k3_kl, mismatch_metrics, off_policy_sequence_mask,
+                          policy_loss, rollout_is_weights, selected_logps)
+
+LN2 = math.log(2.0)
+
+
+def approx(x, rel=1e-5, abs=1e-6):
+    return pytest.approx(x, rel=rel, abs=abs)
+
+
+def values(t):
+    return t.detach().double().flatten().tolist()
+
+
+# --------------------------------------------------------------------------- advantages
+
+REWARDS = torch.tensor([1.0, 0.0, 0.0, 1.0, 2.0, 2.0, 2.0, 2.0])  # two prompts x 4 generations
+
+
+def test_group_advantages_group_scaling():
+    adv, std = group_advantages(REWARDS, 4, "group")
+    s = math.sqrt((4 * 0.25) / 3)  # Bessel-corrected std of {1, 0, 0, 1}
+    a = 0.5 / (s + 1e-4)
+    assert values(std) == approx([s, 0.0])
+    # the constant group gets 0 / (0 + 1e-4) = 0, not NaN
+    assert values(adv) == approx([a, -a, -a, a, 0, 0, 0, 0])
+
+
+def test_group_advantages_batch_scaling_keeps_group_mean_baseline():
+    adv, std = group_advantages(REWARDS, 4, "batch")
+    mean = 10 / 8
+    batch_std = math.sqrt(sum((r - mean) ** 2 for r in REWARDS.tolist()) / 7)
+    a = 0.5 / (batch_std + 1e-4)
+    assert values(adv) == approx([a, -a, -a, a, 0, 0, 0, 0])
+    assert values(std) == approx([math.sqrt(1 / 3), 0.0])  # still the per-group std
+
+
+def test_group_advantages_none_is_dr_grpo():
+    adv, _ = group_advantages(REWARDS, 4, "none")
+    assert values(adv) == approx([0.5, -0.5, -0.5, 0.5, 0, 0, 0, 0])
+
+
+def test_group_advantages_single_generation_and_errors():
+    adv, std = group_advantages(torch.tensor([3.0, 5.0]), 1)
+    assert values(adv) == [0.0, 0.0] and values(std) == [0.0, 0.0]
+    adv, _ = group_advantages(torch.tensor([1, 0]), 2)  # integer rewards are fine
+    assert adv.is_floating_point()
+    with pytest.raises(ValueError, match="groups"):
+        group_advantages(torch.zeros(5), 2)
+    with pytest.raises(ValueError, match="scale_rewards"):
+        group_advantages(torch.zeros(4), 2, "whiten")
+
+
+def test_groups_with_signal():
+    rewards = torch.tensor([1.0, 0.0, 0.5, 0.5] + [0.1] * 7 + [0.1] * 6 + [0.2])
+    # the constant 0.1 group must count as no-signal even though float std() may be ~1e-8 there
+    assert groups_with_signal(rewards[:4], 2).tolist() == [True, False]
+    assert groups_with_signal(rewards[4:], 7).tolist() == [False, True]
+    assert groups_with_signal(torch.tensor([1.0, 2.0]), 1).tolist() == [False, False]
+
+
+# --------------------------------------------------------------------------- policy loss
+
+# 2 x 3 hand example: sequence 0 has 3 completion tokens, sequence 1 has 1 (then padding)
+MASK = torch.tensor([[1, 1, 1], [1, 0, 0]], dtype=torch.float32)
+ADV = torch.tensor([1.0, -2.0])
+
+
+def _at_ratio_one(requires_grad=False):
+    logps = torch.tensor([[-1.0, -2.0, -0.5], [-0.7, 0.0, 0.0]], requires_grad=requires_grad)
+    return logps, logps.detach().clone()
+
+
+@pytest.mark.parametrize("loss_type, kwargs, expected", [
+    # per-token loss at ratio 1 is -A: row 0 = [-1, -1, -1], row 1 = [2]
+    ("grpo", {}, ((-3 / 3) + (2 / 1)) / 2),               # 0.5: mean of per-sequence means
+    ("bnpo", {}, (-3 + 2) / 4),                            # -0.25: sum / 4 tokens
+    ("dr_grpo", {"max_completion_length": 4}, (-3 + 2) / (2 * 4)),  # -0.125
+    ("dapo", {}, (-3 + 2) / 4),                            # one process: same as bnpo
+    ("dapo", {"num_items_in_batch": 16, "num_processes": 2}, (-3 + 2) / 8),  # global count 16 over 2 ranks
+])
+def test_aggregations_on_hand_example(loss_type, kwargs, expected):
+    logps, old = _at_ratio_one()
+    loss, metrics = policy_loss(logps, old, ADV, MASK, loss_type=loss_type, **kwargs)
+    assert loss.item() == approx(expected)
+    assert metrics["clip_ratio/region_mean"].item() == 0.0
+    assert "kl" not in metrics
+
+
+@pytest.mark.parametrize("loss_type, kwargs, normaliser", [
+    ("grpo", {}, [[2 * 3] * 3, [2 * 1] * 3]),  # batch * |y_i|
+    ("bnpo", {}, [[4] * 3] * 2),
+    ("dr_grpo", {"max_completion_length": 5}, [[10] * 3] * 2),
+    ("dapo", {"num_items_in_batch": 12, "num_processes": 3}, [[4] * 3] * 2),
+])
+def test_gradient_at_ratio_one_is_minus_advantage_over_normaliser(loss_type, kwargs, normaliser):
+    logps, old = _at_ratio_one(requires_grad=True)
+    loss, _ = policy_loss(logps, old, ADV, MASK, loss_type=loss_type, **kwargs)
+    loss.backward()
+    expected = [[-ADV[i].item() / normaliser[i][t] * MASK[i, t].item() for t in range(3)] for i in range(2)]
+    assert values(logps.grad) == approx([x for row in expected for x in row])
+
+
+def test_rollout_is_weights_scale_the_gradient():
+    logps, old = _at_ratio_one(requires_grad=True)
+    w = torch.tensor([[0.5, 1.0, 2.0], [1.5, 7.0, 7.0]])
+    loss, _ = policy_loss(logps, old, ADV, MASK, loss_type="bnpo", rollout_is_weights=w)
+    loss.backward()
+    assert values(logps.grad) == approx([-0.5 / 4, -1 / 4, -2 / 4, 2 * 1.5 / 4, 0, 0])
+    assert loss.item() == approx((-0.5 - 1 - 2 + 2 * 1.5) / 4)
+
+
+def test_clip_higher_bounds_and_clip_metrics():
+    # six one-token sequences: (ratio, advantage)
+    cases = [(1.5, 1.0), (1.25, 1.0), (0.5, -1.0), (0.5, 1.0), (1.5, -1.0), (0.85, -1.0)]
+    ratios = torch.tensor([[r] for r, _ in cases])
+    adv = torch.tensor([a for _, a in cases])
+    old = torch.zeros(6, 1)
+    logps = torch.log(ratios).requires_grad_(True)
+    mask = torch.ones(6, 1)
+    loss, metrics = policy_loss(logps, old, adv, mask, loss_type="bnpo", epsilon_low=0.2, epsilon_high=0.28)
+    per_token = [
+        -1.28,  # r=1.5, A>0: capped at 1 + 0.28
+        -1.25,  # r=1.25, A>0: inside [0.8, 1.28] (a symmetric 0.2 would have clipped it)
+        0.8,    # r=0.5, A<0: capped at 1 - 0.2
+        -0.5,   # r=0.5, A>0: the min keeps the unclipped (pessimistic) term
+        1.5,    # r=1.5, A<0: unclipped term is the min
+        0.85,   # inside
+    ]
+    assert loss.item() == approx(sum(per_token) / 6)
+    assert metrics["clip_ratio/low_mean"].item() == approx(1 / 6)
+    assert metrics["clip_ratio/high_mean"].item() == approx(1 / 6)
+    assert metrics["clip_ratio/region_mean"].item() == approx(2 / 6)
+    loss.backward()
+    # d(-r A)/d logp = -r A / 6 where unclipped; clipped tokens give no gradient
+    assert values(logps.grad) == approx([0.0, -1.25 / 6, 0.0, -0.5 / 6, 1.5 / 6, 0.85 / 6])
+    # symmetric default: epsilon_high=None means epsilon_high = epsilon_low
+    _, sym = policy_loss(logps, old, adv, mask, loss_type="bnpo", epsilon_low=0.2)
+    assert sym["clip_ratio/high_mean"].item() == approx(2 / 6)
+
+
+def test_sequence_level_ratio_values_and_padding():
+    old = torch.zeros(2, 3)
+    # row 1 has garbage in its padding, which must not leak into anything
+    logps = torch.tensor([[0.1, 0.2, 0.3], [0.4, 50.0, float("nan")]])
+    ratio = importance_ratio(logps, old, MASK, "sequence")
+    s0, s1 = math.exp(0.2), math.exp(0.4)
+    assert values(ratio) == approx([s0, s0, s0, s1, 1.0, 1.0])
+    assert values(importance_ratio(logps, old, MASK, "token"))[:4] == approx([math.exp(x) for x in (0.1, 0.2, 0.3, 0.4)])
+    loss, metrics = policy_loss(logps, old, ADV, MASK, loss_type="grpo", epsilon_low=0.2, epsilon_high=0.28,
+                                importance_sampling_level="sequence")
+    # row 0: s0 = 1.221 < 1.28, A = 1 -> -s0; row 1: A = -2, min(-2 s1, -2 * 1.28) = -2 s1 -> +2 s1
+    assert loss.item() == approx((-s0 + 2 * s1) / 2)
+    assert metrics["clip_ratio/region_mean"].item() == 0.0
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dr_grpo"])
+def test_sequence_level_gradient_matches_gspo(loss_type):
+    """The stop-gradient form has the gradient of GSPO's objective with s_i = exp(mean log-ratio)."""
+    torch.manual_seed(0)
+    old = -torch.rand(2, 3)
+    base = old + 0.1 * torch.randn(2, 3)
+    adv = torch.tensor([1.0, -2.0])
+    kw = {"loss_type": loss_type, "epsilon_low": 0.2, "epsilon_high": 0.28, "max_completion_length": 3}
+
+    ours = base.clone().requires_grad_(True)
+    policy_loss(ours, old, adv, MASK, importance_sampling_level="sequence", **kw)[0].backward()
+
+    # reference: a (batch, 1) GSPO ratio with the gradient flowing through the mean, broadcast per token
+    ref = base.clone().requires_grad_(True)
+    lengths = MASK.sum(-1)
+    s = torch.exp(((ref - old) * MASK).sum(-1) / lengths).unsqueeze(-1)
+    a = adv.unsqueeze(-1)
+    per_token = -torch.min(s * a, torch.clamp(s, 0.8, 1.28) * a).expand(2, 3)
+    aggregate(per_token, MASK, loss_type, max_completion_length=3).backward()
+    assert values(ours.grad) == approx(values(ref.grad))
+    assert ours.grad[1, 1:].abs().sum() == 0
+
+
+def test_kl_penalty():
+    logps, old = _at_ratio_one(requires_grad=True)
+    ref = logps.detach() + LN2  # ref - logp = ln 2 on every token
+    loss, metrics = policy_loss(logps, old, ADV, MASK, loss_type="bnpo", ref_logps=ref, beta=0.1)
+    k3 = 2 - LN2 - 1  # exp(d) - d - 1
+    assert values(k3_kl(logps, ref)) == approx([k3] * 6)
+    assert metrics["kl"].item() == approx(k3)
+    assert loss.item() == approx((-3 + 2) / 4 + 0.1 * k3)
+    loss.backward()
+    # d k3 / d logp = 1 - exp(ref - logp) = -1
+    assert values(logps.grad) == approx([(-1 + 0.1 * -1) / 4] * 3 + [(2 + 0.1 * -1) / 4, 0, 0])
+    with pytest.raises(ValueError, match="ref_logps"):
+        policy_loss(logps, old, ADV, MASK, beta=0.1)
+
+
+def test_policy_loss_argument_checks_and_per_token_advantages():
+    logps, old = _at_ratio_one()
+    with pytest.raises(ValueError, match="loss_type"):
+        policy_loss(logps, old, ADV, MASK, loss_type="ppo")
+    with pytest.raises(ValueError, match="max_completion_length"):
+        policy_loss(logps, old, ADV, MASK, loss_type="dr_grpo")
+    with pytest.raises(ValueError, match="importance_sampling_level"):
+        policy_loss(logps, old, ADV, MASK, importance_sampling_level="word")
+    per_seq, _ = policy_loss(logps, old, ADV, MASK)
+    per_tok, _ = policy_loss(logps, old, ADV.unsqueeze(-1).expand(2, 3), MASK.bool())
+    assert per_seq.item() == approx(per_tok.item())
+
+
+# --------------------------------------------------------------------------- training-inference mismatch
+
+def test_mismatch_metrics_equal_policies():
+    torch.manual_seed(0)
+    lp = -torch.rand(3, 4) * 3
+    mask = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0], [0, 0, 0, 0]])  # an empty row is ignored
+    for mode in (None, "token_truncate", "token_mask", "sequence_truncate", "sequence_mask"):
+        m = mismatch_metrics(lp, lp.clone(), mask, mode=mode)
+        for key in ("kl", "k3_kl", "chi2_token", "chi2_seq", "log_ppl_diff", "log_ppl_abs_diff",
+                    "log_ppl_diff_max", "log_ppl_diff_min", "clipped_frac"):
+            assert m[key].item() == approx(0.0), (mode, key)
+        for key in ("ess", "ppl_ratio", "is_weight_mean"):
+            assert m[key].item() == approx(1.0), (mode, key)
+        assert m["training_ppl"].item() == approx(m["rollout_ppl"].item())
+
+
+def test_mismatch_metrics_two_token_hand_case():
+    # one sequence, two tokens: pi_train = (0.5, 0.3), pi_rollout = (0.25, 0.3) -> rho = (2, 1)
+    train = torch.log(torch.tensor([[0.5, 0.3]]))
+    rollout = torch.log(torch.tensor([[0.25, 0.3]]))
+    mask = torch.ones(1, 2)
+    m = mismatch_metrics(train, rollout, mask, mode="token_truncate", threshold=1.5)
+    assert m["kl"].item() == approx((-LN2 + 0) / 2)             # K1 of KL(rollout || train): mean(rollout - train)
+    assert m["k3_kl"].item() == approx(((2 - LN2 - 1) + 0) / 2)  # mean(rho - log rho - 1)
+    assert m["training_ppl"].item() == approx(1 / math.sqrt(0.5 * 0.3))
+    assert m["rollout_ppl"].item() == approx(1 / math.sqrt(0.25 * 0.3))
+    assert m["training_log_ppl"].item() == approx(-(math.log(0.5) + math.log(0.3)) / 2)
+    assert m["log_ppl_diff"].item() == approx(-LN2 / 2)
+    assert m["log_ppl_abs_diff"].item() == approx(LN2 / 2)
+    assert m["ppl_ratio"].item() == approx(1 / math.sqrt(2))
+    assert m["ppl_ratio"].item() == approx(m["training_ppl"].item() / m["rollout_ppl"].item())
+    assert m["chi2_token"].item() == approx((4 + 1) / 2 - 1)     # mean(rho^2) - 1 = 1.5
+    assert m["chi2_seq"].item() == approx(2 - 1)                 # rho_geo = sqrt(2)
+    # token_truncate at 1.5: weights (1.5, 1)
+    assert m["is_weight_mean"].item() == approx(1.25)
+    assert m["clipped_frac"].item() == approx(0.5)
+    # ess: weights (1.5, 1) / mean 1.25 = (1.2, 0.8); 1 / mean(1.44, 0.64) = 1 / 1.04
+    assert m["ess"].item() == approx(1 / 1.04)
+    raw = mismatch_metrics(train, rollout, mask, threshold=3.0)  # diagnose only: raw rho = (2, 1)
+    assert raw["is_weight_mean"].item() == approx(1.5)
+    assert raw["ess"].item() == approx(1 / ((16 / 9 + 4 / 9) / 2))  # (4/3, 2/3) -> 0.9
+    assert raw["clipped_frac"].item() == 0.0
+
+
+def test_truncate_vs_mask_at_token_level():
+    # token ratios exactly 1, 2 and 0.5 (log-ratios 0, ln 2, -ln 2); threshold 1
+    train = torch.tensor([[0.0, LN2, -LN2]])
+    rollout = torch.zeros(1, 3)
+    mask = torch.ones(1, 3)
+    w, kept, m = rollout_is_weights(train, rollout, mask, mode="token_truncate", threshold=1.0)
+    assert values(w) == approx([1.0, 1.0, 0.5])   # min(rho, 1): the ratio exactly at the threshold is kept as is
+    assert kept.tolist() == [[True, True, True]]
+    assert m["clipped_frac"].item() == approx(1 / 3)
+    w, kept, m = rollout_is_weights(train, rollout, mask, mode="token_mask", threshold=1.0)
+    assert values(w) == approx([1.0, 0.0, 0.5])   # rho > 1 dropped, rho == 1 kept, the rest keep their weight
+    assert kept.tolist() == [[True, False, True]]
+    assert m["clipped_frac"].item() == approx(1 / 3)
+    assert m["is_weight_mean"].item() == approx(1.5 / 3)
+    assert not w.requires_grad
+
+
+def test_truncate_vs_mask_at_sequence_level():
+    # sequence 0: rho = (2, 1) -> geometric mean sqrt 2 = 1.414; sequence 1: rho = (1, 1) plus padding
+    train = torch.tensor([[LN2, 0.0], [0.0, 123.0]])
+    rollout = torch.zeros(2, 2)
+    mask = torch.tensor([[1, 1], [1, 0]])
+    w, kept, m = rollout_is_weights(train, rollout, mask, mode="sequence_truncate", threshold=1.5)
+    r = math.sqrt(2)
+    assert values(w) == approx([r, r, 1.0, 1.0])
+    assert m["clipped_frac"].item() == 0.0
+    w, kept, m = rollout_is_weights(train, rollout, mask, mode="sequence_truncate", threshold=1.4)
+    assert values(w) == approx([1.4, 1.4, 1.0, 1.0])
+    assert m["clipped_frac"].item() == approx(0.5)
+    w, kept, m = rollout_is_weights(train, rollout, mask, mode="sequence_mask", threshold=1.4)
+    assert values(w) == approx([0.0, 0.0, 1.0, 1.0])
+    assert kept.tolist() == [[False, False], [True, False]]
+    assert m["clipped_frac"].item() == approx(0.5)
+    # kept sequences carry their token ratios (ms-swift), not the sequence ratio
+    w, _, _ = rollout_is_weights(train, rollout, mask, mode="sequence_mask", threshold=1.5)
+    assert values(w) == approx([2.0, 1.0, 1.0, 1.0])
+    with pytest.raises(ValueError, match="mode"):
+        rollout_is_weights(train, rollout, mask, mode="clip", threshold=2.0)
+
+
+def test_effective_sample_size():
+    mask = torch.ones(1, 4)
+    assert effective_sample_size(torch.ones(1, 4), mask).item() == approx(1.0)
+    # one weight carries everything: ESS -> 1/n
+    assert effective_sample_size(torch.tensor([[1.0, 0.0, 0.0, 0.0]]), mask).item() == approx(0.25)
+    # (sum w)^2 / (n sum w^2) = 36 / (4 * 14)
+    assert effective_sample_size(torch.tensor([[1.0, 2.0, 3.0, 0.0]]), mask).item() == approx(36 / 56)
+
+
+def test_off_policy_sequence_mask():
+    old = torch.zeros(4, 2)
+    # mean(old - logp) per row: 0.5, 0.5, 0.2, 0.3 (row 3 exactly at delta, second token is padding)
+    logps = torch.tensor([[-0.4, -0.6], [-0.5, -0.5], [-0.2, -0.2], [-0.3, -9.0]])
+    mask = torch.tensor([[1, 1], [1, 1], [1, 1], [1, 0]])
+    adv = torch.tensor([-1.0, 1.0, -1.0, -1.0])
+    keep = off_policy_sequence_mask(logps, old, mask, adv, delta=0.3)
+    # dropped only when the policy drifted away by more than delta AND the advantage is negative
+    assert keep.tolist() == [False, True, True, True]
+    keep_tok = off_policy_sequence_mask(logps, old, mask, adv.unsqueeze(-1).expand(4, 2), delta=0.3)
+    assert keep_tok.tolist() == keep.tolist()
+
+
+# --------------------------------------------------------------------------- vLLM sampling distribution
+
+def test_filters_off_is_plain_log_softmax():
+    torch.manual_seed(0)
+    logits = torch.randn(2, 3, 7)
+    for top_k in (-1, 0, 7, 100):
+        out = apply_temperature_and_filter(logits, 0.7, top_k, 1.0)
+        assert torch.allclose(out, torch.log_softmax(logits / 0.7, dim=-1))
+    # greedy (temperature ~ 0): what vLLM reports for an all-greedy batch, unscaled and unfiltered
+    assert torch.allclose(apply_temperature_and_filter(logits, 0.0, 2, 0.5), torch.log_softmax(logits, dim=-1))
+
+
+def test_top_k_renormalises_over_kept_tokens():
+    logits = torch.tensor([2.0, 1.0, 0.0, -1.0])
+    out = apply_temperature_and_filter(logits, 1.0, top_k=2)
+    z = math.log(math.exp(2) + math.exp(1))
+    assert values(out[:2]) == approx([2 - z, 1 - z])
+    assert out[2:].tolist() == [float("-inf")] * 2
+    # temperature first: same kept set (top-k is order-preserving) but a flatter distribution
+    out = apply_temperature_and_filter(logits, 2.0, top_k=2)
+    z = math.log(math.exp(1) + math.exp(0.5))
+    assert values(out[:2]) == approx([1 - z, 0.5 - z])
+    # ties with the k-th value are all kept (vLLM's PyTorch path)
+    out = apply_temperature_and_filter(torch.tensor([1.0, 1.0, 1.0, 0.0]), 1.0, top_k=2)
+    assert values(out[:3]) == approx([math.log(1 / 3)] * 3) and out[3].item() == float("-inf")
+
+
+def test_top_p_keeps_smallest_set_reaching_p_after_temperature():
+    probs = torch.tensor([0.5, 0.3, 0.15, 0.05])
+    logits = torch.log(probs)
+    # T = 1: 0.5 < 0.7 <= 0.5 + 0.3, so the top two survive, renormalised to (0.625, 0.375)
+    out = apply_temperature_and_filter(logits, 1.0, top_p=0.7)
+    assert values(out[:2]) == approx([math.log(0.625), math.log(0.375)])
+    assert out[2:].tolist() == [float("-inf")] * 2
+    # T = 2 first flattens to p ~ sqrt(probs): (0.379, 0.294, 0.208, 0.120); it takes three tokens to reach 0.7
+    flat = [math.sqrt(p) for p in probs.tolist()]
+    kept = flat[:3]
+    out = apply_temperature_and_filter(logits, 2.0, top_p=0.7)
+    assert values(out[:3]) == approx([math.log(p / sum(kept)) for p in kept])
+    assert out[3].item() == float("-inf")
+    # top-k first, then top-p on the renormalised top-k distribution: (0.526, 0.316, 0.158) reaches 0.83
+    # with two tokens (on the original probabilities it would take three)
+    out = apply_temperature_and_filter(logits, 1.0, top_k=3, top_p=0.83)
+    assert values(out[:2]) == approx([math.log(0.625), math.log(0.375)])
+    # top_p tiny: only the most likely token survives
+    out = apply_temperature_and_filter(logits, 1.0, top_p=1e-6)
+    assert out[0].item() == approx(0.0) and torch.isinf(out[1:]).all()
+    with pytest.raises(ValueError, match="top_p"):
+        apply_temperature_and_filter(logits, 1.0, top_p=0.0)
+
+
+def test_selected_logps_inside_kept_set_are_finite_and_differentiable():
+    torch.manual_seed(0)
+    logits = torch.randn(2, 5, 11, requires_grad=True)
+    full = apply_temperature_and_filter(logits, 0.8, top_k=4, top_p=0.9)
+    kept = torch.isfinite(full)
+    assert (kept.sum(-1) >= 1).all() and (kept.sum(-1) <= 4).all()
+    assert torch.allclose(full.exp().sum(-1), torch.ones(2, 5))
+    chosen = torch.multinomial(full.detach().exp().reshape(-1, 11), 1).reshape(2, 5)  # sampled like vLLM
+    lp = selected_logps(logits, chosen, 0.8, 4, 0.9)
+    assert torch.isfinite(lp).all()
+    assert torch.equal(lp, full.gather(-1, chosen.unsqueeze(-1)).squeeze(-1))
+    lp.sum().backward()
+    assert torch.isfinite(logits.grad).all()
+    assert (logits.grad[~kept] == 0).all()  # filtered-out tokens get no gradient
+    outside = (~kept).float().argmax(-1)    # a token vLLM could not have sampled
+    assert torch.isinf(selected_logps(logits.detach(), outside, 0.8, 4, 0.9)).all()
