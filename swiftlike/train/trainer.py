@@ -109,7 +109,8 @@ class RunLogCallback(TrainerCallback):
 
     def on_save(self, args, state, control, **kwargs):
         """Curves follow the checkpoints, at most every PLOT_INTERVAL_S seconds (drawing costs ~1 s)."""
-        if state.is_world_process_zero and time.time() - self._last_plot > PLOT_INTERVAL_S:
+        final = state.global_step >= state.max_steps  # on_train_end draws them right after
+        if state.is_world_process_zero and not final and time.time() - self._last_plot > PLOT_INTERVAL_S:
             plot_curves(self.run_dir)
             self._last_plot = time.time()
 
