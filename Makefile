@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.setup-stamp
 
-.PHONY: setup test test-fast demo bench lint clean
+.PHONY: setup test test-fast demo bench bench-train lint clean
 
 setup: $(STAMP)
 
@@ -22,6 +22,9 @@ demo: setup
 
 bench: setup
 	$(PY) benchmarks/bench_infer.py
+
+bench-train: setup
+	$(PY) benchmarks/bench_train.py
 
 lint: setup
 	$(VENV)/bin/ruff check swiftlike tests benchmarks scripts
