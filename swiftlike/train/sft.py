@@ -1,7 +1,6 @@
 """`swiftlike sft` and `swiftlike pt`: arguments -> model and data -> Trainer -> run directory."""
 from __future__ import annotations
 
-import json
 import os
 import time
 from dataclasses import dataclass
@@ -12,6 +11,7 @@ from ..arguments.train_args import PtArguments, TrainArguments
 from ..model import ResolvedModel, default_device, load_tokenizer, resolve_model
 from ..template import get_template
 from ..utils import atomic_write_json, get_logger
+from .checkpoint import latest_checkpoint
 from .data import EncodeStats, ListDataset, PackedCollator, PaddingCollator, encode_rows, pack_samples
 from .launch import relaunch_with_torchrun, wants_torchrun
 from .outputs import ARGS_FILE, JsonlLog, new_run_dir, save_args
@@ -114,18 +114,20 @@ def _shared_run_dir(args: TrainArguments, training_args, resolved: ResolvedModel
     return Path(name[0])
 
 
-def _checkpoint_extras(run_dir: Path):
+def _checkpoint_extras(saved_args: dict):
+    """Each checkpoint carries the run's args.json, so infer/export/resume can use it on its own."""
     def write(checkpoint: Path) -> None:
-        atomic_write_json(checkpoint / ARGS_FILE, json.loads((run_dir / ARGS_FILE).read_text()))
+        atomic_write_json(checkpoint / ARGS_FILE, saved_args)
     return write
 
 
 def train(args: TrainArguments) -> TrainResult:
     """Run one training job from typed arguments (the CLI and the Python API both end here)."""
+    from transformers import set_seed
+
     from .trainer import RunLogCallback, SwiftlikeTrainer
     from .tuner import parameter_summary, prepare_model
 
-    from transformers import set_seed
     start = time.time()
     set_seed(args.seed)  # before the LoRA weights are initialised, so a run is reproducible from its args
     resolved = resolve_model(args.model, args.model_type, args.use_hf, args.model_revision)
@@ -142,15 +144,17 @@ def train(args: TrainArguments) -> TrainResult:
         logger.info("packed %d samples into %d rows of <= %d tokens", stats.kept, len(train_samples),
                     args.max_length)
 
+    # The run directory's name is agreed over the process group, which TrainingArguments sets up.
     training_args = _training_arguments(args, Path(args.output_dir or "output"), bool(val_samples))
     run_dir = _shared_run_dir(args, training_args, resolved)
     training_args.output_dir = str(run_dir)
     if args.logging_dir is not None:
         os.environ["TENSORBOARD_LOGGING_DIR"] = args.logging_dir
     log = JsonlLog(run_dir) if training_args.process_index == 0 else None
+    saved_args: dict = {}
     if log is not None:
-        save_args(run_dir, args, model_dir=str(resolved.model_dir), template=template.meta.name,
-                  model_type=resolved.model_type, data=stats.__dict__)
+        saved_args = save_args(run_dir, args, model_dir=str(resolved.model_dir), template=template.meta.name,
+                               model_type=resolved.model_type, data=stats.__dict__)
         if args.resume_from_checkpoint:
             checkpoint = Path(args.resume_from_checkpoint)
             log.seed_from(checkpoint.parent, int(checkpoint.name.rsplit("-", 1)[-1]))
@@ -161,9 +165,8 @@ def train(args: TrainArguments) -> TrainResult:
     trainer = SwiftlikeTrainer(model=model, args=training_args, train_dataset=ListDataset(train_samples),
                                eval_dataset=ListDataset(val_samples) if val_samples else None,
                                data_collator=collator, processing_class=tokenizer, callbacks=[callback],
-                               checkpoint_extras=_checkpoint_extras(run_dir))
+                               checkpoint_extras=_checkpoint_extras(saved_args))
     trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
-    from .checkpoint import latest_checkpoint
     best = trainer.state.best_model_checkpoint
     return TrainResult(run_dir=run_dir, last_checkpoint=latest_checkpoint(run_dir),
                        best_checkpoint=Path(best) if best else None, global_step=trainer.state.global_step,
