@@ -68,7 +68,7 @@ def test_checkpoint_args_json_fills_model(tmp_path):
 def test_cli_usage_and_unbuilt_commands():
     r = run_cli()
     assert r.returncode != 0 and "infer" in r.stdout and "not built yet" in r.stdout
-    r = run_cli("rlhf", "--model", "m")
+    r = run_cli("rollout", "--model", "m")
     assert r.returncode == 3 and "not built yet" in r.stderr
     r = run_cli("train")
     assert r.returncode != 0 and "unknown command 'train'" in r.stderr

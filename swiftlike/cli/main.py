@@ -11,7 +11,7 @@ COMMANDS: dict[str, tuple[str | None, str]] = {
     "infer": ("swiftlike.infer.run:infer_main", "chat on stdin or batch inference, pt / vLLM engines"),
     "pt": ("swiftlike.train.sft:pt_main", "pre-training on plain text"),
     "sft": ("swiftlike.train.sft:sft_main", "supervised fine-tuning, full or LoRA"),
-    "rlhf": (None, "GRPO family, GKD and DPO family"),
+    "rlhf": ("swiftlike.rl.grpo:rlhf_main", "RL post-training: GRPO (GKD and DPO family not built yet)"),
     "rollout": (None, "vLLM rollout server for disaggregated RL"),
     "deploy": (None, "OpenAI-compatible server"),
     "eval": (None, "benchmarks and custom datasets"),

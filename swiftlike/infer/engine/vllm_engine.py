@@ -37,6 +37,8 @@ class VllmOptions:
     enable_prefix_caching: bool = False
     torch_dtype: str = "auto"
     seed: int = 0
+    # vLLM's `logprobs_mode`; RL rollout wants "processed_logprobs" (after temperature / top-k / top-p).
+    logprobs_mode: str | None = None
 
     @classmethod
     def from_args(cls, args) -> "VllmOptions":
@@ -62,6 +64,8 @@ def engine_kwargs(model_dir: str, opts: VllmOptions) -> dict:
                   tensor_parallel_size=opts.tensor_parallel_size, max_num_seqs=opts.max_num_seqs,
                   enforce_eager=opts.enforce_eager or cpu, enable_prefix_caching=opts.enable_prefix_caching,
                   enable_lora=opts.enable_lora)
+    if opts.logprobs_mode is not None:
+        kwargs["logprobs_mode"] = opts.logprobs_mode
     if opts.enable_lora:
         kwargs.update(max_lora_rank=opts.max_lora_rank, max_loras=opts.max_loras)
     if cpu:

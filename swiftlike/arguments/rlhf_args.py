@@ -1,0 +1,124 @@
+"""Arguments of `swiftlike rlhf` (GRPO for now). Names and defaults follow ms-swift's GRPO arguments."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from .base import arg
+from .train_args import TrainArguments
+
+
+@dataclass
+class GrpoArguments:
+    """GRPO: sampling, rewards, advantages and the clipped policy loss."""
+
+    num_generations: int = arg(8, "Completions sampled per prompt (the group size G).")
+    max_completion_length: int = arg(512, "Most tokens generated per completion.")
+    temperature: float = arg(1.0, "Sampling temperature of the rollout; the trainer scores tokens at the same one.")
+    top_p: float = arg(1.0, "Rollout nucleus sampling; the trainer renormalises over the same set.")
+    top_k: int = arg(-1, "Rollout top-k; -1 = all tokens.")
+    repetition_penalty: float = arg(1.0, "Rollout repetition penalty (not modelled by the trainer's log-probs).")
+    beta: float = arg(0.04, "KL coefficient to the reference model; 0 = no reference model is kept.")
+    epsilon: float = arg(0.2, "Lower clip range of the importance ratio (and upper when --epsilon_high is unset).")
+    epsilon_high: float | None = arg(None, "Upper clip range (DAPO clip-higher, e.g. 0.28); default --epsilon.")
+    loss_type: Literal["grpo", "bnpo", "dr_grpo", "dapo"] = arg("grpo", "How per-token losses are normalised.")
+    importance_sampling_level: Literal["token", "sequence", "sequence_token"] = arg(
+        "token", "token: PPO/GRPO ratio per token; sequence: GSPO's length-normalised sequence ratio.")
+    scale_rewards: Literal["group", "batch", "none"] = arg(
+        "group", "Advantage denominator: group std, batch std, or none (Dr. GRPO).")
+    num_iterations: int = arg(1, "Policy updates per generated batch (mu in the GRPO paper).")
+    steps_per_generation: int | None = arg(None, "Micro-batches generated at once; default "
+                                           "--gradient_accumulation_steps.")
+    reward_funcs: list[str] = arg([], "Reward functions by name: accuracy, format, format_hash, cosine, repetition, "
+                                  "soft_overlong, or names registered in --external_plugins.")
+    reward_weights: list[float] | None = arg(None, "One weight per --reward_funcs entry; default 1.0 each.")
+    external_plugins: list[str] = arg([], "Python files imported first, e.g. to register reward functions.")
+    log_completions: bool = arg(False, "Write prompts, completions and rewards to completions.jsonl in the run dir.")
+    # reward function parameters
+    cosine_min_len_value_wrong: float = arg(-0.5, "cosine reward: value for a wrong answer of length 0.")
+    cosine_max_len_value_wrong: float = arg(0.0, "cosine reward: value for a wrong answer at --cosine_max_len.")
+    cosine_min_len_value_correct: float = arg(1.0, "cosine reward: value for a right answer of length 0.")
+    cosine_max_len_value_correct: float = arg(0.5, "cosine reward: value for a right answer at --cosine_max_len.")
+    cosine_max_len: int | None = arg(None, "cosine reward: length scale; default --max_completion_length.")
+    repetition_n_grams: int = arg(3, "repetition reward: n-gram size.")
+    repetition_max_penalty: float = arg(-1.0, "repetition reward: penalty of a fully repetitive answer (<= 0).")
+    soft_max_length: int | None = arg(None, "soft_overlong reward: L_max; default --max_completion_length.")
+    soft_cache_length: int | None = arg(None, "soft_overlong reward: L_cache, the punished interval's length.")
+
+
+@dataclass
+class RolloutArguments:
+    """Where completions come from: the training model (pt) or a colocated vLLM engine, and mismatch handling."""
+
+    use_vllm: bool = arg(False, "Generate with vLLM; false = the training model's own generate().")
+    vllm_mode: Literal["colocate", "server"] = arg("colocate", "colocate: vLLM in the trainer's process; "
+                                                   "server: a `swiftlike rollout` server (not built yet).")
+    vllm_enable_lora: bool = arg(False, "With LoRA training, sync only the adapter to vLLM (else merged weights).")
+    vllm_max_lora_rank: int = arg(16, "Largest LoRA rank vLLM accepts (>= --lora_rank).")
+    vllm_gpu_memory_utilization: float = arg(0.9, "Fraction of GPU memory for vLLM (ignored on CPU).")
+    vllm_max_model_len: int | None = arg(None, "Longest sequence vLLM plans for; default the model's.")
+    vllm_enforce_eager: bool = arg(False, "Disable CUDA graphs (always on for CPU).")
+    rollout_importance_sampling_mode: Literal["token_truncate", "token_mask", "sequence_truncate",
+                                              "sequence_mask"] | None = arg(
+        None, "Reweight the loss by pi_train / pi_rollout, bounded by the threshold; default off.")
+    rollout_importance_sampling_threshold: float = arg(2.0, "Upper bound of the rollout IS weights.")
+    log_rollout_offpolicy_metrics: bool = arg(False, "Log training-inference mismatch metrics (rollout_correction/*) "
+                                              "even without --rollout_importance_sampling_mode.")
+
+
+@dataclass
+class RlhfArguments(TrainArguments, GrpoArguments, RolloutArguments):
+    """swiftlike rlhf: RL post-training; --rlhf_type grpo samples groups of completions and scores them."""
+
+    command = "rlhf"
+    rlhf_type: Literal["grpo"] = arg("grpo", "RL algorithm; only grpo is built so far.")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self._check_grpo()
+        if self.steps_per_generation is None:
+            self.steps_per_generation = self.gradient_accumulation_steps
+
+    def _check_grpo(self) -> None:
+        if not self.reward_funcs:
+            raise ValueError("--reward_funcs is required for grpo, e.g. --reward_funcs accuracy format")
+        if self.reward_weights is not None and len(self.reward_weights) != len(self.reward_funcs):
+            raise ValueError(f"got {len(self.reward_weights)} --reward_weights for {len(self.reward_funcs)} "
+                             "--reward_funcs; give one weight per function")
+        for name in ("num_generations", "max_completion_length", "num_iterations"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"--{name} must be >= 1, got {getattr(self, name)}")
+        if self.num_generations < 2:
+            raise ValueError("--num_generations must be >= 2: advantages compare completions of the same prompt")
+        if self.steps_per_generation is not None and self.steps_per_generation < 1:
+            raise ValueError(f"--steps_per_generation must be >= 1, got {self.steps_per_generation}")
+        spg = self.steps_per_generation or self.gradient_accumulation_steps
+        batch = self.per_device_train_batch_size * spg
+        if batch % self.num_generations:
+            raise ValueError(
+                f"--per_device_train_batch_size ({self.per_device_train_batch_size}) * steps per generation ({spg}, "
+                f"--steps_per_generation or --gradient_accumulation_steps) = {batch} completions must be divisible "
+                f"by --num_generations ({self.num_generations}) so every prompt's group is generated together")
+        if self.beta < 0:
+            raise ValueError(f"--beta must be >= 0, got {self.beta}")
+        if self.temperature <= 0:
+            raise ValueError(f"--temperature must be > 0 for GRPO sampling, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"--top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k != -1 and self.top_k < 1:
+            raise ValueError(f"--top_k must be -1 (all) or >= 1, got {self.top_k}")
+        if self.use_vllm and self.vllm_mode == "server":
+            raise ValueError("--vllm_mode server needs `swiftlike rollout`, which is not built yet; use colocate")
+        if self.vllm_enable_lora and self.tuner_type != "lora":
+            raise ValueError("--vllm_enable_lora true syncs a LoRA adapter; it needs --tuner_type lora")
+        if self.vllm_enable_lora and self.lora_rank > self.vllm_max_lora_rank:
+            raise ValueError(f"--lora_rank {self.lora_rank} exceeds --vllm_max_lora_rank {self.vllm_max_lora_rank}")
+        if self.rollout_importance_sampling_threshold <= 0:
+            raise ValueError("--rollout_importance_sampling_threshold must be > 0")
+
+    def reward_params(self) -> dict:
+        """The values `build_reward_funcs` hands to parameterised reward functions."""
+        names = ("cosine_min_len_value_wrong", "cosine_max_len_value_wrong", "cosine_min_len_value_correct",
+                 "cosine_max_len_value_correct", "cosine_max_len", "repetition_n_grams", "repetition_max_penalty",
+                 "soft_max_length", "soft_cache_length", "max_completion_length")
+        return {n: getattr(self, n) for n in names}

@@ -1,0 +1,88 @@
+"""`swiftlike rlhf --rlhf_type grpo`: arguments -> model, reference, rollout engine, rewards -> GrpoTrainer -> run dir."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from ..arguments import parse_args
+from ..arguments.rlhf_args import RlhfArguments
+from ..model import default_device, load_tokenizer, resolve_model
+from ..template import get_template
+from ..train.checkpoint import latest_checkpoint
+from ..train.data import EncodeStats, ListDataset
+from ..train.outputs import JsonlLog, save_args
+from ..train.sft import TrainResult, _checkpoint_extras, _load_split, _shared_run_dir, _training_arguments
+from ..utils import get_logger
+
+logger = get_logger("swiftlike.rl")
+
+
+def _prompt_rows(rows: list[dict]) -> list[dict]:
+    """Rows whose messages end in a user turn; a trailing assistant answer (SFT-style data) is dropped."""
+    out = []
+    for row in rows:
+        messages = list(row.get("messages") or [])
+        if messages and messages[-1].get("role") == "assistant":
+            messages = messages[:-1]
+        if not messages or messages[-1].get("role") != "user":
+            continue
+        out.append({**row, "messages": messages})
+    if not out:
+        raise ValueError("no GRPO prompts: every dataset row needs `messages` ending in a user turn")
+    return out
+
+
+def train_grpo(args: RlhfArguments) -> TrainResult:
+    from transformers import set_seed
+
+    from ..train.trainer import RunLogCallback
+    from ..train.tuner import parameter_summary, prepare_model
+    from .grpo_trainer import GrpoTrainer, make_ref_model
+    from .plugins import load_external_plugins
+    from .rewards import build_reward_funcs
+    from .rollout import RolloutWorker
+
+    start = time.time()
+    set_seed(args.seed)
+    load_external_plugins(args.external_plugins)
+    reward_funcs = build_reward_funcs(args.reward_funcs, **args.reward_params())
+    resolved = resolve_model(args.model, args.model_type, args.use_hf, args.model_revision)
+    tokenizer = load_tokenizer(resolved)
+    template = get_template(args.template or resolved.meta.template, tokenizer, args.system)
+    rows = _prompt_rows(_load_split(args)[0])
+    gen_prompts = args.per_device_train_batch_size * args.steps_per_generation // args.num_generations
+    if len(rows) < gen_prompts:
+        raise ValueError(f"{len(rows)} prompts, fewer than the {gen_prompts} one generation batch needs")
+
+    training_args = _training_arguments(args, Path(args.output_dir or "output"), has_eval=False)
+    run_dir = _shared_run_dir(args, training_args, resolved)
+    training_args.output_dir = str(run_dir)
+    training_args.include_num_input_tokens_seen = "no"  # batches are rollouts, not input_ids the Trainer can count
+    log = JsonlLog(run_dir) if training_args.process_index == 0 else None
+    saved_args = save_args(run_dir, args, model_dir=str(resolved.model_dir), template=template.meta.name,
+                           model_type=resolved.model_type) if log is not None else {}
+
+    model = prepare_model(args, resolved, default_device())
+    logger.info("%s (%s); run directory %s", parameter_summary(model), args.tuner_type, run_dir)
+    ref_model = make_ref_model(model, args.beta, args.tuner_type)
+    rollout = RolloutWorker(args, resolved, template, model)
+    callback = RunLogCallback(run_dir, log)
+    trainer = GrpoTrainer(model=model, args=training_args, train_dataset=ListDataset(rows),
+                          processing_class=tokenizer, callbacks=[callback],
+                          checkpoint_extras=_checkpoint_extras(saved_args), grpo_args=args, rollout=rollout,
+                          reward_funcs=reward_funcs, ref_model=ref_model, run_dir=run_dir)
+    try:
+        trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
+    finally:
+        rollout.close()
+    stats = EncodeStats(rows=len(rows), kept=len(rows))
+    return TrainResult(run_dir=run_dir, last_checkpoint=latest_checkpoint(run_dir), best_checkpoint=None,
+                       global_step=trainer.state.global_step, train_loss=callback.last_train_loss, eval_loss=None,
+                       elapsed_s=time.time() - start, train_tokens_per_second=None, data=stats)
+
+
+def rlhf_main(argv: list[str] | None = None) -> TrainResult:
+    args = parse_args(RlhfArguments, argv)
+    result = train_grpo(args)
+    print(result.summary(), flush=True)
+    return result

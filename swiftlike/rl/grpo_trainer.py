@@ -1,0 +1,251 @@
+"""GRPO on transformers' Trainer: our rollout, rewards, log-probs and loss in `_prepare_inputs` / `compute_loss`.
+
+The Trainer keeps the optimizer, scheduler, checkpoints and logging; everything GRPO-specific is the pure
+math of `swiftlike.rl` called from here. Batching follows TRL: the dataloader yields a *generation batch*
+(per_device_train_batch_size * steps_per_generation rows, each prompt repeated num_generations times in a
+row), repeated steps_per_generation * num_iterations times; the first time it arrives it is generated and
+scored, then it is served back one micro-batch slice at a time.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import torch
+from torch.utils.data import DataLoader, Sampler
+
+from ..train.trainer import SwiftlikeTrainer
+from .advantages import group_advantages
+from .correction import mismatch_metrics, rollout_is_weights
+from .losses import policy_loss
+from .rewards import combine_rewards
+from .rollout import Rollout, RolloutWorker
+from .sampling import selected_logps
+
+
+class RepeatSampler(Sampler):
+    """Shuffled prompts, `per_batch` per generation batch, each repeated `num_generations` times in a row,
+    the whole batch yielded `repeat` times (steps_per_generation * num_iterations)."""
+
+    def __init__(self, n_rows: int, num_generations: int, per_batch: int, repeat: int, seed: int):
+        self.n, self.g, self.per_batch, self.repeat, self.seed = n_rows, num_generations, per_batch, repeat, seed
+        self.epoch = 0
+
+    def __iter__(self):
+        gen = torch.Generator().manual_seed(self.seed + self.epoch)
+        self.epoch += 1
+        order = torch.randperm(self.n, generator=gen).tolist()
+        for start in range(0, self.n - self.per_batch + 1, self.per_batch):
+            chunk = order[start:start + self.per_batch]
+            for _ in range(self.repeat):
+                yield from (i for i in chunk for _ in range(self.g))
+
+    def __len__(self) -> int:
+        return (self.n // self.per_batch) * self.per_batch * self.g * self.repeat
+
+
+class GrpoTrainer(SwiftlikeTrainer):
+    def __init__(self, *a, grpo_args, rollout: RolloutWorker, reward_funcs: dict, ref_model=None,
+                 run_dir: Path | None = None, **kw):
+        super().__init__(*a, **kw)
+        self.g = grpo_args
+        self.rollout = rollout
+        self.reward_funcs = reward_funcs
+        self.ref_model = ref_model
+        self.run_dir = run_dir
+        self.loss_is_scaled_for_ga = False  # the Trainer divides by accumulation steps (dapo undoes it)
+        self._buffer: list[dict] = []
+        self._calls = 0
+        self._last_synced_step = -1
+        self._metrics: dict[str, list[float]] = defaultdict(list)
+
+    # ------------------------------------------------------------------ data
+    def get_train_dataloader(self) -> DataLoader:
+        spg = self.g.steps_per_generation
+        gen_batch = self.args.per_device_train_batch_size * spg
+        sampler = RepeatSampler(len(self.train_dataset), self.g.num_generations, gen_batch // self.g.num_generations,
+                                spg * self.g.num_iterations, self.args.seed)
+        return DataLoader(self.train_dataset, batch_size=gen_batch, sampler=sampler, collate_fn=list,
+                          num_workers=0)
+
+    # ------------------------------------------------------------------ generation and scoring
+    def _prepare_inputs(self, rows):
+        spg = self.g.steps_per_generation
+        if self._calls % (spg * self.g.num_iterations) == 0:
+            self._buffer = self._generate_and_score(rows)
+        batch = self._buffer[self._calls % spg]
+        self._calls += 1
+        return batch
+
+    def _timed(self, key: str, start: float) -> None:
+        self._metrics[f"timing/{key}"].append(time.time() - start)
+
+    @torch.no_grad()
+    def _generate_and_score(self, rows: list[dict]) -> list[dict]:
+        model = self.model
+        if self.rollout.needs_sync and self._last_synced_step != self.state.global_step:
+            for k, v in self.rollout.sync(self.accelerator.unwrap_model(model)).items():
+                self._metrics[k].append(v)
+            self._last_synced_step = self.state.global_step
+        t = time.time()
+        rollouts = self.rollout.generate(rows, model)
+        self._timed("generate", t)
+
+        t = time.time()
+        rewards, per_func = self._rewards(rollouts)
+        advantages, group_std = group_advantages(rewards, self.g.num_generations, self.g.scale_rewards)
+        self._timed("reward", t)
+        self._log_rollout_metrics(rollouts, rewards, per_func, group_std)
+        if self.g.log_completions and self.run_dir is not None and self.accelerator.is_main_process:
+            self._write_completions(rollouts, rewards, advantages)
+
+        micro = self.args.per_device_train_batch_size
+        t = time.time()
+        batches = []
+        for s in range(self.g.steps_per_generation):
+            part = rollouts[s * micro:(s + 1) * micro]
+            batch = self._tensorize(part)
+            batch["advantages"] = advantages[s * micro:(s + 1) * micro].to(self.args.device)
+            # The policy's own log-probs at sampling time, without dropout: the PPO "old" policy when the batch
+            # is reused (otherwise the loss uses the current log-probs detached), and the training side of
+            # the mismatch metrics.
+            model.eval()
+            try:
+                batch["old_logps"] = self._logps(model, batch)
+                if self.g.beta > 0:
+                    batch["ref_logps"] = self._ref_logps(batch)
+            finally:
+                model.train()
+            batches.append(batch)
+        self._timed("logps", t)
+        # dapo: the normaliser is the completion-token count of one optimizer step's micro-batches
+        ga = self.args.gradient_accumulation_steps
+        for start in range(0, len(batches), ga):
+            window = batches[start:start + ga]
+            tokens = sum(int(b["completion_mask"].sum()) for b in window)
+            for b in window:
+                b["num_items_in_batch"] = tokens
+        return batches
+
+    def _rewards(self, rollouts: list[Rollout]):
+        columns: dict[str, list] = defaultdict(list)
+        keys = {k for r in rollouts for k in r.row if k != "messages"}
+        for r in rollouts:
+            for k in keys:
+                columns[k].append(r.row.get(k))
+        columns["completion_ids"] = [r.completion_ids for r in rollouts]
+        columns["completion_lengths"] = [len(r.completion_ids) for r in rollouts]
+        columns["prompts"] = [r.row["messages"] for r in rollouts]
+        return combine_rewards(self.reward_funcs, self.g.reward_weights, [r.text for r in rollouts], **columns)
+
+    def _tensorize(self, part: list[Rollout]) -> dict:
+        pad = self.processing_class.pad_token_id
+        seqs = [r.prompt_ids + r.completion_ids for r in part]
+        width = max(len(s) for s in seqs)
+        ids = torch.full((len(part), width), pad, dtype=torch.long)
+        attn = torch.zeros((len(part), width), dtype=torch.long)
+        cmask = torch.zeros((len(part), width - 1), dtype=torch.bool)  # aligned with ids[:, 1:]
+        rollout_lp = torch.zeros((len(part), width - 1), dtype=torch.float32)
+        have_lp = all(r.rollout_logps is not None for r in part)
+        for i, (r, s) in enumerate(zip(part, seqs)):
+            ids[i, :len(s)] = torch.tensor(s)
+            attn[i, :len(s)] = 1
+            p, c = len(r.prompt_ids), len(r.completion_ids)
+            cmask[i, p - 1:p - 1 + c] = True
+            if have_lp:
+                rollout_lp[i, p - 1:p - 1 + c] = torch.tensor(r.rollout_logps)
+        dev = self.args.device
+        return {"input_ids": ids.to(dev), "attention_mask": attn.to(dev), "completion_mask": cmask.to(dev),
+                "rollout_logps": rollout_lp.to(dev) if have_lp else None}
+
+    def _logps(self, model, batch: dict) -> torch.Tensor:
+        """Per-token log-probs (batch, seq-1) of the next tokens under vLLM's sampling distribution."""
+        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False).logits
+        return selected_logps(logits[:, :-1], batch["input_ids"][:, 1:], self.g.temperature, self.g.top_k,
+                              self.g.top_p)
+
+    def _ref_logps(self, batch: dict) -> torch.Tensor:
+        if self.ref_model is not None:
+            return self._logps(self.ref_model, batch)
+        with self.accelerator.unwrap_model(self.model).disable_adapter():
+            return self._logps(self.model, batch)
+
+    # ------------------------------------------------------------------ loss
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        t = time.time()
+        logps = self._logps(model, inputs)
+        mask = inputs["completion_mask"]
+        at_rollout = inputs["old_logps"]
+        reused = self.g.num_iterations > 1 or self.g.steps_per_generation > self.args.gradient_accumulation_steps
+        old = at_rollout if reused else logps.detach()
+        is_weights = None
+        rollout_lp = inputs["rollout_logps"]
+        if rollout_lp is not None:
+            mode = self.g.rollout_importance_sampling_mode
+            thr = self.g.rollout_importance_sampling_threshold
+            for k, v in mismatch_metrics(at_rollout, rollout_lp, mask, mode=mode, threshold=thr).items():
+                self._metrics[f"rollout_correction/{k}"].append(float(v))
+            if mode is not None:
+                is_weights, _, _ = rollout_is_weights(at_rollout, rollout_lp, mask, mode=mode, threshold=thr)
+        loss, metrics = policy_loss(
+            logps, old, inputs["advantages"], mask, loss_type=self.g.loss_type, epsilon_low=self.g.epsilon,
+            epsilon_high=self.g.epsilon_high, importance_sampling_level=self.g.importance_sampling_level,
+            ref_logps=inputs.get("ref_logps"), beta=self.g.beta, max_completion_length=self.g.max_completion_length,
+            rollout_is_weights=is_weights, num_items_in_batch=inputs["num_items_in_batch"],
+            num_processes=self.accelerator.num_processes)
+        if self.g.loss_type == "dapo":  # its normaliser already covers the whole step
+            loss = loss * self.current_gradient_accumulation_steps
+        for k, v in metrics.items():
+            self._metrics[k].append(float(v))
+        self._timed("train_forward", t)
+        return loss
+
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        t = time.time()
+        out = super().training_step(model, inputs, num_items_in_batch)
+        self._timed("train", t)
+        return out
+
+    # ------------------------------------------------------------------ logging
+    def _log_rollout_metrics(self, rollouts, rewards, per_func, group_std) -> None:
+        m = self._metrics
+        m["reward"].append(float(rewards.mean()))
+        m["reward_std"].append(float(rewards.std()) if rewards.numel() > 1 else 0.0)
+        m["frac_reward_zero_std"].append(float((group_std == 0).float().mean()))
+        for name, vals in per_func.items():
+            m[f"rewards/{name}/mean"].append(float(torch.nanmean(vals)))
+            m[f"rewards/{name}/std"].append(float(vals[~vals.isnan()].std()) if (~vals.isnan()).sum() > 1 else 0.0)
+        lengths = torch.tensor([len(r.completion_ids) for r in rollouts], dtype=torch.float32)
+        m["completions/mean_length"].append(float(lengths.mean()))
+        m["completions/min_length"].append(float(lengths.min()))
+        m["completions/max_length"].append(float(lengths.max()))
+        clipped = [r.finish_reason == "length" for r in rollouts]
+        m["completions/clipped_ratio"].append(sum(clipped) / len(clipped))
+
+    def _write_completions(self, rollouts, rewards, advantages) -> None:
+        with (self.run_dir / "completions.jsonl").open("a", encoding="utf-8") as f:
+            for r, rew, adv in zip(rollouts, rewards.tolist(), advantages.tolist()):
+                f.write(json.dumps({"step": self.state.global_step, "prompt": r.row["messages"][-1]["content"],
+                                    "completion": r.text, "reward": rew, "advantage": adv},
+                                   ensure_ascii=False) + "\n")
+
+    def log(self, logs: dict, start_time: float | None = None) -> None:
+        if "loss" in logs:  # a training log: attach the averaged GRPO metrics since the last one
+            for k, vals in self._metrics.items():
+                if vals:
+                    logs[k] = sum(vals) / len(vals)
+            self._metrics.clear()
+        super().log(logs, start_time)
+
+
+def make_ref_model(model, beta: float, tuner_type: str):
+    """A frozen copy for full training with beta > 0; LoRA uses the base with adapters disabled."""
+    if beta == 0 or tuner_type == "lora":
+        return None
+    ref = copy.deepcopy(model).eval()
+    for p in ref.parameters():
+        p.requires_grad_(False)
+    return ref

@@ -1,0 +1,142 @@
+"""GRPO rollout: sample completions through the InferEngine interface and keep the engine in step with the trainer.
+
+Placement is explicit (`--use_vllm`, `--vllm_mode`): `pt` generates with the training model itself (shared
+weights, nothing to sync); `colocate` runs an in-process vLLM engine that receives either the merged weights
+(`update_weights`) or, with `--vllm_enable_lora`, only the LoRA adapter, saved and loaded under a new id.
+"""
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..infer.protocol import InferRequest, RequestConfig
+from ..utils import get_logger
+
+logger = get_logger("swiftlike.rl")
+
+POLICY_ADAPTER = "grpo_policy"
+
+
+@dataclass
+class Rollout:
+    """One sampled completion and what the engine reported about it."""
+
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    text: str
+    finish_reason: str
+    rollout_logps: list[float] | None  # the engine's per-token log-probs of the sampled tokens
+    row: dict = field(default_factory=dict)  # the dataset row (messages, solution, ...)
+
+
+def request_config(args) -> RequestConfig:
+    return RequestConfig(max_tokens=args.max_completion_length, temperature=args.temperature, top_p=args.top_p,
+                         top_k=args.top_k, repetition_penalty=args.repetition_penalty, n=1, logprobs=True)
+
+
+def _stripped_state(model) -> list[tuple[str, object]]:
+    """HF names of the model's weights, LoRA merged in (PEFT renames wrapped weights to *.base_layer.*)."""
+    from peft import PeftModel
+    if isinstance(model, PeftModel):
+        base = model.get_base_model()
+        return [(n.replace(".base_layer.", "."), p.detach()) for n, p in base.named_parameters()
+                if "lora_" not in n and "modules_to_save" not in n]
+    return [(n, p.detach()) for n, p in model.named_parameters()]
+
+
+class RolloutWorker:
+    """Owns the engine; `generate` samples, `sync` pushes the trainer's current weights to it."""
+
+    def __init__(self, args, resolved, template, model):
+        self.args = args
+        self.template = template
+        self.lora_sync = bool(args.use_vllm and args.vllm_enable_lora)
+        self._sync_dir: Path | None = None
+        self._old_dirs: list[Path] = []
+        if args.use_vllm:
+            from ..infer.engine.vllm_engine import VllmEngine, VllmOptions
+            max_len = args.vllm_max_model_len or (args.max_length or 1024) + args.max_completion_length
+            opts = VllmOptions(gpu_memory_utilization=args.vllm_gpu_memory_utilization, max_model_len=max_len,
+                               enforce_eager=args.vllm_enforce_eager, enable_lora=self.lora_sync,
+                               max_lora_rank=args.vllm_max_lora_rank, torch_dtype=args.torch_dtype, seed=args.seed,
+                               logprobs_mode="processed_logprobs")
+            self.engine = VllmEngine(resolved, template, opts)
+        else:
+            from ..infer.engine.pt_engine import PtEngine
+            # The training model itself: its weights are the policy's at every step, so no sync is needed.
+            self.engine = PtEngine(resolved, template, model=model, max_batch_size=64)
+
+    @property
+    def needs_sync(self) -> bool:
+        return self.args.use_vllm
+
+    def generate(self, rows: list[dict], model=None) -> list[Rollout]:
+        """One completion per row (rows already repeated num_generations times)."""
+        config = request_config(self.args)
+        adapter = POLICY_ADAPTER if self.lora_sync and POLICY_ADAPTER in self.engine.adapters else None
+        requests = [InferRequest(messages=_prompt_messages(r), adapter=adapter) for r in rows]
+        was_training = model is not None and model.training
+        if was_training:
+            model.eval()  # pt engine: no dropout while sampling
+        try:
+            responses = self.engine.infer(requests, config)
+        finally:
+            if was_training:
+                model.train()
+        out = []
+        for row, resp in zip(rows, responses):
+            c = resp.choices[0]
+            logps = [t.logprob for t in c.logprobs] if c.logprobs is not None else None
+            out.append(Rollout(list(resp.prompt_token_ids), list(c.token_ids), c.text, c.finish_reason, logps, row))
+        return out
+
+    def sync(self, model) -> dict[str, float]:
+        """Push the trainer's weights; returns sync/bytes and sync/seconds."""
+        if not self.needs_sync:
+            return {}
+        import torch
+        start = time.time()
+        if self.lora_sync:
+            path = Path(tempfile.mkdtemp(prefix="swiftlike-grpo-lora-"))
+            model.save_pretrained(str(path))
+            nbytes = sum(f.stat().st_size for f in path.rglob("*.safetensors"))
+            # Same name, new LoRA id: vLLM loads the new files on the next request that names it.
+            self.engine.add_adapter(POLICY_ADAPTER, str(path))
+            self._retire(path)
+        else:
+            merged = hasattr(model, "merge_adapter")
+            if merged:
+                model.merge_adapter()
+            try:
+                with torch.no_grad():
+                    tensors = [(n, t.clone()) for n, t in _stripped_state(model)]
+            finally:
+                if merged:
+                    model.unmerge_adapter()
+            nbytes = sum(t.numel() * t.element_size() for _, t in tensors)
+            self.engine.update_weights(tensors)
+        return {"sync/bytes": float(nbytes), "sync/seconds": time.time() - start}
+
+    def _retire(self, path: Path) -> None:
+        """Keep the last two adapter dirs (vLLM may still read the previous one lazily)."""
+        self._old_dirs.append(path)
+        while len(self._old_dirs) > 2:
+            shutil.rmtree(self._old_dirs.pop(0), ignore_errors=True)
+
+    def close(self) -> None:
+        for d in self._old_dirs:
+            shutil.rmtree(d, ignore_errors=True)
+        self._old_dirs = []
+        if self.args.use_vllm:
+            self.engine.close()
+
+
+def _prompt_messages(row: dict) -> list[dict]:
+    messages = row.get("messages")
+    if not messages or messages[-1].get("role") != "user":
+        raise ValueError("a GRPO dataset row needs `messages` ending in a user turn (the prompt); got "
+                         f"{str(row)[:200]}")
+    return messages
