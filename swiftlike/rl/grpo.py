@@ -11,7 +11,8 @@ from ..template import get_template
 from ..train.checkpoint import latest_checkpoint
 from ..train.data import EncodeStats, ListDataset
 from ..train.outputs import JsonlLog, save_args
-from ..train.sft import TrainResult, _checkpoint_extras, _load_split, _shared_run_dir, _training_arguments
+from ..train.run_setup import checkpoint_args_writer, load_train_val_rows, shared_run_dir, training_arguments
+from ..train.sft import TrainResult
 from ..utils import get_logger
 
 logger = get_logger("swiftlike.rl")
@@ -49,13 +50,13 @@ def train_grpo(args: RlhfArguments) -> TrainResult:
     resolved = resolve_model(args.model, args.model_type, args.use_hf, args.model_revision)
     tokenizer = load_tokenizer(resolved)
     template = get_template(args.template or resolved.meta.template, tokenizer, args.system)
-    rows = _prompt_rows(_load_split(args)[0])
+    rows = _prompt_rows(load_train_val_rows(args)[0])
     gen_prompts = args.per_device_train_batch_size * args.steps_per_generation // args.num_generations
     if len(rows) < gen_prompts:
         raise ValueError(f"{len(rows)} prompts, fewer than the {gen_prompts} one generation batch needs")
 
-    training_args = _training_arguments(args, Path(args.output_dir or "output"), has_eval=False)
-    run_dir = _shared_run_dir(args, training_args, resolved)
+    training_args = training_arguments(args, Path(args.output_dir or "output"), has_eval=False)
+    run_dir = shared_run_dir(args, training_args, resolved)
     training_args.output_dir = str(run_dir)
     training_args.include_num_input_tokens_seen = "no"  # batches are rollouts, not input_ids the Trainer can count
     log = JsonlLog(run_dir) if training_args.process_index == 0 else None
@@ -69,7 +70,7 @@ def train_grpo(args: RlhfArguments) -> TrainResult:
     callback = RunLogCallback(run_dir, log)
     trainer = GrpoTrainer(model=model, args=training_args, train_dataset=ListDataset(rows),
                           processing_class=tokenizer, callbacks=[callback],
-                          checkpoint_extras=_checkpoint_extras(saved_args), grpo_args=args, rollout=rollout,
+                          checkpoint_extras=checkpoint_args_writer(saved_args), grpo_args=args, rollout=rollout,
                           reward_funcs=reward_funcs, ref_model=ref_model, run_dir=run_dir)
     try:
         trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)

@@ -8,13 +8,14 @@ from pathlib import Path
 
 from ..arguments import parse_args
 from ..arguments.train_args import PtArguments, TrainArguments
-from ..model import ResolvedModel, default_device, load_tokenizer, resolve_model
+from ..model import default_device, load_tokenizer, resolve_model
 from ..template import get_template
-from ..utils import atomic_write_json, get_logger
+from ..utils import get_logger
 from .checkpoint import latest_checkpoint
 from .data import EncodeStats, ListDataset, PackedCollator, PaddingCollator, encode_rows, pack_samples
 from .launch import relaunch_with_torchrun, wants_torchrun
-from .outputs import ARGS_FILE, JsonlLog, new_run_dir, save_args
+from .outputs import JsonlLog, save_args
+from .run_setup import checkpoint_args_writer, load_train_val_rows, shared_run_dir, training_arguments
 
 logger = get_logger("swiftlike.train")
 
@@ -51,15 +52,6 @@ class TrainResult:
         return "\n".join(lines)
 
 
-def _load_split(args: TrainArguments) -> tuple[list[dict], list[dict]]:
-    from ..dataset import load_dataset, split_dataset
-    rows = load_dataset(args.dataset, seed=args.seed, model_name=args.model_name, model_author=args.model_author,
-                        use_hf=args.use_hf)
-    train, val = split_dataset(rows, args.split_dataset_ratio, args.seed)
-    if args.val_dataset:
-        val += load_dataset(args.val_dataset, seed=args.seed, model_name=args.model_name,
-                            model_author=args.model_author, use_hf=args.use_hf)
-    return train, val
 
 
 def _encode(args: TrainArguments, rows: list[dict], template, what: str) -> tuple[list[dict], EncodeStats]:
@@ -74,51 +66,10 @@ def _encode(args: TrainArguments, rows: list[dict], template, what: str) -> tupl
     return samples, stats
 
 
-def _training_arguments(args: TrainArguments, run_dir: Path, has_eval: bool):
-    from transformers import TrainingArguments
-    on_cpu = default_device() == "cpu"
-    return TrainingArguments(
-        output_dir=str(run_dir), seed=args.seed, data_seed=args.seed,
-        learning_rate=args.learning_rate, num_train_epochs=args.num_train_epochs, max_steps=args.max_steps,
-        per_device_train_batch_size=args.per_device_train_batch_size,
-        per_device_eval_batch_size=args.per_device_eval_batch_size,
-        gradient_accumulation_steps=args.gradient_accumulation_steps,
-        warmup_steps=args.warmup_steps if args.warmup_steps > 0 else args.warmup_ratio,  # < 1 means a ratio
-        lr_scheduler_type=args.lr_scheduler_type, weight_decay=args.weight_decay,
-        adam_beta1=args.adam_beta1, adam_beta2=args.adam_beta2, max_grad_norm=args.max_grad_norm, optim=args.optim,
-        logging_steps=args.logging_steps, logging_first_step=True, save_strategy="steps", save_steps=args.save_steps,
-        save_total_limit=args.save_total_limit, save_only_model=args.save_only_model,
-        eval_strategy="steps" if has_eval else "no", eval_steps=args.eval_steps if has_eval else None,
-        metric_for_best_model="loss" if has_eval else None, greater_is_better=False if has_eval else None,
-        gradient_checkpointing=args.gradient_checkpointing,
-        gradient_checkpointing_kwargs={"use_reentrant": False} if args.gradient_checkpointing else None,
-        bf16=args.torch_dtype == "bfloat16", fp16=args.torch_dtype == "float16",
-        dataloader_num_workers=args.dataloader_num_workers, remove_unused_columns=False,
-        dataloader_pin_memory=not on_cpu,
-        report_to=args.report_to or "none",
-        deepspeed=args.deepspeed_config(), ddp_timeout=args.ddp_timeout,
-        # On CPU, accelerate forms a torchrun process group only when told it is a CPU run.
-        use_cpu=on_cpu, ddp_backend=args.ddp_backend, ddp_find_unused_parameters=False,
-        # packed rows have no padding, and counting "non-padding" there would skip real tokens equal to the pad id
-        include_num_input_tokens_seen="all" if args.packing else "non_padding",
-    )
 
 
-def _shared_run_dir(args: TrainArguments, training_args, resolved: ResolvedModel) -> Path:
-    """Rank 0 picks the versioned directory; the other processes are told its name."""
-    output_dir = args.output_dir or str(Path("output") / Path(resolved.model_id.rstrip("/")).name)
-    name = [str(new_run_dir(output_dir, args.add_version)) if training_args.process_index == 0 else None]
-    if training_args.world_size > 1:
-        import torch.distributed as dist
-        dist.broadcast_object_list(name, src=0)
-    return Path(name[0])
 
 
-def _checkpoint_extras(saved_args: dict):
-    """Each checkpoint carries the run's args.json, so infer/export/resume can use it on its own."""
-    def write(checkpoint: Path) -> None:
-        atomic_write_json(checkpoint / ARGS_FILE, saved_args)
-    return write
 
 
 def train(args: TrainArguments) -> TrainResult:
@@ -133,7 +84,7 @@ def train(args: TrainArguments) -> TrainResult:
     resolved = resolve_model(args.model, args.model_type, args.use_hf, args.model_revision)
     tokenizer = load_tokenizer(resolved)
     template = get_template(args.template or resolved.meta.template, tokenizer, args.system)
-    train_rows, val_rows = _load_split(args)
+    train_rows, val_rows = load_train_val_rows(args)
     train_samples, stats = _encode(args, train_rows, template, "train")
     val_samples = _encode(args, val_rows, template, "validation")[0] if val_rows else []
     collator = PaddingCollator(tokenizer.pad_token_id)
@@ -145,8 +96,8 @@ def train(args: TrainArguments) -> TrainResult:
                     args.max_length)
 
     # The run directory's name is agreed over the process group, which TrainingArguments sets up.
-    training_args = _training_arguments(args, Path(args.output_dir or "output"), bool(val_samples))
-    run_dir = _shared_run_dir(args, training_args, resolved)
+    training_args = training_arguments(args, Path(args.output_dir or "output"), bool(val_samples))
+    run_dir = shared_run_dir(args, training_args, resolved)
     training_args.output_dir = str(run_dir)
     if args.logging_dir is not None:
         os.environ["TENSORBOARD_LOGGING_DIR"] = args.logging_dir
@@ -165,7 +116,7 @@ def train(args: TrainArguments) -> TrainResult:
     trainer = SwiftlikeTrainer(model=model, args=training_args, train_dataset=ListDataset(train_samples),
                                eval_dataset=ListDataset(val_samples) if val_samples else None,
                                data_collator=collator, processing_class=tokenizer, callbacks=[callback],
-                               checkpoint_extras=_checkpoint_extras(saved_args))
+                               checkpoint_extras=checkpoint_args_writer(saved_args))
     trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
     best = trainer.state.best_model_checkpoint
     return TrainResult(run_dir=run_dir, last_checkpoint=latest_checkpoint(run_dir),
