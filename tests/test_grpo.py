@@ -20,18 +20,21 @@ def text_length(completions, **kwargs):
 '''
 COMMON = ["--model", TINY, "--dataset", "swiftlike/arithmetic#16", "--reward_funcs", "format_hash", "text_length",
           "--num_generations", "4", "--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "2",
-          "--max_completion_length", "16", "--max_steps", "2", "--logging_steps", "1", "--report_to", "none",
+          "--max_completion_length", "16", "--logging_steps", "1", "--report_to", "none",
           "--gradient_checkpointing", "false", "--learning_rate", "5e-2", "--save_steps", "100",
           "--torch_dtype", "float32", "--lora_dropout", "0"]
 
 
-def rlhf(tmp_path, *extra):
+FILTERED = ["--temperature", "0.7", "--top_p", "0.9", "--top_k", "20"]
+
+
+def rlhf(tmp_path, *extra, steps: int = 2):
     plugin = tmp_path / "plugin.py"
     plugin.write_text(PLUGIN)
     env = {**os.environ, "SWIFTLIKE_OFFLINE": "1", "OMP_NUM_THREADS": "1", "VLLM_CPU_KVCACHE_SPACE": "1",
            "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
     argv = ["rlhf", "--rlhf_type", "grpo", *COMMON, "--external_plugins", str(plugin),
-            "--output_dir", str(tmp_path / "out"), *extra]
+            "--output_dir", str(tmp_path / "out"), "--max_steps", str(steps), *extra]
     result = subprocess.run([sys.executable, "-m", "swiftlike.cli.main", *argv], env=env, capture_output=True,
                             text=True, timeout=900)
     assert result.returncode == 0, result.stderr[-4000:]
@@ -65,13 +68,45 @@ def test_grpo_pt_rollout_logs_rewards_and_metrics(tmp_path):
     assert len(lines) == 2 * 8 and "completion" in json.loads(lines[0])
 
 
-def test_grpo_colocate_vllm_lora_sync_matches_trainer(tmp_path):
-    steps, _ = rlhf(tmp_path, "--use_vllm", "true", "--vllm_enable_lora", "true")
-    assert [e["step"] for e in steps] == [1, 2]
-    first, second = steps
-    assert first["grad_norm"] > 0
-    assert second["sync/bytes"] > 0 and "sync/seconds" in second
-    # step 2 sampled right after syncing the adapter trained at step 1: the policy moved away from the
-    # reference (kl > 0), and vLLM's log-probs of its samples equal the trainer's (fp32)
-    assert second["kl"] > 1e-3
-    assert second["rollout_correction/k3_kl"] < 1e-4
+@pytest.fixture(scope="module")
+def lora_sync_run(tmp_path_factory):
+    return rlhf(tmp_path_factory.mktemp("lora"), "--use_vllm", "true", "--vllm_enable_lora", "true", steps=3)
+
+
+@pytest.fixture(scope="module")
+def full_sync_run(tmp_path_factory):
+    # full fine-tuning, so every weight is pushed to vLLM; beta > 0 keeps a frozen reference copy
+    return rlhf(tmp_path_factory.mktemp("full"), "--use_vllm", "true", "--tuner_type", "full",
+                "--learning_rate", "1e-3", *FILTERED, steps=3)
+
+
+def assert_engine_follows_trainer(steps):
+    """Each step samples right after syncing the previous step's weights: the policy has moved away from
+    the reference (kl > 0), yet vLLM's log-probs of its samples equal the trainer's (fp32)."""
+    assert [e["step"] for e in steps] == [1, 2, 3]
+    assert steps[0]["grad_norm"] > 0
+    for e in steps[1:]:
+        assert e["sync/bytes"] > 0 and e["sync/seconds"] > 0
+        assert e["kl"] > 1e-4, e
+        assert e["rollout_correction/k3_kl"] < 1e-4, e
+        assert abs(e["rollout_correction/is_weight_mean"] - 1) < 1e-2, e
+
+
+def test_grpo_colocate_vllm_lora_sync_matches_trainer(lora_sync_run):
+    assert_engine_follows_trainer(lora_sync_run[0])
+
+
+def test_grpo_colocate_vllm_lora_sync_with_top_p_top_k(tmp_path):
+    """Truncated sampling: the trainer renormalises over the same kept set, so the gap stays at rounding."""
+    steps, _ = rlhf(tmp_path, "--use_vllm", "true", "--vllm_enable_lora", "true", *FILTERED, steps=3)
+    assert_engine_follows_trainer(steps)
+
+
+def test_grpo_colocate_vllm_full_sync_with_top_p_top_k(full_sync_run):
+    assert_engine_follows_trainer(full_sync_run[0])
+
+
+def test_lora_only_sync_moves_under_5_percent_of_full_sync(lora_sync_run, full_sync_run):
+    lora = lora_sync_run[0][-1]["sync/bytes"]
+    full = full_sync_run[0][-1]["sync/bytes"]
+    assert lora < 0.05 * full, (lora, full)
