@@ -146,14 +146,14 @@ class GrpoTrainer(SwiftlikeTrainer):
     def _dynamic_sample(self, rollouts: list[Rollout], rewards: torch.Tensor, per_func: dict):
         """DAPO dynamic sampling: up to --max_resample_times rounds of fresh prompts replace zero-std groups.
 
-        Extra prompts are a seeded random draw from the train dataset (not the sampler's epoch order, which
-        the Trainer owns), so a run is reproducible. Whole groups are kept or dropped, in pool order.
+        Extra prompts are a seeded random draw of distinct train-set rows (not the sampler's epoch order,
+        which the Trainer owns), so a run is reproducible (a resumed one draws afresh). Whole groups are kept or dropped, in pool order.
         """
         g, needed = self.g.num_generations, len(rollouts) // self.g.num_generations
         pool, pool_rewards, pool_funcs = list(rollouts), [rewards], [per_func]
         rounds = 0
         while rounds < self.g.max_resample_times and int(groups_with_signal(torch.cat(pool_rewards), g).sum()) < needed:
-            picks = torch.randint(len(self.train_dataset), (needed,), generator=self._resample_gen).tolist()
+            picks = torch.randperm(len(self.train_dataset), generator=self._resample_gen)[:needed].tolist()
             more, more_rewards, more_funcs = self._generate_scored([self.train_dataset[i] for i in picks
                                                                     for _ in range(g)])
             pool += more
