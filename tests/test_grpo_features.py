@@ -116,7 +116,6 @@ def tiny_reward_model(tmp_path_factory):
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     from swiftlike.model import resolve_model
-    os.environ["SWIFTLIKE_OFFLINE"] = "1"
     src = resolve_model(TINY).model_dir
     out = tmp_path_factory.mktemp("rm") / "tiny_rm"
     torch.manual_seed(0)
