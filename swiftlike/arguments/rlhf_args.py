@@ -31,7 +31,16 @@ class GrpoArguments:
                                            "--gradient_accumulation_steps.")
     reward_funcs: list[str] = arg([], "Reward functions by name: accuracy, format, format_hash, cosine, repetition, "
                                   "soft_overlong, or names registered in --external_plugins.")
-    reward_weights: list[float] | None = arg(None, "One weight per --reward_funcs entry; default 1.0 each.")
+    reward_weights: list[float] | None = arg(None, "One weight per reward: the --reward_funcs entries, then the "
+                                             "--reward_model entries (ms-swift's order); default 1.0 each.")
+    reward_model: list[str] = arg([], "Sequence-classification reward models (local dir or model id, resolved like "
+                                  "--model); each scores prompt + completion and adds one reward column.")
+    dynamic_sample: bool = arg(False, "DAPO dynamic sampling: replace groups whose rewards are all equal (no "
+                               "advantage signal) with groups of freshly drawn prompts.")
+    max_resample_times: int = arg(3, "Most extra generation rounds per batch under --dynamic_sample; groups "
+                                  "still missing are filled with the zero-std ones so the batch size is fixed.")
+    overlong_filter: bool = arg(False, "DAPO overlong filtering: completions cut at --max_completion_length "
+                                "(finish_reason length) are left out of the loss.")
     external_plugins: list[str] = arg([], "Python files imported first, e.g. to register reward functions.")
     log_completions: bool = arg(False, "Write prompts, completions and rewards to completions.jsonl in the run dir.")
     # reward function parameters
@@ -63,7 +72,20 @@ class RolloutArguments:
         None, "Reweight the loss by pi_train / pi_rollout, bounded by the threshold; default off.")
     rollout_importance_sampling_threshold: float = arg(2.0, "Upper bound of the rollout IS weights.")
     log_rollout_offpolicy_metrics: bool = arg(False, "Log training-inference mismatch metrics (rollout_correction/*) "
-                                              "even without --rollout_importance_sampling_mode.")
+                                              "even without --rollout_importance_sampling_mode (with a mode set "
+                                              "they are always logged).")
+    off_policy_sequence_mask_delta: float | None = arg(
+        None, "DeepSeek-V3.2 off-policy sequence mask: drop from the loss negative-advantage sequences whose mean "
+        "(rollout logp - current logp) exceeds this many nats; default off.")
+    vllm_tensor_parallel_size: int = arg(1, "Tensor-parallel size of the colocated vLLM engine (GPU only; on CPU "
+                                         "the engine always runs with 1).")
+    sleep_level: Literal[0, 1, 2] = arg(0, "Put the colocated vLLM engine to sleep during training (vLLM sleep "
+                                        "mode, CUDA only): 1 frees the KV cache and offloads weights, 2 also "
+                                        "drops the weights (needs merged-weight sync, not --vllm_enable_lora).")
+    offload_model: bool = arg(False, "Move the training model to CPU while vLLM generates (CUDA and "
+                              "--use_vllm only).")
+    offload_optimizer: bool = arg(False, "Move the optimizer state to CPU while vLLM generates (CUDA and "
+                                  "--use_vllm only).")
 
 
 @dataclass
@@ -80,11 +102,14 @@ class RlhfArguments(TrainArguments, GrpoArguments, RolloutArguments):
             self.steps_per_generation = self.gradient_accumulation_steps
 
     def _check_grpo(self) -> None:
-        if not self.reward_funcs:
-            raise ValueError("--reward_funcs is required for grpo, e.g. --reward_funcs accuracy format")
-        if self.reward_weights is not None and len(self.reward_weights) != len(self.reward_funcs):
+        if not self.reward_funcs and not self.reward_model:
+            raise ValueError("--reward_funcs is required for grpo, e.g. --reward_funcs accuracy format "
+                             "(or a --reward_model)")
+        n_rewards = len(self.reward_funcs) + len(self.reward_model)
+        if self.reward_weights is not None and len(self.reward_weights) != n_rewards:
             raise ValueError(f"got {len(self.reward_weights)} --reward_weights for {len(self.reward_funcs)} "
-                             "--reward_funcs; give one weight per function")
+                             f"--reward_funcs + {len(self.reward_model)} --reward_model; give one weight per "
+                             "reward, functions first")
         for name in ("num_generations", "max_completion_length", "num_iterations"):
             if getattr(self, name) < 1:
                 raise ValueError(f"--{name} must be >= 1, got {getattr(self, name)}")
@@ -115,6 +140,15 @@ class RlhfArguments(TrainArguments, GrpoArguments, RolloutArguments):
             raise ValueError(f"--lora_rank {self.lora_rank} exceeds --vllm_max_lora_rank {self.vllm_max_lora_rank}")
         if self.rollout_importance_sampling_threshold <= 0:
             raise ValueError("--rollout_importance_sampling_threshold must be > 0")
+        if self.off_policy_sequence_mask_delta is not None and self.off_policy_sequence_mask_delta < 0:
+            raise ValueError(f"--off_policy_sequence_mask_delta must be >= 0, got {self.off_policy_sequence_mask_delta}")
+        if self.max_resample_times < 0:
+            raise ValueError(f"--max_resample_times must be >= 0, got {self.max_resample_times}")
+        if self.vllm_tensor_parallel_size < 1:
+            raise ValueError(f"--vllm_tensor_parallel_size must be >= 1, got {self.vllm_tensor_parallel_size}")
+        if self.sleep_level == 2 and self.vllm_enable_lora:
+            raise ValueError("--sleep_level 2 drops vLLM's base weights, which LoRA-only sync (--vllm_enable_lora "
+                             "true) never sends back; use --sleep_level 1 or merged-weight sync")
 
     def reward_params(self) -> dict:
         """The values `build_reward_funcs` hands to parameterised reward functions."""

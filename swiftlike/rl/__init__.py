@@ -6,7 +6,7 @@ correction: training-inference mismatch metrics, rollout IS weights, off-policy 
 sampling: vLLM's temperature / top-k / top-p distribution, to score tokens as vLLM sampled them.
 rewards / plugins: reward functions by name (--reward_funcs) and user files that register more.
 """
-from .advantages import group_advantages, groups_with_signal
+from .advantages import group_advantages, groups_with_signal, select_groups
 from .correction import (effective_sample_size, mismatch_metrics, off_policy_sequence_mask, rollout_is_weights,
                          sequence_log_ratio)
 from .losses import aggregate, importance_ratio, k3_kl, policy_loss
@@ -38,6 +38,7 @@ __all__ = [
     "off_policy_sequence_mask",
     "policy_loss",
     "rollout_is_weights",
+    "select_groups",
     "selected_logps",
     "sequence_log_ratio",
 ]

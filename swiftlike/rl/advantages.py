@@ -83,3 +83,20 @@ def groups_with_signal(rewards: torch.Tensor, num_generations: int) -> torch.Ten
     """
     grouped = _grouped(rewards, num_generations)
     return grouped.amax(dim=1) > grouped.amin(dim=1)
+
+
+def select_groups(has_signal: torch.Tensor, needed: int) -> list[int]:
+    """Group indices to train on after dynamic sampling: groups with signal first, in pool order.
+
+    `has_signal` covers every group generated for this batch (the original ones first, then each
+    resampling round's), and `needed` is the batch's group count. When fewer than `needed` groups
+    have signal, the batch is filled with zero-std groups, again in pool order, so its size never
+    changes. (ms-swift instead falls back to the whole original batch in that case, discarding what
+    resampling found; keeping the groups with signal wastes none of the extra generation.)
+    """
+    if has_signal.numel() < needed:
+        raise ValueError(f"{has_signal.numel()} groups cannot fill a batch of {needed}")
+    flags = has_signal.tolist()
+    with_signal = [i for i, s in enumerate(flags) if s]
+    without = [i for i, s in enumerate(flags) if not s]
+    return (with_signal + without)[:needed]

@@ -38,8 +38,9 @@ def train_grpo(args: RlhfArguments) -> TrainResult:
 
     from ..train.trainer import RunLogCallback
     from ..train.tuner import parameter_summary, prepare_model
-    from .grpo_trainer import GrpoTrainer, make_ref_model
+    from .grpo_trainer import GRPO_PLOTTED, GrpoTrainer, make_ref_model
     from .plugins import load_external_plugins
+    from .reward_model import load_reward_models
     from .rewards import build_reward_funcs
     from .rollout import RolloutWorker
 
@@ -47,6 +48,10 @@ def train_grpo(args: RlhfArguments) -> TrainResult:
     set_seed(args.seed)
     load_external_plugins(args.external_plugins)
     reward_funcs = build_reward_funcs(args.reward_funcs, **args.reward_params())
+    for name, reward_model in load_reward_models(args.reward_model, args.use_hf, args.torch_dtype).items():
+        if name in reward_funcs:
+            raise ValueError(f"--reward_model {name!r} has the name of a --reward_funcs entry; rename its directory")
+        reward_funcs[name] = reward_model  # after the functions: --reward_weights lists them in this order
     resolved = resolve_model(args.model, args.model_type, args.use_hf, args.model_revision)
     tokenizer = load_tokenizer(resolved)
     template = get_template(args.template or resolved.meta.template, tokenizer, args.system)
@@ -67,7 +72,7 @@ def train_grpo(args: RlhfArguments) -> TrainResult:
     logger.info("%s (%s); run directory %s", parameter_summary(model), args.tuner_type, run_dir)
     ref_model = make_ref_model(model, args.beta, args.tuner_type)
     rollout = RolloutWorker(args, resolved, template, model)
-    callback = RunLogCallback(run_dir, log)
+    callback = RunLogCallback(run_dir, log, GRPO_PLOTTED)
     trainer = GrpoTrainer(model=model, args=training_args, train_dataset=ListDataset(rows),
                           processing_class=tokenizer, callbacks=[callback],
                           checkpoint_extras=checkpoint_args_writer(saved_args), grpo_args=args, rollout=rollout,

@@ -17,13 +17,18 @@ from pathlib import Path
 import torch
 from torch.utils.data import DataLoader, Sampler
 
+from ..train.outputs import PLOTTED
 from ..train.trainer import SwiftlikeTrainer
-from .advantages import group_advantages
-from .correction import mismatch_metrics, rollout_is_weights
+from .advantages import group_advantages, groups_with_signal, select_groups
+from .correction import mismatch_metrics, off_policy_sequence_mask, rollout_is_weights
 from .losses import policy_loss
 from .rewards import combine_rewards
 from .rollout import Rollout, RolloutWorker
 from .sampling import selected_logps
+
+# The curves a GRPO run draws into images/ (patterns are matched against the logged keys).
+GRPO_PLOTTED = (*PLOTTED, "reward", "reward_std", "rewards/*/mean", "completions/mean_length", "kl",
+                "rollout_correction/k3_kl", "dynamic_sample/*", "timing/*")
 
 
 class RepeatSampler(Sampler):
@@ -61,6 +66,7 @@ class GrpoTrainer(SwiftlikeTrainer):
         self._calls = 0
         self._last_synced_step = -1
         self._metrics: dict[str, list[float]] = defaultdict(list)
+        self._resample_gen = torch.Generator().manual_seed(self.args.seed + 1)
 
     # ------------------------------------------------------------------ data
     def get_train_dataloader(self) -> DataLoader:
@@ -90,14 +96,10 @@ class GrpoTrainer(SwiftlikeTrainer):
             for k, v in self.rollout.sync(self.accelerator.unwrap_model(model)).items():
                 self._metrics[k].append(v)
             self._last_synced_step = self.state.global_step
-        t = time.time()
-        rollouts = self.rollout.generate(rows, model)
-        self._timed("generate", t)
-
-        t = time.time()
-        rewards, per_func = self._rewards(rollouts)
+        rollouts, rewards, per_func = self._generate_scored(rows)
+        if self.g.dynamic_sample:
+            rollouts, rewards, per_func = self._dynamic_sample(rollouts, rewards, per_func)
         advantages, group_std = group_advantages(rewards, self.g.num_generations, self.g.scale_rewards)
-        self._timed("reward", t)
         self._log_rollout_metrics(rollouts, rewards, per_func, group_std)
         if self.g.log_completions and self.run_dir is not None and self.accelerator.is_main_process:
             self._write_completions(rollouts, rewards, advantages)
@@ -107,7 +109,8 @@ class GrpoTrainer(SwiftlikeTrainer):
         batches = []
         for s in range(self.g.steps_per_generation):
             part = rollouts[s * micro:(s + 1) * micro]
-            batch = self._tensorize(part)
+            batch = {k: v.to(self.args.device) if v is not None else None
+                     for k, v in tensorize(part, self.processing_class.pad_token_id, self.g.overlong_filter).items()}
             batch["advantages"] = advantages[s * micro:(s + 1) * micro].to(self.args.device)
             # The policy's own log-probs at sampling time, without dropout: the PPO "old" policy when the batch
             # is reused (otherwise the loss uses the current log-probs detached), and the training side of
@@ -130,6 +133,43 @@ class GrpoTrainer(SwiftlikeTrainer):
                 b["num_items_in_batch"] = tokens
         return batches
 
+    def _generate_scored(self, rows: list[dict]):
+        t = time.time()
+        with self.rollout.memory.offloaded(self.model, self.optimizer):
+            rollouts = self.rollout.generate(rows, self.model)
+        self._timed("generate", t)
+        t = time.time()
+        rewards, per_func = self._rewards(rollouts)
+        self._timed("reward", t)
+        return rollouts, rewards, per_func
+
+    def _dynamic_sample(self, rollouts: list[Rollout], rewards: torch.Tensor, per_func: dict):
+        """DAPO dynamic sampling: up to --max_resample_times rounds of fresh prompts replace zero-std groups.
+
+        Extra prompts are a seeded random draw of distinct train-set rows (not the sampler's epoch order,
+        which the Trainer owns), so a run is reproducible (a resumed one draws afresh). Whole groups are kept or dropped, in pool order.
+        """
+        g, needed = self.g.num_generations, len(rollouts) // self.g.num_generations
+        pool, pool_rewards, pool_funcs = list(rollouts), [rewards], [per_func]
+        rounds = 0
+        while rounds < self.g.max_resample_times and int(groups_with_signal(torch.cat(pool_rewards), g).sum()) < needed:
+            picks = torch.randperm(len(self.train_dataset), generator=self._resample_gen)[:needed].tolist()
+            more, more_rewards, more_funcs = self._generate_scored([self.train_dataset[i] for i in picks
+                                                                    for _ in range(g)])
+            pool += more
+            pool_rewards.append(more_rewards)
+            pool_funcs.append(more_funcs)
+            rounds += 1
+        all_rewards = torch.cat(pool_rewards)
+        signal = groups_with_signal(all_rewards, g)
+        groups = select_groups(signal, needed)
+        index = torch.tensor([gi * g + k for gi in groups for k in range(g)])
+        self._metrics["dynamic_sample/rounds"].append(float(rounds))
+        self._metrics["dynamic_sample/resampled_groups"].append(float(sum(gi >= needed for gi in groups)))
+        self._metrics["dynamic_sample/zero_std_groups_kept"].append(float(sum(not signal[gi] for gi in groups)))
+        per_func = {name: torch.cat([f[name] for f in pool_funcs])[index] for name in per_func}
+        return [pool[i] for i in index.tolist()], all_rewards[index], per_func
+
     def _rewards(self, rollouts: list[Rollout]):
         columns: dict[str, list] = defaultdict(list)
         keys = {k for r in rollouts for k in r.row if k != "messages"}
@@ -140,26 +180,6 @@ class GrpoTrainer(SwiftlikeTrainer):
         columns["completion_lengths"] = [len(r.completion_ids) for r in rollouts]
         columns["prompts"] = [r.row["messages"] for r in rollouts]
         return combine_rewards(self.reward_funcs, self.g.reward_weights, [r.text for r in rollouts], **columns)
-
-    def _tensorize(self, part: list[Rollout]) -> dict:
-        pad = self.processing_class.pad_token_id
-        seqs = [r.prompt_ids + r.completion_ids for r in part]
-        width = max(len(s) for s in seqs)
-        ids = torch.full((len(part), width), pad, dtype=torch.long)
-        attn = torch.zeros((len(part), width), dtype=torch.long)
-        cmask = torch.zeros((len(part), width - 1), dtype=torch.bool)  # aligned with ids[:, 1:]
-        rollout_lp = torch.zeros((len(part), width - 1), dtype=torch.float32)
-        have_lp = all(r.rollout_logps is not None for r in part)
-        for i, (r, s) in enumerate(zip(part, seqs)):
-            ids[i, :len(s)] = torch.tensor(s)
-            attn[i, :len(s)] = 1
-            p, c = len(r.prompt_ids), len(r.completion_ids)
-            cmask[i, p - 1:p - 1 + c] = True
-            if have_lp:
-                rollout_lp[i, p - 1:p - 1 + c] = torch.tensor(r.rollout_logps)
-        dev = self.args.device
-        return {"input_ids": ids.to(dev), "attention_mask": attn.to(dev), "completion_mask": cmask.to(dev),
-                "rollout_logps": rollout_lp.to(dev) if have_lp else None}
 
     def _logps(self, model, batch: dict) -> torch.Tensor:
         """Per-token log-probs (batch, seq-1) of the next tokens under vLLM's sampling distribution."""
@@ -177,25 +197,9 @@ class GrpoTrainer(SwiftlikeTrainer):
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         t = time.time()
         logps = self._logps(model, inputs)
-        mask = inputs["completion_mask"]
-        at_rollout = inputs["old_logps"]
         reused = self.g.num_iterations > 1 or self.g.steps_per_generation > self.args.gradient_accumulation_steps
-        old = at_rollout if reused else logps.detach()
-        is_weights = None
-        rollout_lp = inputs["rollout_logps"]
-        if rollout_lp is not None:
-            mode = self.g.rollout_importance_sampling_mode
-            thr = self.g.rollout_importance_sampling_threshold
-            for k, v in mismatch_metrics(at_rollout, rollout_lp, mask, mode=mode, threshold=thr).items():
-                self._metrics[f"rollout_correction/{k}"].append(float(v))
-            if mode is not None:
-                is_weights, _, _ = rollout_is_weights(at_rollout, rollout_lp, mask, mode=mode, threshold=thr)
-        loss, metrics = policy_loss(
-            logps, old, inputs["advantages"], mask, loss_type=self.g.loss_type, epsilon_low=self.g.epsilon,
-            epsilon_high=self.g.epsilon_high, importance_sampling_level=self.g.importance_sampling_level,
-            ref_logps=inputs.get("ref_logps"), beta=self.g.beta, max_completion_length=self.g.max_completion_length,
-            rollout_is_weights=is_weights, num_items_in_batch=inputs["num_items_in_batch"],
-            num_processes=self.accelerator.num_processes)
+        loss, metrics = corrected_policy_loss(logps, inputs, self.g, reused=reused,
+                                              num_processes=self.accelerator.num_processes)
         if self.g.loss_type == "dapo":  # its normaliser already covers the whole step
             loss = loss * self.current_gradient_accumulation_steps
         for k, v in metrics.items():
@@ -239,6 +243,67 @@ class GrpoTrainer(SwiftlikeTrainer):
                     logs[k] = sum(vals) / len(vals)
             self._metrics.clear()
         super().log(logs, start_time)
+
+
+def tensorize(part: list[Rollout], pad_id: int, overlong_filter: bool = False) -> dict:
+    """Right-padded ids and the per-token tensors aligned with ids[:, 1:] (the next-token targets).
+
+    With `overlong_filter` (DAPO), a completion the engine cut at max_tokens keeps its tokens in the
+    batch but gets an all-false completion mask: a truncated answer's reward says little about its
+    tokens, so it neither contributes loss nor counts in the loss normaliser.
+    """
+    seqs = [r.prompt_ids + r.completion_ids for r in part]
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(part), width), pad_id, dtype=torch.long)
+    attn = torch.zeros((len(part), width), dtype=torch.long)
+    cmask = torch.zeros((len(part), width - 1), dtype=torch.bool)
+    rollout_lp = torch.zeros((len(part), width - 1), dtype=torch.float32)
+    have_lp = all(r.rollout_logps is not None for r in part)
+    for i, (r, s) in enumerate(zip(part, seqs)):
+        ids[i, :len(s)] = torch.tensor(s)
+        attn[i, :len(s)] = 1
+        p, c = len(r.prompt_ids), len(r.completion_ids)
+        cmask[i, p - 1:p - 1 + c] = not (overlong_filter and r.finish_reason == "length")
+        if have_lp:
+            rollout_lp[i, p - 1:p - 1 + c] = torch.tensor(r.rollout_logps)
+    return {"input_ids": ids, "attention_mask": attn, "completion_mask": cmask,
+            "rollout_logps": rollout_lp if have_lp else None}
+
+
+def corrected_policy_loss(logps: torch.Tensor, inputs: dict, g, *, reused: bool,
+                          num_processes: int = 1) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The GRPO loss of one micro-batch with the rollout corrections `g` (RlhfArguments) asks for.
+
+    ms-swift's order: mismatch metrics and IS weights on the full completion mask, then the off-policy
+    sequence mask (against the rollout engine's log-probs, else the old ones) narrows the mask the loss
+    is reduced over. `reused`: the batch serves more than one optimizer step, so the ratio's
+    denominator is the sampling-time log-probs rather than the current ones detached.
+    """
+    mask = inputs["completion_mask"]
+    at_rollout = inputs["old_logps"]
+    old = at_rollout if reused else logps.detach()
+    metrics: dict[str, torch.Tensor] = {}
+    is_weights = None
+    rollout_lp = inputs["rollout_logps"]
+    mode, thr = g.rollout_importance_sampling_mode, g.rollout_importance_sampling_threshold
+    if rollout_lp is not None and (mode is not None or g.log_rollout_offpolicy_metrics):
+        for k, v in mismatch_metrics(at_rollout, rollout_lp, mask, mode=mode, threshold=thr).items():
+            metrics[f"rollout_correction/{k}"] = v
+    if rollout_lp is not None and mode is not None:
+        is_weights, _, _ = rollout_is_weights(at_rollout, rollout_lp, mask, mode=mode, threshold=thr)
+    if g.off_policy_sequence_mask_delta is not None:
+        behaviour = rollout_lp if rollout_lp is not None else at_rollout
+        keep = off_policy_sequence_mask(logps, behaviour, mask, inputs["advantages"], g.off_policy_sequence_mask_delta)
+        rows = mask.any(-1)
+        metrics["off_policy_sequence_mask/masked_frac"] = (~keep & rows).sum() / rows.sum().clamp(min=1)
+        mask = mask & keep.unsqueeze(-1)
+    loss, loss_metrics = policy_loss(
+        logps, old, inputs["advantages"], mask, loss_type=g.loss_type, epsilon_low=g.epsilon,
+        epsilon_high=g.epsilon_high, importance_sampling_level=g.importance_sampling_level,
+        ref_logps=inputs.get("ref_logps"), beta=g.beta, max_completion_length=g.max_completion_length,
+        rollout_is_weights=is_weights, num_items_in_batch=inputs.get("num_items_in_batch"),
+        num_processes=num_processes)
+    return loss, {**metrics, **loss_metrics}
 
 
 def make_ref_model(model, beta: float, tuner_type: str):

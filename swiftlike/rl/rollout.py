@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ..infer.protocol import InferRequest, RequestConfig
 from ..utils import get_logger
+from .memory import ColocateMemory
 
 logger = get_logger("swiftlike.rl")
 
@@ -56,18 +57,23 @@ class RolloutWorker:
         self.lora_sync = bool(args.use_vllm and args.vllm_enable_lora)
         self._sync_dir: Path | None = None
         self._old_dirs: list[Path] = []
+        self.memory = ColocateMemory(args)
+        self._asleep = False
         if args.use_vllm:
             from ..infer.engine.vllm_engine import VllmEngine, VllmOptions
             max_len = args.vllm_max_model_len or (args.max_length or 1024) + args.max_completion_length
             opts = VllmOptions(gpu_memory_utilization=args.vllm_gpu_memory_utilization, max_model_len=max_len,
+                               tensor_parallel_size=self.memory.tensor_parallel_size,
                                enforce_eager=args.vllm_enforce_eager, enable_lora=self.lora_sync,
                                max_lora_rank=args.vllm_max_lora_rank, torch_dtype=args.torch_dtype, seed=args.seed,
-                               logprobs_mode="processed_logprobs")
+                               logprobs_mode="processed_logprobs", enable_sleep_mode=self.memory.sleep_level > 0)
             self.engine = VllmEngine(resolved, template, opts)
         else:
             from ..infer.engine.pt_engine import PtEngine
             # The training model itself: its weights are the policy's at every step, so no sync is needed.
-            self.engine = PtEngine(resolved, template, model=model, max_batch_size=64)
+            # Processed log-probs (after temperature / top-k / top-p), as vLLM reports them to the trainer.
+            self.engine = PtEngine(resolved, template, model=model, max_batch_size=64,
+                                   logprobs_mode="processed_logprobs")
 
     @property
     def needs_sync(self) -> bool:
@@ -81,11 +87,15 @@ class RolloutWorker:
         was_training = model is not None and model.training
         if was_training:
             model.eval()  # pt engine: no dropout while sampling
+        self._wake()
         try:
             responses = self.engine.infer(requests, config)
         finally:
             if was_training:
                 model.train()
+            if self.memory.sleep_level:  # the trainer gets the GPU memory back until the next generation
+                self.engine.sleep(self.memory.sleep_level)
+                self._asleep = True
         out = []
         for row, resp in zip(rows, responses):
             c = resp.choices[0]
@@ -99,6 +109,7 @@ class RolloutWorker:
             return {}
         import torch
         start = time.time()
+        self._wake()
         if self.lora_sync:
             path = Path(tempfile.mkdtemp(prefix="swiftlike-grpo-lora-"))
             model.save_pretrained(str(path))
@@ -119,6 +130,11 @@ class RolloutWorker:
             nbytes = sum(t.numel() * t.element_size() for _, t in tensors)
             self.engine.update_weights(tensors)
         return {"sync/bytes": float(nbytes), "sync/seconds": time.time() - start}
+
+    def _wake(self) -> None:
+        if self._asleep:
+            self.engine.wake_up()
+            self._asleep = False
 
     def _retire(self, path: Path) -> None:
         """Keep the last two adapter dirs (vLLM may still read the previous one lazily)."""

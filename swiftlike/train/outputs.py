@@ -10,6 +10,7 @@ GRPO and the other trainers reuse this layout, so one reader serves all of them.
 """
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
 import re
@@ -99,10 +100,21 @@ def _series(entries: list[dict]) -> dict[str, tuple[list[int], list[float]]]:
 PLOTTED = ("loss", "eval_loss", "learning_rate", "grad_norm")
 
 
+def _expand(keys: tuple[str, ...], logged) -> list[str]:
+    """`keys` with each shell-style pattern (`timing/*`) replaced by the logged keys it matches, sorted."""
+    out: list[str] = []
+    for key in keys:
+        matches = sorted(fnmatch.filter(logged, key)) if any(c in key for c in "*?[") else [key]
+        out += [m for m in matches if m not in out]
+    return out
+
+
 def plot_curves(run_dir: str | os.PathLike, keys: tuple[str, ...] = PLOTTED, smooth: float = 0.9) -> list[Path]:
     """One PNG per series named in `keys` under images/, each written atomically.
 
-    Train curves get an exponential moving average drawn over the raw points, which stay visible.
+    A key may be a pattern (`rewards/*/mean`), since which reward or timing series a run logs is only
+    known from its log. Train curves get an exponential moving average drawn over the raw points, which
+    stay visible.
     """
     import matplotlib
     matplotlib.use("Agg")
@@ -113,7 +125,7 @@ def plot_curves(run_dir: str | os.PathLike, keys: tuple[str, ...] = PLOTTED, smo
     images = run_dir / IMAGES_DIR
     images.mkdir(exist_ok=True)
     written = []
-    for key in keys:
+    for key in _expand(keys, series):
         if key not in series or len(series[key][0]) < 1:
             continue
         xs, ys = series[key]

@@ -14,7 +14,7 @@ from pathlib import Path
 from transformers import Trainer, TrainerCallback
 
 from .checkpoint import CHECKPOINT_PREFIX, STAGING_DIR, publish
-from .outputs import JsonlLog, plot_curves
+from .outputs import PLOTTED, JsonlLog, plot_curves
 
 
 class SwiftlikeTrainer(Trainer):
@@ -68,11 +68,12 @@ PLOT_INTERVAL_S = 60.0
 
 
 class RunLogCallback(TrainerCallback):
-    """Writes logging.jsonl and redraws the PNG curves; main process only."""
+    """Writes logging.jsonl and redraws the PNG curves of `plot_keys` (each trainer has its own); main process only."""
 
-    def __init__(self, run_dir: Path, log: JsonlLog | None):
+    def __init__(self, run_dir: Path, log: JsonlLog | None, plot_keys: tuple[str, ...] = PLOTTED):
         self.run_dir = run_dir
         self.log = log
+        self.plot_keys = plot_keys
         self.start = time.time()
         self.last_train_loss: float | None = None
         self.last_eval_loss: float | None = None
@@ -111,10 +112,10 @@ class RunLogCallback(TrainerCallback):
         """Curves follow the checkpoints, at most every PLOT_INTERVAL_S seconds (drawing costs ~1 s)."""
         final = state.global_step >= state.max_steps  # on_train_end draws them right after
         if state.is_world_process_zero and not final and time.time() - self._last_plot > PLOT_INTERVAL_S:
-            plot_curves(self.run_dir)
+            plot_curves(self.run_dir, self.plot_keys)
             self._last_plot = time.time()
 
     def on_train_end(self, args, state, control, **kwargs):
         if state.is_world_process_zero:
-            plot_curves(self.run_dir)
+            plot_curves(self.run_dir, self.plot_keys)
 

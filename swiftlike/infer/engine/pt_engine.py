@@ -9,6 +9,7 @@ import threading
 from collections.abc import Iterable, Iterator
 from itertools import groupby
 from queue import Queue
+from typing import Literal
 
 from tqdm import tqdm
 
@@ -19,10 +20,21 @@ from ..protocol import (Choice, InferRequest, InferResponse, RequestConfig, Stre
 from .base import InferEngine
 
 
+LogprobsMode = Literal["raw_logprobs", "processed_logprobs"]
+
+
 class PtEngine(InferEngine):
+    """`logprobs_mode` mirrors vLLM's: "raw_logprobs" are log_softmax of the model's logits;
+    "processed_logprobs" are those of the distribution actually sampled from (after repetition penalty,
+    temperature, top-k and top-p; filtered tokens get -inf), which is what RL rollout compares the
+    trainer's log-probs with."""
+
     def __init__(self, resolved: ResolvedModel, template: Template | None = None, torch_dtype: str = "auto",
                  max_batch_size: int = 16, adapters: dict[str, str] | None = None, device: str | None = None,
-                 model=None):
+                 model=None, logprobs_mode: LogprobsMode = "raw_logprobs"):
+        if logprobs_mode not in ("raw_logprobs", "processed_logprobs"):
+            raise ValueError(f"logprobs_mode must be 'raw_logprobs' or 'processed_logprobs', got {logprobs_mode!r}")
+        self.logprobs_mode = logprobs_mode
         self.model_name = resolved.model_id
         self.template = template or get_template(resolved.meta.template, load_tokenizer(resolved))
         self.model = model if model is not None else load_model(resolved, torch_dtype, device)
@@ -67,7 +79,9 @@ class PtEngine(InferEngine):
         kwargs = dict(max_new_tokens=config.max_tokens, num_return_sequences=config.n,
                       eos_token_id=self.template.stop_token_ids, pad_token_id=self.tokenizer.pad_token_id,
                       repetition_penalty=config.repetition_penalty, return_dict_in_generate=True,
-                      output_logits=True, do_sample=not config.greedy)
+                      do_sample=not config.greedy)
+        # HF's `scores` are the logits after the processors and warpers, `logits` the raw ones.
+        kwargs["output_scores" if self.logprobs_mode == "processed_logprobs" else "output_logits"] = True
         if config.greedy:
             kwargs.update(temperature=None, top_p=None, top_k=None)
         else:
@@ -89,7 +103,8 @@ class PtEngine(InferEngine):
         with torch.inference_mode(), ctx:
             out = self.model.generate(input_ids=input_ids, attention_mask=mask, **self._generate_kwargs(config))
         generated = out.sequences[:, width:].tolist()
-        logprobs = torch.stack(out.logits, dim=1).float().log_softmax(-1) if out.logits else None
+        steps = out.scores if self.logprobs_mode == "processed_logprobs" else out.logits
+        logprobs = torch.stack(steps, dim=1).float().log_softmax(-1) if steps else None
         return generated, logprobs
 
     def _adapter_context(self, adapter: str | None):
@@ -169,7 +184,7 @@ class PtEngine(InferEngine):
             try:
                 ids = torch.tensor([prompt], device=self.device)
                 kwargs = self._generate_kwargs(config)
-                kwargs.update(return_dict_in_generate=False, output_logits=False)
+                kwargs.update(return_dict_in_generate=False, output_logits=False, output_scores=False)
                 if config.seed is not None:
                     torch.manual_seed(config.seed)
                 with torch.inference_mode(), self._adapter_context(request.adapter):

@@ -39,6 +39,8 @@ class VllmOptions:
     seed: int = 0
     # vLLM's `logprobs_mode`; RL rollout wants "processed_logprobs" (after temperature / top-k / top-p).
     logprobs_mode: str | None = None
+    # vLLM's sleep mode (CUDA only): lets `sleep(level)` free the KV cache / weights between generations.
+    enable_sleep_mode: bool = False
 
     @classmethod
     def from_args(cls, args) -> "VllmOptions":
@@ -66,6 +68,8 @@ def engine_kwargs(model_dir: str, opts: VllmOptions) -> dict:
                   enable_lora=opts.enable_lora)
     if opts.logprobs_mode is not None:
         kwargs["logprobs_mode"] = opts.logprobs_mode
+    if opts.enable_sleep_mode:
+        kwargs["enable_sleep_mode"] = True
     if opts.enable_lora:
         kwargs.update(max_lora_rank=opts.max_lora_rank, max_loras=opts.max_loras)
     if cpu:

@@ -1,0 +1,218 @@
+"""GRPO options beyond the first slice: dynamic sampling, overlong filter, off-policy sequence mask, metric gating,
+GPU-only memory options, reward models, processed pt log-probs and the GRPO curves."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from swiftlike.arguments import RlhfArguments
+from swiftlike.rl.advantages import select_groups
+from swiftlike.rl.grpo_trainer import corrected_policy_loss, tensorize
+from swiftlike.rl.memory import ColocateMemory
+from swiftlike.rl.rollout import Rollout
+from swiftlike.train.outputs import plot_curves, read_log
+
+TINY = "tiny-random/qwen2_5"
+
+
+def grpo_args(**kw):
+    base = dict(model=TINY, dataset=["d"], reward_funcs=["format"], num_generations=2, per_device_train_batch_size=2,
+                gradient_accumulation_steps=1, beta=0.0)
+    return RlhfArguments(**{**base, **kw})
+
+
+# ---------------------------------------------------------------- dynamic sampling: which groups are kept
+
+
+def test_select_groups_prefers_signal_in_pool_order_then_fills():
+    # 2 original groups (no signal, signal), then a resampled round of 2 (signal, signal)
+    assert select_groups(torch.tensor([False, True, True, True]), 2) == [1, 2]
+    # still short after resampling: the zero-std groups fill the batch, first ones first
+    assert select_groups(torch.tensor([False, True, False, False]), 2) == [1, 0]
+    assert select_groups(torch.tensor([False, False]), 2) == [0, 1]
+    with pytest.raises(ValueError, match="cannot fill"):
+        select_groups(torch.tensor([True]), 2)
+
+
+# ---------------------------------------------------------------- overlong filter
+
+
+def test_tensorize_overlong_filter_zeroes_truncated_completion_masks():
+    part = [Rollout([1, 2], [3, 4], "a", "stop", [-0.1, -0.2]),
+            Rollout([1], [5, 6, 7], "b", "length", [-0.3, -0.4, -0.5])]
+    plain = tensorize(part, pad_id=0)
+    assert plain["input_ids"].tolist() == [[1, 2, 3, 4], [1, 5, 6, 7]]
+    assert plain["completion_mask"].tolist() == [[False, True, True], [True, True, True]]
+    assert plain["rollout_logps"][1].tolist() == pytest.approx([-0.3, -0.4, -0.5])
+    filtered = tensorize(part, pad_id=0, overlong_filter=True)
+    assert filtered["completion_mask"].tolist() == [[False, True, True], [False, False, False]]
+    assert torch.equal(filtered["input_ids"], plain["input_ids"])
+
+
+# ---------------------------------------------------------------- loss wiring: OPSM and metric gating
+
+
+def _inputs(logps, rollout_logps, advantages):
+    mask = torch.ones_like(logps, dtype=torch.bool)
+    return {"completion_mask": mask, "old_logps": logps.clone(), "rollout_logps": rollout_logps,
+            "advantages": advantages, "num_items_in_batch": int(mask.sum())}
+
+
+def test_off_policy_sequence_mask_drops_stale_negative_sequences_from_the_loss():
+    logps = torch.tensor([[-2.0, -2.0], [-1.0, -1.0]])
+    # sequence 0: the sampler found it 1 nat/token likelier than the policy does now, and A < 0 -> dropped;
+    # sequence 1 drifted as much but has A > 0 -> kept
+    rollout = torch.tensor([[-1.0, -1.0], [0.0, 0.0]])
+    inputs = _inputs(logps, rollout, torch.tensor([-1.0, 1.0]))
+    # ratio 1 (one update per generation): per-token loss is -A; grpo = mean over sequences of token means
+    loss, metrics = corrected_policy_loss(logps, inputs, grpo_args(), reused=False)
+    assert float(loss) == pytest.approx(0.0)  # (1 + -1) / 2
+    loss, metrics = corrected_policy_loss(logps, inputs, grpo_args(off_policy_sequence_mask_delta=0.5), reused=False)
+    assert float(loss) == pytest.approx(-0.5)  # (0 + -1) / 2: the dropped row still counts in the batch mean
+    assert float(metrics["off_policy_sequence_mask/masked_frac"]) == pytest.approx(0.5)
+    # a drift of exactly delta is kept
+    loss, _ = corrected_policy_loss(logps, inputs, grpo_args(off_policy_sequence_mask_delta=1.0), reused=False)
+    assert float(loss) == pytest.approx(0.0)
+    with pytest.raises(ValueError, match="off_policy_sequence_mask_delta"):
+        grpo_args(off_policy_sequence_mask_delta=-0.1)
+
+
+def test_rollout_correction_metrics_only_with_flag_or_is_mode():
+    logps = torch.tensor([[-1.0, -2.0]])
+    inputs = _inputs(logps, logps - 0.1, torch.tensor([1.0]))
+    _, metrics = corrected_policy_loss(logps, inputs, grpo_args(), reused=False)
+    assert not any(k.startswith("rollout_correction/") for k in metrics)
+    _, metrics = corrected_policy_loss(logps, inputs, grpo_args(log_rollout_offpolicy_metrics=True), reused=False)
+    assert float(metrics["rollout_correction/kl"]) == pytest.approx(-0.1, abs=1e-6)
+    _, metrics = corrected_policy_loss(logps, inputs, grpo_args(rollout_importance_sampling_mode="token_truncate"),
+                                       reused=False)
+    assert "rollout_correction/k3_kl" in metrics and "rollout_correction/is_weight_mean" in metrics
+
+
+# ---------------------------------------------------------------- GPU-only options
+
+
+def test_memory_options_are_reported_no_ops_without_cuda_or_vllm():
+    args = grpo_args(sleep_level=1, offload_model=True, vllm_tensor_parallel_size=2)
+    off = ColocateMemory(args, cuda=False)
+    assert off.no_ops == ["--sleep_level 1", "--offload_model True", "--vllm_tensor_parallel_size 2"]
+    assert (off.sleep_level, off.offload_model, off.offload_optimizer, off.tensor_parallel_size) == (0, False, False, 1)
+    assert ColocateMemory(args, cuda=True).no_ops  # pt rollout: the training model generates itself
+    on = ColocateMemory(grpo_args(sleep_level=1, offload_optimizer=True, use_vllm=True), cuda=True)
+    assert on.no_ops == [] and on.sleep_level == 1 and on.offload_optimizer and not on.offload_model
+    assert ColocateMemory(grpo_args(), cuda=False).no_ops == []
+    with pytest.raises(ValueError, match="sleep_level 2"):
+        grpo_args(sleep_level=2, use_vllm=True, vllm_enable_lora=True, tuner_type="lora")
+
+
+# ---------------------------------------------------------------- reward model
+
+
+@pytest.fixture(scope="module")
+def tiny_reward_model(tmp_path_factory):
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from swiftlike.model import resolve_model
+    src = resolve_model(TINY).model_dir
+    out = tmp_path_factory.mktemp("rm") / "tiny_rm"
+    torch.manual_seed(0)
+    AutoModelForSequenceClassification.from_pretrained(src, num_labels=1, dtype=torch.float32).save_pretrained(out)
+    AutoTokenizer.from_pretrained(src).save_pretrained(out)
+    return out
+
+
+def test_reward_model_scores_are_its_logits(tiny_reward_model):
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from swiftlike.model import resolve_model
+    from swiftlike.rl.reward_model import RewardModel
+    from swiftlike.rl.rewards import combine_rewards
+
+    rm = RewardModel(resolve_model(str(tiny_reward_model)), "float32", "cpu")
+    assert rm.name == "tiny_rm"
+    prompts = [[{"role": "user", "content": "What is 2 + 2?"}]] * 2 + [[{"role": "user", "content": "Hi"}]]
+    completions = ["#### 4", "I think the answer is four, #### 4", "Hello!"]
+    scores = rm(completions, prompts=prompts)
+
+    tok = AutoTokenizer.from_pretrained(tiny_reward_model)
+    ref = AutoModelForSequenceClassification.from_pretrained(tiny_reward_model, dtype=torch.float32).eval()
+    for p, c, score in zip(prompts, completions, scores):  # one unpadded forward per text
+        text = tok.apply_chat_template([*p, {"role": "assistant", "content": c}], tokenize=False)
+        assert text.endswith(c + "<|im_end|>\n")
+        with torch.no_grad():
+            logit = ref(**tok(text, return_tensors="pt", add_special_tokens=False)).logits[0, 0]
+        assert score == pytest.approx(float(logit), abs=1e-4)
+    assert len(set(scores)) == 3
+
+    total, per = combine_rewards({"format": lambda cs, **kw: [0.0] * len(cs), "tiny_rm": rm}, [1.0, 0.5],
+                                 completions, prompts=prompts)
+    assert torch.allclose(per["tiny_rm"], torch.tensor(scores)) and torch.allclose(total, 0.5 * torch.tensor(scores))
+
+
+def test_reward_model_arguments_count_in_reward_weights(tiny_reward_model):
+    args = grpo_args(reward_model=[str(tiny_reward_model)], reward_weights=[1.0, 0.5])
+    assert args.reward_model == [str(tiny_reward_model)]
+    grpo_args(reward_funcs=[], reward_model=[str(tiny_reward_model)])  # a reward model alone is enough
+    with pytest.raises(ValueError, match="1 --reward_model"):
+        grpo_args(reward_model=[str(tiny_reward_model)], reward_weights=[1.0])
+
+
+# ---------------------------------------------------------------- curves
+
+
+def test_plot_curves_expands_patterns(tmp_path):
+    lines = [{"step": s, "loss": 1.0 / s, "reward": 0.1 * s, "timing/generate": 2.0, "timing/train": 1.0,
+              "rewards/acc/mean": 0.5} for s in (1, 2)]
+    (tmp_path / "logging.jsonl").write_text("".join(json.dumps(e) + "\n" for e in lines))
+    written = plot_curves(tmp_path, ("loss", "reward", "rewards/*/mean", "timing/*", "kl"))
+    assert sorted(p.name for p in written) == ["train_loss.png", "train_reward.png", "train_rewards_acc_mean.png",
+                                               "train_timing_generate.png", "train_timing_train.png"]
+
+
+# ---------------------------------------------------------------- end to end (pt rollout, tiny model)
+
+PLUGIN = '''
+from swiftlike.rl.rewards import register_reward
+
+@register_reward("odd_length")
+def odd_length(completions, solution, **kwargs):
+    """Signal only for prompts with an odd answer, so some groups have zero std and get resampled."""
+    return [len(c) / 100 if int(s) % 2 else 0.0 for c, s in zip(completions, solution)]
+'''
+
+
+def test_grpo_pt_processed_logprobs_dynamic_sample_and_curves(tmp_path):
+    plugin = tmp_path / "plugin.py"
+    plugin.write_text(PLUGIN)
+    env = {**os.environ, "SWIFTLIKE_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    argv = ["rlhf", "--rlhf_type", "grpo", "--model", TINY, "--dataset", "swiftlike/arithmetic#16",
+            "--reward_funcs", "odd_length", "--external_plugins", str(plugin), "--num_generations", "4",
+            "--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "2", "--max_completion_length", "16",
+            "--max_steps", "2", "--logging_steps", "1", "--report_to", "none", "--gradient_checkpointing", "false",
+            "--learning_rate", "5e-2", "--save_steps", "100", "--torch_dtype", "float32", "--lora_dropout", "0",
+            "--use_vllm", "false", "--temperature", "0.7", "--top_p", "0.9", "--top_k", "20",
+            "--log_rollout_offpolicy_metrics", "true", "--dynamic_sample", "true", "--max_resample_times", "1",
+            "--off_policy_sequence_mask_delta", "0.5", "--sleep_level", "1", "--log_completions", "true",
+            "--output_dir", str(tmp_path / "out")]
+    result = subprocess.run([sys.executable, "-m", "swiftlike.cli.main", *argv], env=env, capture_output=True,
+                            text=True, timeout=900)
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert "--sleep_level 1: no-op in this run (no CUDA device)" in result.stderr
+    run_dir = next((tmp_path / "out").glob("v0-*"))
+    steps = [e for e in read_log(run_dir) if "loss" in e]
+    assert [e["step"] for e in steps] == [1, 2]
+    for e in steps:
+        # the pt engine reports the processed (temperature / top-k / top-p) log-probs the trainer rebuilds
+        assert e["rollout_correction/k3_kl"] < 1e-4
+        assert 0 <= e["dynamic_sample/rounds"] <= 1 and "dynamic_sample/resampled_groups" in e
+        assert e["off_policy_sequence_mask/masked_frac"] == 0.0  # nothing drifted in one update per generation
+    # the batch keeps its size: 2 generation batches of 2 groups of 4
+    assert len((run_dir / "completions.jsonl").read_text().splitlines()) == 2 * 8
+    images = {p.name for p in (run_dir / "images").glob("*.png")}
+    for name in ("train_loss.png", "train_reward.png", "train_rewards_odd_length_mean.png",
+                 "train_completions_mean_length.png", "train_rollout_correction_k3_kl.png",
+                 "train_timing_generate.png", "train_dynamic_sample_rounds.png"):
+        assert name in images, (name, images)
