@@ -114,10 +114,10 @@ class GrpoTrainer(SwiftlikeTrainer):
             batch["advantages"] = advantages[s * micro:(s + 1) * micro].to(self.args.device)
             # The policy's own log-probs at sampling time, without dropout: the PPO "old" policy when the batch
             # is reused (otherwise the loss uses the current log-probs detached), and the training side of
-            # the mismatch metrics.
+            # the mismatch metrics. A whole forward pass, so it is skipped when nothing reads it.
             model.eval()
             try:
-                batch["old_logps"] = self._logps(model, batch)
+                batch["old_logps"] = self._logps(model, batch) if self._needs_old_logps(batch) else None
                 if self.g.beta > 0:
                     batch["ref_logps"] = self._ref_logps(batch)
             finally:
@@ -132,6 +132,18 @@ class GrpoTrainer(SwiftlikeTrainer):
             for b in window:
                 b["num_items_in_batch"] = tokens
         return batches
+
+    def _needs_old_logps(self, batch: dict) -> bool:
+        g = self.g
+        has_rollout_lp = batch["rollout_logps"] is not None
+        return (self._reuses_batches()
+                or (has_rollout_lp and (g.rollout_importance_sampling_mode is not None
+                                        or g.log_rollout_offpolicy_metrics))
+                or (not has_rollout_lp and g.off_policy_sequence_mask_delta is not None))
+
+    def _reuses_batches(self) -> bool:
+        """A generation batch serves more than one optimizer step, so the policy moves between its uses."""
+        return self.g.num_iterations > 1 or self.g.steps_per_generation > self.args.gradient_accumulation_steps
 
     def _generate_scored(self, rows: list[dict]):
         t = time.time()
@@ -197,8 +209,7 @@ class GrpoTrainer(SwiftlikeTrainer):
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         t = time.time()
         logps = self._logps(model, inputs)
-        reused = self.g.num_iterations > 1 or self.g.steps_per_generation > self.args.gradient_accumulation_steps
-        loss, metrics = corrected_policy_loss(logps, inputs, self.g, reused=reused,
+        loss, metrics = corrected_policy_loss(logps, inputs, self.g, reused=self._reuses_batches(),
                                               num_processes=self.accelerator.num_processes)
         if self.g.loss_type == "dapo":  # its normaliser already covers the whole step
             loss = loss * self.current_gradient_accumulation_steps
@@ -280,7 +291,9 @@ def corrected_policy_loss(logps: torch.Tensor, inputs: dict, g, *, reused: bool,
     denominator is the sampling-time log-probs rather than the current ones detached.
     """
     mask = inputs["completion_mask"]
-    at_rollout = inputs["old_logps"]
+    # Without a stored copy (the trainer skips that pass when nothing needs it) the weights have not moved
+    # since sampling, so the current log-probs are the sampling-time ones.
+    at_rollout = inputs["old_logps"] if inputs.get("old_logps") is not None else logps.detach()
     old = at_rollout if reused else logps.detach()
     metrics: dict[str, torch.Tensor] = {}
     is_weights = None
