@@ -58,7 +58,7 @@ def test_grpo_pt_rollout_logs_rewards_and_metrics(tmp_path):
     assert [e["step"] for e in steps] == [1, 2]
     for key in ("reward", "reward_std", "rewards/format_hash/mean", "rewards/text_length/mean",
                 "completions/mean_length", "completions/min_length", "completions/max_length",
-                "completions/clipped_ratio", "kl", "clip_ratio/region_mean", "rollout_correction/k3_kl",
+                "completions/clipped_ratio", "kl", "entropy", "clip_ratio/region_mean", "rollout_correction/k3_kl",
                 "timing/generate", "timing/reward", "timing/logps", "timing/train"):
         assert key in steps[-1], key
     assert steps[0]["reward_std"] > 0 and steps[0]["grad_norm"] > 0

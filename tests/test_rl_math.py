@@ -385,3 +385,18 @@ def test_selected_logps_inside_kept_set_are_finite_and_differentiable():
     assert (logits.grad[~kept] == 0).all()  # filtered-out tokens get no gradient
     outside = (~kept).float().argmax(-1)    # a token vLLM could not have sampled
     assert torch.isinf(selected_logps(logits.detach(), outside, 0.8, 4, 0.9)).all()
+
+
+def test_sampling_entropy_of_known_distributions():
+    from swiftlike.rl.sampling import selected_logps
+    # uniform over 4 tokens: entropy ln 4; with top_k 2 the kept two are uniform: ln 2, no NaN from -inf
+    logits = torch.zeros(1, 1, 4)
+    _, h = selected_logps(logits, torch.tensor([[0]]), with_entropy=True)
+    assert torch.allclose(h, torch.tensor([[math.log(4)]]))
+    logits = torch.tensor([[[2.0, 2.0, 0.0, -1.0]]])
+    _, h = selected_logps(logits, torch.tensor([[0]]), top_k=2, with_entropy=True)
+    assert torch.allclose(h, torch.tensor([[math.log(2)]]))
+    # p = (0.75, 0.25) after temperature 0.5 on logits (ln 3 / 2, 0): H = -(.75 ln .75 + .25 ln .25)
+    logits = torch.tensor([[[math.log(3) / 2, 0.0]]])
+    _, h = selected_logps(logits, torch.tensor([[1]]), temperature=0.5, with_entropy=True)
+    assert torch.allclose(h, torch.tensor([[-(0.75 * math.log(0.75) + 0.25 * math.log(0.25))]]))

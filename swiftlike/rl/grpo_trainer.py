@@ -27,7 +27,7 @@ from .rollout import Rollout, RolloutWorker
 from .sampling import selected_logps
 
 # The curves a GRPO run draws into images/ (patterns are matched against the logged keys).
-GRPO_PLOTTED = (*PLOTTED, "reward", "reward_std", "rewards/*/mean", "completions/mean_length", "kl",
+GRPO_PLOTTED = (*PLOTTED, "reward", "reward_std", "rewards/*/mean", "completions/mean_length", "kl", "entropy",
                 "rollout_correction/k3_kl", "dynamic_sample/*", "timing/*")
 
 
@@ -193,11 +193,11 @@ class GrpoTrainer(SwiftlikeTrainer):
         columns["prompts"] = [r.row["messages"] for r in rollouts]
         return combine_rewards(self.reward_funcs, self.g.reward_weights, [r.text for r in rollouts], **columns)
 
-    def _logps(self, model, batch: dict) -> torch.Tensor:
+    def _logps(self, model, batch: dict, with_entropy: bool = False):
         """Per-token log-probs (batch, seq-1) of the next tokens under vLLM's sampling distribution."""
         logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False).logits
         return selected_logps(logits[:, :-1], batch["input_ids"][:, 1:], self.g.temperature, self.g.top_k,
-                              self.g.top_p)
+                              self.g.top_p, with_entropy=with_entropy)
 
     def _ref_logps(self, batch: dict) -> torch.Tensor:
         if self.ref_model is not None:
@@ -208,7 +208,9 @@ class GrpoTrainer(SwiftlikeTrainer):
     # ------------------------------------------------------------------ loss
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         t = time.time()
-        logps = self._logps(model, inputs)
+        logps, entropy = self._logps(model, inputs, with_entropy=True)
+        mask = inputs["completion_mask"]
+        self._metrics["entropy"].append(float((entropy * mask).sum() / mask.sum().clamp(min=1)))
         loss, metrics = corrected_policy_loss(logps, inputs, self.g, reused=self._reuses_batches(),
                                               num_processes=self.accelerator.num_processes)
         if self.g.loss_type == "dapo":  # its normaliser already covers the whole step

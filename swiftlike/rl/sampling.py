@@ -82,12 +82,25 @@ def apply_temperature_and_filter(logits: torch.Tensor, temperature: float = 1.0,
 
 
 def selected_logps(logits: torch.Tensor, token_ids: torch.Tensor, temperature: float = 1.0, top_k: int = -1,
-                   top_p: float = 1.0) -> torch.Tensor:
+                   top_p: float = 1.0, with_entropy: bool = False):
     """Log-prob under vLLM's sampling distribution of each chosen token: logits (..., vocab), ids (...).
 
     A token vLLM really sampled is always inside its kept set, so a -inf here means the
     trainer's logits put the token outside the set vLLM's logits did (a mismatch the caller
     should clamp or mask, as ms-swift clamps log-ratios to +-20).
+
+    With `with_entropy`, also returns the entropy (nats, no gradient) of that sampling distribution
+    at each position: computed from the same full log-probs, so it costs no second pass over the vocabulary.
     """
     logps = apply_temperature_and_filter(logits, temperature, top_k, top_p)
-    return logps.gather(-1, token_ids.long().unsqueeze(-1)).squeeze(-1)
+    chosen = logps.gather(-1, token_ids.long().unsqueeze(-1)).squeeze(-1)
+    if not with_entropy:
+        return chosen
+    return chosen, distribution_entropy(logps.detach())
+
+
+def distribution_entropy(logps: torch.Tensor) -> torch.Tensor:
+    """-sum p log p over the last dim; filtered-out tokens (-inf, p = 0) contribute 0, not NaN."""
+    with torch.no_grad():
+        terms = logps.exp() * logps
+        return -torch.where(torch.isfinite(logps), terms, torch.zeros_like(terms)).sum(-1)
