@@ -115,6 +115,7 @@ class VllmEngine(InferEngine):
 
     def update_weights(self, named_tensors: Iterable[tuple[str, object]]) -> None:
         self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": list(named_tensors)})
+        self.llm.collective_rpc(_refresh_tied_lm_head)
         self.llm.reset_prefix_cache()
 
     def sleep(self, level: int = 1) -> None:
@@ -200,3 +201,23 @@ class VllmEngine(InferEngine):
         import gc
         del self.llm
         gc.collect()
+
+
+def _refresh_tied_lm_head(worker) -> bool:
+    """Rebuild a tied LM head's kernel from the reloaded embeddings (runs inside the vLLM worker).
+
+    A model with `tie_word_embeddings` never receives an `lm_head.weight` (its loader skips it), so vLLM's
+    in-place `reload_weights` leaves the head alone ("ParallelLMHead: Failed to load weights"). The head
+    shares the embedding Parameter, which does get the new values, but on CPU the head computes logits
+    through a kernel prepacked from the weight at load time (`cpu_linear`), which still holds the old
+    matrix: after full fine-tuning changed the embeddings, the engine scored every token with the old
+    output layer. Re-running the head's post-load processing repacks it from the current weight.
+    """
+    model = worker.model_runner.model
+    head = getattr(model, "lm_head", None)
+    if not getattr(getattr(model, "config", None), "tie_word_embeddings", False) or head is None:
+        return False
+    method = getattr(head, "quant_method", None)
+    if method is not None and hasattr(method, "process_weights_after_loading"):
+        method.process_weights_after_loading(head)
+    return True
