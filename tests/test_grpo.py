@@ -110,3 +110,19 @@ def test_lora_only_sync_moves_under_5_percent_of_full_sync(lora_sync_run, full_s
     lora = lora_sync_run[0][-1]["sync/bytes"]
     full = full_sync_run[0][-1]["sync/bytes"]
     assert lora < 0.05 * full, (lora, full)
+
+
+def test_grpo_pt_gspo_dapo_reused_batches_with_is_correction(tmp_path):
+    """Each generation batch serves two optimizer steps (--num_iterations 2), so the ratio's denominator is the
+    sampling-time log-probs and the second step can clip; GSPO's sequence ratio, DAPO's normaliser and
+    token-truncated rollout IS weights all run in the same loop."""
+    steps, _ = rlhf(tmp_path, "--use_vllm", "false", "--num_iterations", "2", "--loss_type", "dapo",
+                    "--importance_sampling_level", "sequence", "--epsilon", "3e-4", "--epsilon_high", "4e-4",
+                    "--rollout_importance_sampling_mode", "token_truncate", steps=4)
+    assert [e["step"] for e in steps] == [1, 2, 3, 4]
+    for e in steps:
+        assert e["loss"] == e["loss"] and e["grad_norm"] > 0, e
+        # the IS weights compare the sampling-time trainer log-probs with the engine's: equal for pt
+        assert abs(e["rollout_correction/is_weight_mean"] - 1) < 1e-3 and e["rollout_correction/clipped_frac"] == 0
+    # the second use of a batch sees a moved policy against GSPO's tight clip range
+    assert max(steps[1]["clip_ratio/region_mean"], steps[3]["clip_ratio/region_mean"]) > 0
