@@ -30,11 +30,12 @@ import json
 import os
 import shlex
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from common import run_logged
 
 HERE = Path(__file__).resolve().parent
 BASELINE = HERE / "trl_grpo_baseline.py"
@@ -84,20 +85,7 @@ def trl_command(args, output_dir: str) -> list[str]:
 
 
 def run(cmd: list[str], log_path: Path, timeout: float) -> str:
-    """Run one training in a fresh process; its output goes to `log_path` and is returned."""
-    env = {**os.environ, **ENGINE_ENV}
-    start = time.perf_counter()
-    with open(log_path, "w") as log:  # written as it runs: `tail -f` it to follow a slow run
-        try:
-            proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            sys.exit(f"command ran past --timeout {timeout:.0f} s: {shlex.join(cmd)}\n(output in {log_path})")
-    out = log_path.read_text(errors="replace")
-    if proc.returncode != 0:
-        tail = "\n".join(out.splitlines()[-40:])
-        sys.exit(f"command failed (exit {proc.returncode}, {time.perf_counter() - start:.0f} s): {shlex.join(cmd)}\n"
-                 f"--- last lines of {log_path} ---\n{tail}")
-    return out
+    return run_logged(cmd, log_path, timeout, ENGINE_ENV)
 
 
 def _mean(values: list[float]) -> float | None:

@@ -23,11 +23,11 @@ import os
 import re
 import shlex
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from common import run_logged
 
 HERE = Path(__file__).resolve().parent
 BASELINE = HERE / "trl_sft_baseline.py"
@@ -67,20 +67,7 @@ def trl_command(args, packing: bool | str, output_dir: str) -> list[str]:
 
 
 def run(cmd: list[str], log_path: Path, timeout: float) -> str:
-    """Run one training in a fresh process; its output goes to `log_path` and is returned."""
-    env = {**os.environ, "SWIFTLIKE_OFFLINE": "1"}
-    start = time.perf_counter()
-    with open(log_path, "w") as log:  # written as it runs: `tail -f` it to follow a slow run
-        try:
-            proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            sys.exit(f"command ran past --timeout {timeout:.0f} s: {shlex.join(cmd)}\n(output in {log_path})")
-    out = log_path.read_text(errors="replace")
-    if proc.returncode != 0:
-        tail = "\n".join(out.splitlines()[-40:])
-        sys.exit(f"command failed (exit {proc.returncode}, {time.perf_counter() - start:.0f} s): {shlex.join(cmd)}\n"
-                 f"--- last lines of {log_path} ---\n{tail}")
-    return out
+    return run_logged(cmd, log_path, timeout, {"SWIFTLIKE_OFFLINE": "1"})
 
 
 def run_swiftlike(args, packing: bool, workdir: Path, tag: str) -> dict:

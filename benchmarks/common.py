@@ -1,0 +1,30 @@
+"""What the benchmark scripts share: running one side in a fresh process with its output kept in a log."""
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def run_logged(cmd: list[str], log_path: Path, timeout: float, env: dict[str, str]) -> str:
+    """Run `cmd` with `env` added to the environment; its output goes to `log_path` and is returned.
+
+    A failure or a timeout ends the benchmark with the command and the log's last lines: a half-measured
+    side must not be compared.
+    """
+    start = time.perf_counter()
+    with open(log_path, "w") as log:  # written as it runs: `tail -f` it to follow a slow run
+        try:
+            proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **env},
+                                  timeout=timeout)
+        except subprocess.TimeoutExpired:
+            sys.exit(f"command ran past --timeout {timeout:.0f} s: {shlex.join(cmd)}\n(output in {log_path})")
+    out = log_path.read_text(errors="replace")
+    if proc.returncode != 0:
+        tail = "\n".join(out.splitlines()[-40:])
+        sys.exit(f"command failed (exit {proc.returncode}, {time.perf_counter() - start:.0f} s): {shlex.join(cmd)}\n"
+                 f"--- last lines of {log_path} ---\n{tail}")
+    return out
