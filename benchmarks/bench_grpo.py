@@ -35,7 +35,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import run_logged
+from common import add_run_options, fill_defaults, run_logged
 
 HERE = Path(__file__).resolve().parent
 BASELINE = HERE / "trl_grpo_baseline.py"
@@ -153,16 +153,9 @@ def main() -> None:
     parser.add_argument("--trl_vllm_dtype", default="float32",
                         help="float32 (default): TRL with the two adjustments in trl_grpo_baseline.py; auto: TRL "
                         "exactly as shipped (vLLM then runs bfloat16 on this CPU)")
-    parser.add_argument("--quick", action="store_true",
-                        help=f"smoke test: {QUICK['model']}, {QUICK['steps']} steps, {QUICK['rounds']} round "
-                        "(explicit options still win)")
-    parser.add_argument("--timeout", type=float, default=1800, help="seconds allowed for one training run")
-    parser.add_argument("--keep", default=None, help="keep run directories and logs here (default: a temp dir)")
-    parser.add_argument("--json", default=None, help="also write the figures to this file")
+    add_run_options(parser, QUICK, "steps", timeout=1800)
     args = parser.parse_args()
-    for key, value in {**DEFAULTS, **(QUICK if args.quick else {})}.items():
-        if getattr(args, key) is None:
-            setattr(args, key, value)
+    fill_defaults(args, DEFAULTS, QUICK)
     if args.steps < 2:
         parser.error("--steps must be >= 2: the first step is a warm-up and is not timed")
 

@@ -27,7 +27,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from common import run_logged
+from common import add_run_options, fill_defaults, run_logged
 
 HERE = Path(__file__).resolve().parent
 BASELINE = HERE / "trl_sft_baseline.py"
@@ -117,16 +117,9 @@ def main() -> None:
     parser.add_argument("--batch_size", type=int, default=None, help=f"default {DEFAULTS['batch_size']}")
     parser.add_argument("--max_steps", type=int, default=None, help=f"default {DEFAULTS['max_steps']}")
     parser.add_argument("--rounds", type=int, default=None, help=f"default {DEFAULTS['rounds']}")
-    parser.add_argument("--quick", action="store_true",
-                        help=f"smoke test: {QUICK['model']}, {QUICK['max_steps']} steps, {QUICK['rounds']} round "
-                        "(explicit options still win)")
-    parser.add_argument("--timeout", type=float, default=3600, help="seconds allowed for one training run")
-    parser.add_argument("--keep", default=None, help="keep run directories and logs here (default: a temp dir)")
-    parser.add_argument("--json", default=None, help="also write the figures to this file")
+    add_run_options(parser, QUICK, "max_steps", timeout=3600)
     args = parser.parse_args()
-    for key, value in {**DEFAULTS, **(QUICK if args.quick else {})}.items():
-        if getattr(args, key) is None:
-            setattr(args, key, value)
+    fill_defaults(args, DEFAULTS, QUICK)
 
     print("command:", shlex.join([os.path.relpath(sys.executable), os.path.relpath(__file__), *sys.argv[1:]]))
     print("swiftlike side:", shlex.join(swiftlike_command(args, "false|true", "<tmp>")))

@@ -28,3 +28,20 @@ def run_logged(cmd: list[str], log_path: Path, timeout: float, env: dict[str, st
         sys.exit(f"command failed (exit {proc.returncode}, {time.perf_counter() - start:.0f} s): {shlex.join(cmd)}\n"
                  f"--- last lines of {log_path} ---\n{tail}")
     return out
+
+
+def add_run_options(parser, quick: dict, steps_key: str, timeout: float) -> None:
+    """The options every benchmark has: --quick (a tiny-model smoke test), --timeout, --keep, --json."""
+    parser.add_argument("--quick", action="store_true",
+                        help=f"smoke test: {quick['model']}, {quick[steps_key]} steps, {quick['rounds']} round "
+                        "(explicit options still win)")
+    parser.add_argument("--timeout", type=float, default=timeout, help="seconds allowed for one training run")
+    parser.add_argument("--keep", default=None, help="keep run directories and logs here (default: a temp dir)")
+    parser.add_argument("--json", default=None, help="also write the figures to this file")
+
+
+def fill_defaults(args, defaults: dict, quick: dict) -> None:
+    """Options left unset take the defaults, or the --quick values when asked for."""
+    for key, value in {**defaults, **(quick if args.quick else {})}.items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
