@@ -61,7 +61,23 @@ class RolloutArguments:
 
     use_vllm: bool = arg(False, "Generate with vLLM; false = the training model's own generate().")
     vllm_mode: Literal["colocate", "server"] = arg("colocate", "colocate: vLLM in the trainer's process; "
-                                                   "server: a `swiftlike rollout` server (not built yet).")
+                                                   "server: one or more `swiftlike rollout` servers.")
+    vllm_server_host: list[str] = arg(["127.0.0.1"], "Rollout server host(s) for --vllm_mode server; one host "
+                                      "for all ports, or one per --vllm_server_port.")
+    vllm_server_port: list[int] = arg([8000], "Rollout server port(s); several servers share each generation "
+                                      "batch between them.")
+    vllm_server_timeout: float = arg(240.0, "Seconds the trainer keeps trying to reach a rollout server (at start "
+                                     "and after a transient error) before it stops with an error.")
+    vllm_server_api_key: str | None = arg(None, "The servers' --api_key, sent as a Bearer token.")
+    weight_transport: Literal["auto", "http", "path", "nccl", "gloo"] = arg(
+        "auto", "How full weights reach rollout servers: http (safetensors over HTTP, any host), path (files "
+        "under --weight_sync_path, one host or a shared filesystem), nccl (GPU broadcast), gloo (the same on "
+        "CPU). auto = nccl with CUDA, else http.")
+    weight_sync_path: str | None = arg(None, "Directory for --weight_transport path; default /dev/shm.")
+    weight_bucket_mb: int = arg(512, "Weights are sent to rollout servers in buckets of at most this many MiB.")
+    async_generate: bool = arg(False, "Server mode: generate the next batch while the trainer learns on this "
+                               "one (one step stale; each sample records its policy version, and the rollout "
+                               "correction applies).")
     vllm_enable_lora: bool = arg(False, "With LoRA training, sync only the adapter to vLLM (else merged weights).")
     vllm_max_lora_rank: int = arg(16, "Largest LoRA rank vLLM accepts (>= --lora_rank).")
     vllm_gpu_memory_utilization: float = arg(0.9, "Fraction of GPU memory for vLLM (ignored on CPU).")
@@ -132,8 +148,7 @@ class RlhfArguments(TrainArguments, GrpoArguments, RolloutArguments):
             raise ValueError(f"--top_p must be in (0, 1], got {self.top_p}")
         if self.top_k != -1 and self.top_k < 1:
             raise ValueError(f"--top_k must be -1 (all) or >= 1, got {self.top_k}")
-        if self.use_vllm and self.vllm_mode == "server":
-            raise ValueError("--vllm_mode server needs `swiftlike rollout`, which is not built yet; use colocate")
+        self._check_server_mode()
         if self.vllm_enable_lora and self.tuner_type != "lora":
             raise ValueError("--vllm_enable_lora true syncs a LoRA adapter; it needs --tuner_type lora")
         if self.vllm_enable_lora and self.lora_rank > self.vllm_max_lora_rank:
@@ -149,6 +164,32 @@ class RlhfArguments(TrainArguments, GrpoArguments, RolloutArguments):
         if self.sleep_level == 2 and self.vllm_enable_lora:
             raise ValueError("--sleep_level 2 drops vLLM's base weights, which LoRA-only sync (--vllm_enable_lora "
                              "true) never sends back; use --sleep_level 1 or merged-weight sync")
+
+    def _check_server_mode(self) -> None:
+        server = self.use_vllm and self.vllm_mode == "server"
+        if self.async_generate and not server:
+            raise ValueError("--async_generate true generates on rollout servers while the trainer learns; it "
+                             "needs --use_vllm true --vllm_mode server")
+        if not server:
+            return
+        hosts, ports = self.vllm_server_host, self.vllm_server_port
+        if not hosts or not ports or (len(hosts) > 1 and len(ports) > 1 and len(hosts) != len(ports)):
+            raise ValueError(f"--vllm_server_host ({len(hosts)} given) and --vllm_server_port ({len(ports)} given): "
+                             "give one host for all ports, one port for all hosts, or as many of each")
+        if self.vllm_server_timeout <= 0:
+            raise ValueError(f"--vllm_server_timeout must be > 0 seconds, got {self.vllm_server_timeout}")
+        if self.weight_bucket_mb < 1:
+            raise ValueError(f"--weight_bucket_mb must be >= 1, got {self.weight_bucket_mb}")
+        if self.sleep_level or self.offload_model or self.offload_optimizer:
+            raise ValueError("--sleep_level / --offload_* share one GPU between trainer and a colocated engine; "
+                             "with --vllm_mode server the engine has its own devices, so leave them off")
+
+    def server_addresses(self) -> list[tuple[str, int]]:
+        """(host, port) of every rollout server."""
+        n = max(len(self.vllm_server_host), len(self.vllm_server_port))
+        hosts = self.vllm_server_host * n if len(self.vllm_server_host) == 1 else self.vllm_server_host
+        ports = self.vllm_server_port * n if len(self.vllm_server_port) == 1 else self.vllm_server_port
+        return list(zip(hosts, ports))
 
     def reward_params(self) -> dict:
         """The values `build_reward_funcs` hands to parameterised reward functions."""

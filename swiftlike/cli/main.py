@@ -12,7 +12,7 @@ COMMANDS: dict[str, tuple[str | None, str]] = {
     "pt": ("swiftlike.train.sft:pt_main", "pre-training on plain text"),
     "sft": ("swiftlike.train.sft:sft_main", "supervised fine-tuning, full or LoRA"),
     "rlhf": ("swiftlike.rl.grpo:rlhf_main", "RL post-training: GRPO (GKD and DPO family not built yet)"),
-    "rollout": (None, "vLLM rollout server for disaggregated RL"),
+    "rollout": ("swiftlike.rollout.server:rollout_main", "vLLM rollout server for server-mode RL"),
     "deploy": (None, "OpenAI-compatible server"),
     "eval": (None, "benchmarks and custom datasets"),
     "export": ("swiftlike.export.merge:export_main", "merge LoRA and export"),

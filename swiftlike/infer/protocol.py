@@ -108,6 +108,9 @@ class InferResponse:
     choices: list[Choice]
     usage: Usage
     prompt_token_ids: list[int]
+    # The weights version that produced the answer: a rollout server counts its weight updates, so an RL
+    # trainer can tell how many policy updates behind a sample is. None for engines that do not count.
+    policy_version: int | None = None
 
     @property
     def text(self) -> str:

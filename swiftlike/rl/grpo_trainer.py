@@ -5,6 +5,10 @@ math of `swiftlike.rl` called from here. Batching follows TRL: the dataloader yi
 (per_device_train_batch_size * steps_per_generation rows, each prompt repeated num_generations times in a
 row), repeated steps_per_generation * num_iterations times; the first time it arrives it is generated and
 scored, then it is served back one micro-batch slice at a time.
+
+With `--async_generate` each generation batch also carries the rows of the next one, which are sent to the
+rollout servers right after this batch's weight sync: they generate while this batch trains, one policy
+update behind when they are used.
 """
 from __future__ import annotations
 
@@ -28,7 +32,7 @@ from .sampling import selected_logps
 
 # The curves a GRPO run draws into images/ (patterns are matched against the logged keys).
 GRPO_PLOTTED = (*PLOTTED, "reward", "reward_std", "rewards/*/mean", "completions/mean_length", "kl", "entropy",
-                "rollout_correction/k3_kl", "dynamic_sample/*", "timing/*")
+                "rollout_correction/k3_kl", "dynamic_sample/*", "staleness/*", "timing/*")
 
 
 class RepeatSampler(Sampler):
@@ -52,6 +56,33 @@ class RepeatSampler(Sampler):
         return (self.n // self.per_batch) * self.per_batch * self.g * self.repeat
 
 
+class GenerationRows(list):
+    """A generation batch's rows, plus the next distinct batch's rows for async prefetching ([] if none)."""
+
+    def __init__(self, rows: list[dict], next_rows: list[dict]):
+        super().__init__(rows)
+        self.next_rows = next_rows
+
+
+class LookaheadBatches(Sampler):
+    """Generation batches of a RepeatSampler, each followed by the indices of the next distinct batch in the
+    same epoch, so the trainer can ask for it one step early. The last batch of an epoch has none."""
+
+    def __init__(self, sampler: RepeatSampler, batch_size: int):
+        self.sampler, self.batch_size = sampler, batch_size
+
+    def __iter__(self):
+        flat = list(self.sampler)
+        batches = [flat[i:i + self.batch_size] for i in range(0, len(flat), self.batch_size)]
+        repeat = self.sampler.repeat
+        for i, batch in enumerate(batches):
+            ahead = i + repeat - i % repeat  # first copy of the next distinct batch
+            yield batch + (batches[ahead] if i % repeat == 0 and ahead < len(batches) else [])
+
+    def __len__(self) -> int:
+        return len(self.sampler) // self.batch_size
+
+
 class GrpoTrainer(SwiftlikeTrainer):
     def __init__(self, *a, grpo_args, rollout: RolloutWorker, reward_funcs: dict, ref_model=None,
                  run_dir: Path | None = None, **kw):
@@ -67,6 +98,7 @@ class GrpoTrainer(SwiftlikeTrainer):
         self._last_synced_step = -1
         self._metrics: dict[str, list[float]] = defaultdict(list)
         self._resample_gen = torch.Generator().manual_seed(self.args.seed + 1)
+        self._pending: tuple[list, object] | None = None  # (rows, future) of the batch generating in background
 
     # ------------------------------------------------------------------ data
     def get_train_dataloader(self) -> DataLoader:
@@ -74,6 +106,9 @@ class GrpoTrainer(SwiftlikeTrainer):
         gen_batch = self.args.per_device_train_batch_size * spg
         sampler = RepeatSampler(len(self.train_dataset), self.g.num_generations, gen_batch // self.g.num_generations,
                                 spg * self.g.num_iterations, self.args.seed)
+        if self.g.async_generate:
+            return DataLoader(self.train_dataset, batch_sampler=LookaheadBatches(sampler, gen_batch), num_workers=0,
+                              collate_fn=lambda rows: GenerationRows(rows[:gen_batch], rows[gen_batch:]))
         return DataLoader(self.train_dataset, batch_size=gen_batch, sampler=sampler, collate_fn=list,
                           num_workers=0)
 
@@ -89,14 +124,41 @@ class GrpoTrainer(SwiftlikeTrainer):
     def _timed(self, key: str, start: float) -> None:
         self._metrics[f"timing/{key}"].append(time.time() - start)
 
+    def _sync_weights(self) -> None:
+        if self.rollout.needs_sync and self._last_synced_step != self.state.global_step:
+            for k, v in self.rollout.sync(self.accelerator.unwrap_model(self.model)).items():
+                self._metrics[k].append(v)
+            self._last_synced_step = self.state.global_step
+
+    def _collect_rollouts(self, rows: list[dict]) -> list[Rollout]:
+        """This batch's rollouts: prefetched in the background (async) or generated now after a sync.
+
+        Async order: wait for this batch (generated one update ago), sync the weights just learned, then
+        start the next batch on the servers, so it is generated while this one trains.
+        """
+        pending, self._pending = self._pending, None
+        t = time.time()
+        if pending is not None and pending[0] == list(rows):
+            rollouts = pending[1].result()
+            self._timed("generate_wait", t)
+            self._sync_weights()
+        else:
+            if pending is not None:  # rows changed under us (a resumed run): drop the prefetched batch
+                pending[1].result()
+            self._sync_weights()
+            with self.rollout.memory.offloaded(self.model, self.optimizer):
+                rollouts = self.rollout.generate(rows, self.model)
+            self._timed("generate", t)
+        next_rows = getattr(rows, "next_rows", None)
+        if self.g.async_generate and next_rows:
+            self._pending = (list(next_rows), self.rollout.submit(list(next_rows)))
+        return rollouts
+
     @torch.no_grad()
     def _generate_and_score(self, rows: list[dict]) -> list[dict]:
         model = self.model
-        if self.rollout.needs_sync and self._last_synced_step != self.state.global_step:
-            for k, v in self.rollout.sync(self.accelerator.unwrap_model(model)).items():
-                self._metrics[k].append(v)
-            self._last_synced_step = self.state.global_step
-        rollouts, rewards, per_func = self._generate_scored(rows)
+        rollouts = self._collect_rollouts(rows)
+        rewards, per_func = self._timed_rewards(rollouts)
         if self.g.dynamic_sample:
             rollouts, rewards, per_func = self._dynamic_sample(rollouts, rewards, per_func)
         advantages, group_std = group_advantages(rewards, self.g.num_generations, self.g.scale_rewards)
@@ -150,10 +212,13 @@ class GrpoTrainer(SwiftlikeTrainer):
         with self.rollout.memory.offloaded(self.model, self.optimizer):
             rollouts = self.rollout.generate(rows, self.model)
         self._timed("generate", t)
+        return (rollouts, *self._timed_rewards(rollouts))
+
+    def _timed_rewards(self, rollouts: list[Rollout]):
         t = time.time()
         rewards, per_func = self._rewards(rollouts)
         self._timed("reward", t)
-        return rollouts, rewards, per_func
+        return rewards, per_func
 
     def _dynamic_sample(self, rollouts: list[Rollout], rewards: torch.Tensor, per_func: dict):
         """DAPO dynamic sampling: up to --max_resample_times rounds of fresh prompts replace zero-std groups.
@@ -235,6 +300,13 @@ class GrpoTrainer(SwiftlikeTrainer):
         for name, vals in per_func.items():
             m[f"rewards/{name}/mean"].append(float(torch.nanmean(vals)))
             m[f"rewards/{name}/std"].append(float(vals[~vals.isnan()].std()) if (~vals.isnan()).sum() > 1 else 0.0)
+        current = self.rollout.policy_version
+        if current is not None:
+            behind = [current - r.policy_version for r in rollouts if r.policy_version is not None]
+            if behind:
+                m["staleness/mean"].append(sum(behind) / len(behind))
+                m["staleness/max"].append(float(max(behind)))
+            m["policy_version"].append(float(current))
         lengths = torch.tensor([len(r.completion_ids) for r in rollouts], dtype=torch.float32)
         m["completions/mean_length"].append(float(lengths.mean()))
         m["completions/min_length"].append(float(lengths.min()))
@@ -243,10 +315,12 @@ class GrpoTrainer(SwiftlikeTrainer):
         m["completions/clipped_ratio"].append(sum(clipped) / len(clipped))
 
     def _write_completions(self, rollouts, rewards, advantages) -> None:
+        current = self.rollout.policy_version
         with (self.run_dir / "completions.jsonl").open("a", encoding="utf-8") as f:
             for r, rew, adv in zip(rollouts, rewards.tolist(), advantages.tolist()):
                 f.write(json.dumps({"step": self.state.global_step, "prompt": r.row["messages"][-1]["content"],
-                                    "completion": r.text, "reward": rew, "advantage": adv},
+                                    "completion": r.text, "reward": rew, "advantage": adv,
+                                    "policy_version": r.policy_version, "trainer_version": current},
                                    ensure_ascii=False) + "\n")
 
     def log(self, logs: dict, start_time: float | None = None) -> None:

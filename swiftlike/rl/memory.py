@@ -21,14 +21,15 @@ class ColocateMemory:
 
     def __init__(self, args, cuda: bool | None = None):
         cuda = torch.cuda.is_available() if cuda is None else cuda
-        active = bool(args.use_vllm and cuda)
+        active = bool(args.use_vllm and args.vllm_mode == "colocate" and cuda)
         asked = [f"--{name} {value}" for name, value, default in (
             ("sleep_level", args.sleep_level, 0), ("offload_model", args.offload_model, False),
             ("offload_optimizer", args.offload_optimizer, False),
             ("vllm_tensor_parallel_size", args.vllm_tensor_parallel_size, 1)) if value != default]
         self.no_ops = [] if active else asked
         if self.no_ops:
-            why = "no CUDA device" if not cuda else "--use_vllm false generates with the training model itself"
+            why = ("no CUDA device" if not cuda else "--use_vllm false generates with the training model itself"
+                   if not args.use_vllm else "--vllm_mode server: the rollout server owns its devices")
             logger.warning("%s: no-op in this run (%s); vLLM sleep mode, offloading and tensor parallelism need "
                            "a colocated vLLM engine on CUDA", ", ".join(self.no_ops), why)
         self.sleep_level = args.sleep_level if active else 0

@@ -1,14 +1,20 @@
 """GRPO rollout: sample completions through the InferEngine interface and keep the engine in step with the trainer.
 
 Placement is explicit (`--use_vllm`, `--vllm_mode`): `pt` generates with the training model itself (shared
-weights, nothing to sync); `colocate` runs an in-process vLLM engine that receives either the merged weights
-(`update_weights`) or, with `--vllm_enable_lora`, only the LoRA adapter, saved and loaded under a new id.
+weights, nothing to sync); `colocate` runs an in-process vLLM engine; `server` talks to `swiftlike rollout`
+servers through `RemoteEngine`. Both vLLM placements receive either the merged weights (`update_weights`)
+or, with `--vllm_enable_lora`, only the LoRA adapter, saved and loaded under a new id.
+
+Every rollout records the policy version that produced it (the number of syncs made before it was
+generated), so the trainer can measure how stale a sample is when `--async_generate` generates the next
+batch while the current one trains.
 """
 from __future__ import annotations
 
 import shutil
 import tempfile
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,6 +37,7 @@ class Rollout:
     finish_reason: str
     rollout_logps: list[float] | None  # the engine's per-token log-probs of the sampled tokens
     row: dict = field(default_factory=dict)  # the dataset row (messages, solution, ...)
+    policy_version: int | None = None  # syncs made before this sample was generated; None: always current (pt)
 
 
 def request_config(args) -> RequestConfig:
@@ -59,7 +66,11 @@ class RolloutWorker:
         self._old_dirs: list[Path] = []
         self.memory = ColocateMemory(args)
         self._asleep = False
-        if args.use_vllm:
+        self._syncs = 0
+        self._background: ThreadPoolExecutor | None = None
+        if args.use_vllm and args.vllm_mode == "server":
+            self.engine = _remote_engine(args, template)
+        elif args.use_vllm:
             from ..infer.engine.vllm_engine import VllmEngine, VllmOptions
             max_len = args.vllm_max_model_len or (args.max_length or 1024) + args.max_completion_length
             opts = VllmOptions(gpu_memory_utilization=args.vllm_gpu_memory_utilization, max_model_len=max_len,
@@ -79,6 +90,19 @@ class RolloutWorker:
     def needs_sync(self) -> bool:
         return self.args.use_vllm
 
+    @property
+    def policy_version(self) -> int | None:
+        """Weights versions pushed so far (what a sample generated now would carry); None for pt."""
+        if not self.args.use_vllm:
+            return None
+        return getattr(self.engine, "policy_version", self._syncs)
+
+    def submit(self, rows: list[dict]) -> Future:
+        """Generate in the background (server mode): the trainer learns meanwhile and collects it later."""
+        if self._background is None:
+            self._background = ThreadPoolExecutor(1, thread_name_prefix="swiftlike-async-rollout")
+        return self._background.submit(self.generate, rows)
+
     def generate(self, rows: list[dict], model=None) -> list[Rollout]:
         """One completion per row (rows already repeated num_generations times)."""
         config = request_config(self.args)
@@ -96,11 +120,14 @@ class RolloutWorker:
             if self.memory.sleep_level:  # the trainer gets the GPU memory back until the next generation
                 self.engine.sleep(self.memory.sleep_level)
                 self._asleep = True
+        local_version = self.policy_version
         out = []
         for row, resp in zip(rows, responses):
             c = resp.choices[0]
             logps = [t.logprob for t in c.logprobs] if c.logprobs is not None else None
-            out.append(Rollout(list(resp.prompt_token_ids), list(c.token_ids), c.text, c.finish_reason, logps, row))
+            version = resp.policy_version if resp.policy_version is not None else local_version
+            out.append(Rollout(list(resp.prompt_token_ids), list(c.token_ids), c.text, c.finish_reason, logps, row,
+                               version))
         return out
 
     def sync(self, model) -> dict[str, float]:
@@ -129,6 +156,7 @@ class RolloutWorker:
                     model.unmerge_adapter()
             nbytes = sum(t.numel() * t.element_size() for _, t in tensors)
             self.engine.update_weights(tensors)
+        self._syncs += 1
         return {"sync/bytes": float(nbytes), "sync/seconds": time.time() - start}
 
     def _wake(self) -> None:
@@ -143,11 +171,28 @@ class RolloutWorker:
             shutil.rmtree(self._old_dirs.pop(0), ignore_errors=True)
 
     def close(self) -> None:
+        if self._background is not None:
+            self._background.shutdown(wait=True, cancel_futures=True)
         for d in self._old_dirs:
             shutil.rmtree(d, ignore_errors=True)
         self._old_dirs = []
         if self.args.use_vllm:
             self.engine.close()
+
+
+def _remote_engine(args, template):
+    from ..rollout.client import RemoteEngine, ServerClient
+    from ..rollout.transport import make_transport
+    clients = [ServerClient(host, port, args.vllm_server_timeout, args.vllm_server_api_key)
+               for host, port in args.server_addresses()]
+    transport = make_transport(args.weight_transport, args.weight_bucket_mb, args.weight_sync_path)
+    engine = RemoteEngine(clients, template, transport)
+    if args.vllm_enable_lora and not engine.enable_lora:
+        engine.close()
+        raise ValueError("--vllm_enable_lora true syncs only the LoRA adapter, but a rollout server was started "
+                         "without LoRA; restart it with `swiftlike rollout ... --vllm_enable_lora true "
+                         f"--vllm_max_lora_rank {args.vllm_max_lora_rank}`")
+    return engine
 
 
 def _prompt_messages(row: dict) -> list[dict]:

@@ -1,0 +1,38 @@
+"""Arguments of `swiftlike rollout`: a vLLM engine behind HTTP for server-mode RL (names follow ms-swift)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .base import BaseArguments, arg
+from .infer_args import VllmArguments
+
+
+@dataclass
+class RolloutServerArguments(BaseArguments, VllmArguments):
+    """swiftlike rollout: serve generation and weight updates to a `swiftlike rlhf --vllm_mode server` trainer."""
+
+    command = "rollout"
+    host: str = arg("127.0.0.1", "Address to bind; 127.0.0.1 serves this machine only. Use 0.0.0.0 (with "
+                    "--api_key) for trainers on other hosts.")
+    port: int = arg(8000, "TCP port to listen on.")
+    api_key: str | None = arg(None, "When set, every request except /health needs `Authorization: Bearer <key>`.")
+    vllm_data_parallel_size: int = arg(1, "Engine replicas in this server; only 1 is built. For more, start "
+                                       "one server per port and list them all in the trainer's "
+                                       "--vllm_server_port (generation is spread across them).")
+    max_bucket_mb: int = arg(4096, "Largest weight bucket accepted over HTTP, in MiB (bigger gets 413).")
+    max_prompts: int = arg(4096, "Most prompts x n one /generate request may ask for (more gets 413).")
+    default_max_tokens: int = arg(512, "max_tokens of an OpenAI request that does not set it.")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.model is None:
+            raise ValueError("--model is required: the model the rollout server generates with")
+        if not 0 < self.port < 65536:
+            raise ValueError(f"--port must be in 1..65535, got {self.port}")
+        if self.vllm_data_parallel_size != 1:
+            raise ValueError(f"--vllm_data_parallel_size {self.vllm_data_parallel_size}: one engine per server is "
+                             "built so far; start one `swiftlike rollout` per port and pass every port to the "
+                             "trainer's --vllm_server_port, which spreads generation across them")
+        for name in ("max_bucket_mb", "max_prompts", "default_max_tokens", "vllm_tensor_parallel_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"--{name} must be >= 1, got {getattr(self, name)}")

@@ -1,0 +1,266 @@
+"""The rollout server's HTTP routes. Every client mistake is a 4xx with a message; the server keeps serving.
+
+Routes:
+  GET  /health                      liveness and the policy version (no API key needed)
+  GET  /info                        model, dtype, engine versions, policy version, adapters
+  POST /generate                    batched sampling: token ids, per-token log-probs, finish reason, version
+  POST /update_weights/begin        open a full-weight update -> update_id
+  POST /update_weights/bucket       one bucket as safetensors bytes (HTTP transport)
+  POST /update_weights/bucket_path  one bucket as a safetensors file on a shared path
+  POST /update_weights/init_collective, /update_weights/bucket_collective   NCCL (GPU) / gloo buckets
+  POST /update_weights/commit       apply the whole update atomically; the policy version increments
+  POST /update_weights/abort        drop an open update
+  POST /load_adapter                a LoRA adapter by shared path, or its safetensors bytes (adapter-only sync)
+  POST /reset_prefix_cache
+  GET  /v1/models, POST /v1/chat/completions, POST /v1/completions   OpenAI-compatible, for debugging
+"""
+from __future__ import annotations
+
+import hmac
+import json
+from pathlib import Path
+
+from fastapi import FastAPI, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..infer import openai_api
+from ..infer.protocol import InferRequest, RequestConfig
+from ..utils import get_logger
+from .server import JSON_BODY_LIMIT, RequestTooLarge, RolloutService
+from .weights import WeightUpdateError
+
+logger = get_logger("swiftlike.rollout")
+
+
+class Prompt(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    messages: list[dict] | None = None
+    input_ids: list[int] | None = None
+
+
+class GenerateBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    prompts: list[Prompt] = Field(min_length=1)
+    n: int = 1
+    max_tokens: int = 256
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    repetition_penalty: float = 1.0
+    stop: list[str] = []
+    logprobs: bool = True
+    adapter: str | None = None
+
+
+class UpdateId(BaseModel):
+    update_id: str
+
+
+class BucketPath(BaseModel):
+    update_id: str
+    path: str
+
+
+class AdapterPath(BaseModel):
+    name: str
+    path: str
+
+
+class CollectiveInit(BaseModel):
+    host: str
+    port: int
+    world_size: int = Field(ge=2)
+    rank: int = Field(ge=1)
+    backend: str = "nccl"
+
+
+class TensorSpec(BaseModel):
+    name: str
+    shape: list[int]
+    dtype: str
+
+
+class CollectiveBucket(BaseModel):
+    update_id: str
+    tensors: list[TensorSpec] = Field(min_length=1)
+
+
+def _error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"error": {"message": message, "code": status}}, status_code=status)
+
+
+def create_app(service: RolloutService) -> FastAPI:
+    app = FastAPI(title="swiftlike rollout")
+    api_key = service.args.api_key
+    bucket_limit = service.args.max_bucket_mb << 20
+
+    @app.middleware("http")
+    async def guard(request: Request, call_next):
+        if api_key and request.url.path != "/health":
+            sent = request.headers.get("authorization", "")
+            if not hmac.compare_digest(sent.encode(), f"Bearer {api_key}".encode()):
+                return _error(401, "missing or wrong API key: send `Authorization: Bearer <--api_key>`")
+        limit = bucket_limit if request.url.path in ("/update_weights/bucket", "/load_adapter") else JSON_BODY_LIMIT
+        length = request.headers.get("content-length")
+        if length is not None and length.isdigit() and int(length) > limit:
+            return _error(413, f"request body of {int(length) >> 20} MiB exceeds this endpoint's limit of "
+                               f"{limit >> 20} MiB (--max_bucket_mb for weight buckets); send smaller buckets")
+        return await call_next(request)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_body(request: Request, exc: RequestValidationError):
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()[:5])
+        return _error(422, f"invalid request body for {request.url.path}: {problems}")
+
+    @app.exception_handler(RequestTooLarge)
+    async def too_large(request: Request, exc: RequestTooLarge):
+        return _error(413, str(exc))
+
+    @app.exception_handler(ValueError)
+    async def bad_value(request: Request, exc: ValueError):
+        return _error(400, str(exc))
+
+    @app.exception_handler(Exception)
+    async def server_fault(request: Request, exc: Exception):
+        logger.exception("%s failed", request.url.path)
+        return _error(500, f"{type(exc).__name__}: {exc}")
+
+    @app.get("/health")
+    async def health():
+        return {"status": "ok", "policy_version": service.version}
+
+    @app.get("/info")
+    async def info():
+        return service.info()
+
+    @app.post("/generate")
+    async def generate(body: GenerateBody):
+        config = RequestConfig(max_tokens=body.max_tokens, temperature=body.temperature, top_p=body.top_p,
+                               top_k=body.top_k, repetition_penalty=body.repetition_penalty, n=body.n,
+                               stop=body.stop, logprobs=body.logprobs)
+        requests = [InferRequest(messages=p.messages, input_ids=p.input_ids, adapter=body.adapter)
+                    for p in body.prompts]
+        responses = await service.on_engine(service.generate, requests, config)
+        return {"policy_version": service.version, "results": [
+            {"prompt_ids": r.prompt_token_ids, "policy_version": r.policy_version,
+             "choices": [{"text": c.text, "token_ids": c.token_ids, "finish_reason": c.finish_reason,
+                          "logprobs": [t.logprob for t in c.logprobs] if c.logprobs is not None else None}
+                         for c in r.choices]} for r in responses]}
+
+    @app.post("/update_weights/begin")
+    async def begin():
+        return {"update_id": service.stager.begin(), "dtype": service.dtype}
+
+    @app.post("/update_weights/bucket")
+    async def bucket(request: Request, update_id: str):
+        data = await request.body()
+        if len(data) > bucket_limit:
+            raise RequestTooLarge(f"bucket of {len(data) >> 20} MiB exceeds --max_bucket_mb {bucket_limit >> 20}")
+        return {"tensors": await run_in_threadpool(service.stager.add_bytes, update_id, data)}
+
+    @app.post("/update_weights/bucket_path")
+    async def bucket_path(body: BucketPath):
+        return {"tensors": await run_in_threadpool(service.stager.add_file, body.update_id, Path(body.path))}
+
+    @app.post("/update_weights/init_collective")
+    async def init_collective(body: CollectiveInit):
+        service.collective().connect(body.host, body.port, body.world_size, body.rank, body.backend)
+        return {"status": "joining"}
+
+    @app.post("/update_weights/bucket_collective")
+    async def bucket_collective(body: CollectiveBucket):
+        specs = [(t.name, tuple(t.shape), t.dtype) for t in body.tensors]
+        service.stager.check_announced(body.update_id, {n: s for n, s, _ in specs})
+        service.collective().receive(body.update_id, specs)
+        return {"tensors": len(specs)}
+
+    @app.post("/update_weights/commit")
+    async def commit(body: UpdateId):
+        version = await service.on_engine(service.commit, body.update_id)
+        return {"policy_version": version}
+
+    @app.post("/update_weights/abort")
+    async def abort(body: UpdateId):
+        service.stager.abort(body.update_id)
+        return {"status": "aborted"}
+
+    @app.post("/load_adapter")
+    async def load_adapter(request: Request, name: str | None = None):
+        if request.headers.get("content-type", "").startswith("application/json"):
+            body = AdapterPath(**json.loads(await request.body()))
+            name, path = body.name, Path(body.path)
+        else:
+            if not name:
+                raise ValueError("an adapter sent as bytes needs ?name=<adapter name>")
+            path = await run_in_threadpool(_write_adapter, service.adapter_dir(name), await request.body())
+        version = await service.on_engine(service.load_adapter, name, path)
+        return {"policy_version": version}
+
+    @app.post("/reset_prefix_cache")
+    async def reset_prefix_cache():
+        await service.on_engine(service.engine.llm.reset_prefix_cache)
+        return {"status": "ok"}
+
+    @app.get("/v1/models")
+    async def models():
+        names = [service.engine.model_name, *sorted(service.engine.adapters)]
+        return {"object": "list", "data": [{"id": n, "object": "model", "owned_by": "swiftlike"} for n in names]}
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request):
+        body = await _json(request)
+        req = openai_api.chat_request(body)
+        req.adapter = _adapter_for(service, body)
+        config = openai_api.request_config(body, service.args.default_max_tokens)
+        resp = (await service.on_engine(service.generate, [req], config))[0]
+        return openai_api.chat_response(resp, body.get("model") or service.engine.model_name)
+
+    @app.post("/v1/completions")
+    async def completions(request: Request):
+        body = await _json(request)
+        req = openai_api.completion_request(body, service.engine.tokenizer)
+        req.adapter = _adapter_for(service, body)
+        config = openai_api.request_config(body, service.args.default_max_tokens)
+        resp = (await service.on_engine(service.generate, [req], config))[0]
+        return openai_api.completion_response(resp, body.get("model") or service.engine.model_name)
+
+    return app
+
+
+async def _json(request: Request) -> dict:
+    try:
+        body = json.loads(await request.body())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"request body is not valid JSON: {e}") from None
+    if not isinstance(body, dict):
+        raise ValueError("request body must be a JSON object")
+    return body
+
+
+def _adapter_for(service: RolloutService, body: dict) -> str | None:
+    """OpenAI's `model` field picks a loaded adapter by name; the base model's name (or none) means no adapter."""
+    model = body.get("model")
+    if model in service.engine.adapters:
+        return model
+    if model not in (None, "", service.engine.model_name):
+        known = ", ".join([service.engine.model_name, *sorted(service.engine.adapters)])
+        raise ValueError(f"unknown model {model!r}; this server serves: {known}")
+    return None
+
+
+def _write_adapter(path: Path, data: bytes) -> Path:
+    """An adapter sent as safetensors bytes carries its adapter_config.json in the safetensors metadata."""
+    from .weights import read_header
+    read_header(data)
+    size = int.from_bytes(data[:8], "little")
+    metadata = json.loads(data[8:8 + size]).get("__metadata__") or {}
+    if "adapter_config" not in metadata:
+        raise WeightUpdateError("adapter bytes need `adapter_config` (the adapter_config.json text) in the "
+                                "safetensors metadata")
+    json.loads(metadata["adapter_config"])
+    (path / "adapter_model.safetensors").write_bytes(data)
+    (path / "adapter_config.json").write_text(metadata["adapter_config"])
+    return path

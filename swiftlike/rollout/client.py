@@ -1,0 +1,182 @@
+"""Trainer side of server mode: an HTTP client per rollout server, and `RemoteEngine`, which puts one or
+more servers behind the same `InferEngine` interface as an in-process engine, so the GRPO loop does not
+know (or care) where generation happens or how weights travel.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+
+from ..infer.engine.base import InferEngine
+from ..infer.protocol import (Choice, InferRequest, InferResponse, RequestConfig, StreamDelta, TokenLogprob,
+                              Usage)
+from ..template import Template
+from ..utils import get_logger
+
+logger = get_logger("swiftlike.rollout")
+
+RETRY_STATUSES = (502, 503, 504)
+GENERATE_READ_TIMEOUT = 1800.0  # seconds one generation batch may take before the client gives up on it
+
+
+class RolloutServerError(RuntimeError):
+    """The server refused a request (4xx / 500) or stopped answering; the message says which and why."""
+
+
+class ServerClient:
+    """One rollout server. Transient failures (connection refused or reset, 502-504) are retried with
+    exponential backoff until `timeout` seconds have passed; a 4xx is the caller's mistake and raised at once."""
+
+    def __init__(self, host: str, port: int, timeout: float, api_key: str | None = None):
+        self.host, self.port, self.timeout = host, port, timeout
+        self.url = f"http://{host}:{port}"
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.http = httpx.Client(base_url=self.url, headers=headers,
+                                 timeout=httpx.Timeout(GENERATE_READ_TIMEOUT, connect=5.0))
+
+    def request(self, method: str, path: str, **kwargs) -> dict:
+        deadline = time.monotonic() + self.timeout
+        delay = 0.2
+        while True:
+            try:
+                resp = self.http.request(method, path, **kwargs)
+            except httpx.TransportError as e:
+                problem = f"{type(e).__name__}: {e}"
+            else:
+                if resp.status_code < 400:
+                    return resp.json()
+                message = _message(resp)
+                if resp.status_code not in RETRY_STATUSES:
+                    raise RolloutServerError(f"rollout server {self.url} refused {method} {path} "
+                                             f"({resp.status_code}): {message}")
+                problem = f"HTTP {resp.status_code}: {message}"
+            if time.monotonic() + delay > deadline:
+                raise RolloutServerError(
+                    f"rollout server {self.url} is not answering {method} {path} ({problem}); gave up after "
+                    f"{self.timeout:g} s (--vllm_server_timeout). Is `swiftlike rollout --port {self.port}` "
+                    "running and reachable?")
+            time.sleep(delay)
+            delay = min(delay * 2, 5.0)
+
+    def get(self, path: str, **kwargs) -> dict:
+        return self.request("GET", path, **kwargs)
+
+    def post(self, path: str, **kwargs) -> dict:
+        return self.request("POST", path, **kwargs)
+
+    def close(self) -> None:
+        self.http.close()
+
+
+def _message(resp: httpx.Response) -> str:
+    try:
+        body = resp.json()
+    except ValueError:
+        return resp.text[:500]
+    error = body.get("error") if isinstance(body, dict) else None
+    return str(error.get("message") if isinstance(error, dict) else body)[:1000]
+
+
+class RemoteEngine(InferEngine):
+    """Rollout servers as one engine: a batch is split across servers, weight updates go to all of them.
+
+    Policy versions are counted from this engine's first contact, so answers from several servers (or a
+    server that already served an earlier run) compare directly with the number of syncs made here.
+    """
+
+    def __init__(self, clients: list[ServerClient], template: Template, transport):
+        self.clients = clients
+        self.template = template
+        self.transport = transport
+        infos = [c.get("/info") for c in clients]  # waits (up to the timeout) for servers still starting
+        self.model_name = infos[0]["model"]
+        self.dtype = infos[0]["dtype"]
+        models = {i["model_dir"] for i in infos}
+        if len(models) > 1:
+            raise RolloutServerError(f"the rollout servers serve different models ({sorted(models)}); start them "
+                                     "all with the trainer's --model")
+        self.enable_lora = all(i["enable_lora"] for i in infos)
+        self._base_versions = [i["policy_version"] for i in infos]
+        self.policy_version = 0
+        self._adapters: dict[str, str] = {}
+        self._pool = ThreadPoolExecutor(max(len(clients), 1), thread_name_prefix="swiftlike-remote")
+        logger.info("rollout servers: %s (%s, %s)", ", ".join(c.url for c in clients), self.model_name, self.dtype)
+
+    @property
+    def adapters(self) -> dict[str, str]:
+        return dict(self._adapters)
+
+    def infer(self, requests: list[InferRequest], config: RequestConfig, use_tqdm: bool = False) -> list[InferResponse]:
+        for r in requests:
+            self.check_adapter(r)
+        share = -(-len(requests) // len(self.clients))
+        chunks = [(i, requests[k:k + share]) for i, k in enumerate(range(0, len(requests), share))]
+        futures = [self._pool.submit(self._generate, i, chunk, config) for i, chunk in chunks]
+        return [resp for f in futures for resp in f.result()]
+
+    def _generate(self, server: int, requests: list[InferRequest], config: RequestConfig) -> list[InferResponse]:
+        out: list[InferResponse | None] = [None] * len(requests)
+        for adapter in dict.fromkeys(r.adapter for r in requests):  # one call per adapter
+            group = [i for i, r in enumerate(requests) if r.adapter == adapter]
+            body = {"prompts": [{"input_ids": self.prompt_ids(requests[i])} for i in group], "n": config.n,
+                    "max_tokens": config.max_tokens, "temperature": config.temperature, "top_p": config.top_p,
+                    "top_k": config.top_k, "repetition_penalty": config.repetition_penalty, "stop": config.stop,
+                    "logprobs": config.logprobs, "adapter": adapter}
+            result = self.clients[server].post("/generate", json=body)
+            for i, res in zip(group, result["results"]):
+                choices = [Choice(k, c["text"], c["token_ids"], c["finish_reason"],
+                                  [TokenLogprob(t, "", lp) for t, lp in zip(c["token_ids"], c["logprobs"])]
+                                  if c["logprobs"] is not None else None) for k, c in enumerate(res["choices"])]
+                usage = Usage(len(res["prompt_ids"]), sum(len(c.token_ids) for c in choices))
+                version = res["policy_version"] - self._base_versions[server]
+                out[i] = InferResponse(choices, usage, res["prompt_ids"], version)
+        return out
+
+    def stream(self, request: InferRequest, config: RequestConfig) -> Iterator[StreamDelta]:
+        """The rollout server answers whole batches; a stream is the whole answer as one piece."""
+        for c in self.infer([request], config)[0].choices:
+            yield StreamDelta(c.index, c.text, c.token_ids, c.finish_reason)
+
+    def add_adapter(self, name: str, path: str) -> None:
+        versions = self.transport.send_adapter(self.clients, name, path)
+        self._adapters[name] = str(path)
+        self._count(versions)
+
+    def update_weights(self, named_tensors: Iterable[tuple[str, object]]) -> None:
+        from .transport import buckets
+        update_ids = [c.post("/update_weights/begin")["update_id"] for c in self.clients]
+        try:
+            for bucket in buckets(named_tensors, self.dtype, self.transport.bucket_bytes):
+                self.transport.send(self.clients, update_ids, bucket)
+            versions = [c.post("/update_weights/commit", json={"update_id": u})["policy_version"]
+                        for c, u in zip(self.clients, update_ids)]
+        except BaseException:
+            for c, u in zip(self.clients, update_ids):
+                try:
+                    c.http.post("/update_weights/abort", json={"update_id": u}, timeout=5.0)
+                except httpx.HTTPError:
+                    pass
+            raise
+        finally:
+            self.transport.after_update()
+        self._count(versions)
+
+    def _count(self, versions: list[int]) -> None:
+        local = {v - base for v, base in zip(versions, self._base_versions)}
+        if len(local) > 1:
+            logger.warning("rollout servers disagree on the policy version (%s); a server restarted or another "
+                           "trainer updates it", sorted(local))
+        self.policy_version = max(local)
+
+    def reset_prefix_cache(self) -> None:
+        for c in self.clients:
+            c.post("/reset_prefix_cache")
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False)
+        self.transport.close()
+        for c in self.clients:
+            c.close()

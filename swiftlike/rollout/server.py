@@ -1,0 +1,162 @@
+"""`swiftlike rollout`: a vLLM engine behind FastAPI, for trainers on other processes or machines.
+
+Generation and weight commits run on one engine thread, so an update lands between two generation
+batches (never inside one) and every answer carries the policy version that produced it. The version
+counts applied weight updates (full or adapter); a trainer compares it with its own to measure staleness.
+Anything a client gets wrong is a 4xx with a message, and the server keeps serving.
+"""
+from __future__ import annotations
+
+import asyncio
+import shutil
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from ..arguments import parse_args
+from ..arguments.rollout_args import RolloutServerArguments
+from ..infer.protocol import InferRequest, RequestConfig
+from ..utils import get_logger
+from .weights import WeightStager, checkpoint_shapes
+
+logger = get_logger("swiftlike.rollout")
+
+JSON_BODY_LIMIT = 64 << 20  # requests other than weight buckets
+
+
+class RequestTooLarge(ValueError):
+    """Answered with 413."""
+
+
+class RolloutService:
+    """The engine, its policy version and the weight update in progress; engine calls run on one thread."""
+
+    def __init__(self, args: RolloutServerArguments, engine_factory):
+        self.args = args
+        self._engine_thread = ThreadPoolExecutor(1, thread_name_prefix="swiftlike-engine")
+        # vLLM is created on the thread that will drive it
+        self.engine, self.resolved = self._engine_thread.submit(engine_factory).result()
+        self.stager = WeightStager(checkpoint_shapes(self.resolved.model_dir))
+        self.version = 0
+        self.samples_generated = 0  # completions served so far (shows how a trainer spreads its batches)
+        self._adapter_root = Path(tempfile.mkdtemp(prefix="swiftlike-rollout-adapters-"))
+        self._adapter_dirs: dict[str, list[Path]] = {}
+        self._collective = None
+
+    async def on_engine(self, fn, *args):
+        return await asyncio.get_running_loop().run_in_executor(self._engine_thread, fn, *args)
+
+    @property
+    def dtype(self) -> str:
+        return str(self.engine.llm.llm_engine.model_config.dtype).removeprefix("torch.")
+
+    def info(self) -> dict:
+        import torch
+        import vllm
+
+        from .. import __version__
+        return {"model": self.engine.model_name, "model_dir": str(self.resolved.model_dir),
+                "dtype": self.dtype, "policy_version": self.version, "adapters": sorted(self.engine.adapters),
+                "samples_generated": self.samples_generated,
+                "max_model_len": self.max_model_len, "enable_lora": self.engine.options.enable_lora,
+                "versions": {"swiftlike": __version__, "vllm": vllm.__version__, "torch": torch.__version__}}
+
+    @property
+    def max_model_len(self) -> int:
+        return int(self.engine.llm.llm_engine.model_config.max_model_len)
+
+    # ------------------------------------------------------------------ generation
+    def check_generate(self, requests: list[InferRequest], config: RequestConfig) -> None:
+        if len(requests) * config.n > self.args.max_prompts:
+            raise RequestTooLarge(f"{len(requests)} prompts x n={config.n} exceeds the server's --max_prompts "
+                                  f"{self.args.max_prompts}; split the batch")
+        vocab = len(self.engine.tokenizer)
+        for r in requests:
+            ids = self.engine.prompt_ids(r)
+            if r.input_ids is not None and not all(isinstance(t, int) and 0 <= t < vocab for t in ids):
+                raise ValueError(f"input_ids must be token ids in [0, {vocab})")
+            if len(ids) + config.max_tokens > self.max_model_len:
+                raise ValueError(f"prompt of {len(ids)} tokens + max_tokens {config.max_tokens} exceeds the "
+                                 f"server's max_model_len {self.max_model_len} (--vllm_max_model_len)")
+
+    def generate(self, requests: list[InferRequest], config: RequestConfig):
+        self.check_generate(requests, config)
+        responses = self.engine.infer(requests, config)
+        for r in responses:
+            r.policy_version = self.version
+        self.samples_generated += sum(len(r.choices) for r in responses)
+        return responses
+
+    # ------------------------------------------------------------------ weights
+    def commit(self, update_id: str) -> int:
+        """Engine thread: apply a complete update, then count it."""
+        if update_id in self.stager.committed:  # a retried commit whose answer was lost
+            return self.stager.committed[update_id]
+        if self._collective is not None:
+            self._collective.wait_received()
+        tensors = self.stager.take(update_id)
+        self.engine.update_weights(tensors)
+        self.version += 1
+        self.stager.committed[update_id] = self.version
+        logger.info("weights updated: %d tensors, policy version %d", len(tensors), self.version)
+        return self.version
+
+    def load_adapter(self, name: str, path: Path) -> int:
+        """Engine thread: (re)load a LoRA adapter under `name`; requests naming it use it from now on."""
+        self.engine.add_adapter(name, str(path))
+        self.version += 1
+        logger.info("adapter %s loaded from %s, policy version %d", name, path, self.version)
+        return self.version
+
+    def adapter_dir(self, name: str) -> Path:
+        """A fresh directory for an adapter sent over HTTP; the last two per name are kept (vLLM loads lazily)."""
+        dirs = self._adapter_dirs.setdefault(name, [])
+        path = self._adapter_root / f"{name}-{len(dirs)}-{self.version}"
+        path.mkdir(parents=True)
+        dirs.append(path)
+        while len(dirs) > 2:
+            shutil.rmtree(dirs.pop(0), ignore_errors=True)
+        return path
+
+    def collective(self):
+        if self._collective is None:
+            from .collective import CollectiveReceiver
+            self._collective = CollectiveReceiver(self.stager)
+        return self._collective
+
+    def close(self) -> None:
+        if self._collective is not None:
+            self._collective.close()
+        self._engine_thread.submit(self.engine.close).result()
+        self._engine_thread.shutdown()
+        shutil.rmtree(self._adapter_root, ignore_errors=True)
+
+
+def build_engine(args: RolloutServerArguments):
+    from ..infer.engine.vllm_engine import VllmEngine, VllmOptions, on_cpu
+    from ..model import load_tokenizer, resolve_model
+    from ..template import get_template
+    if args.vllm_tensor_parallel_size > 1 and on_cpu():
+        raise ValueError("--vllm_tensor_parallel_size > 1 needs GPUs; on CPU the rollout server runs one engine")
+    resolved = resolve_model(args.model, args.model_type, args.use_hf, args.model_revision)
+    template = get_template(args.template or resolved.meta.template, load_tokenizer(resolved), args.system)
+    options = VllmOptions.from_args(args)
+    options.logprobs_mode = "processed_logprobs"  # RL trainers score tokens after temperature / top-k / top-p
+    engine = VllmEngine(resolved, template, options, adapters=args.adapter_paths())
+    return engine, resolved
+
+
+def rollout_main(argv: list[str] | None = None) -> None:
+    import uvicorn
+
+    from .app import create_app
+    args = parse_args(RolloutServerArguments, argv)
+    service = RolloutService(args, lambda: build_engine(args))
+    app = create_app(service)
+    logger.info("swiftlike rollout: %s on http://%s:%d (policy version 0)", service.engine.model_name, args.host,
+                args.port)
+    print(f"swiftlike rollout ready on http://{args.host}:{args.port}", flush=True)
+    try:
+        uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    finally:
+        service.close()

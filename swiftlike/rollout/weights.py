@@ -1,0 +1,182 @@
+"""Server side of a weight update: buckets are checked as they arrive and applied together at commit.
+
+A trainer sends its weights in buckets (so neither side holds two full copies in flight) and then commits.
+Every bucket is checked against the names and shapes of the served checkpoint the moment it arrives; one
+bad bucket poisons the whole update, and nothing reaches the engine before commit. So the engine never
+serves a half-updated model, and a rejected update leaves the previous weights serving.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import threading
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+# safetensors' dtype names, as the header of a bucket states them
+SAFETENSORS_DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "F64": torch.float64}
+TORCH_DTYPE_NAMES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+class WeightUpdateError(ValueError):
+    """A bucket or commit the server refuses; the message says what was wrong (sent back as a 4xx)."""
+
+
+def checkpoint_shapes(model_dir: str | Path) -> dict[str, tuple[int, ...]]:
+    """Parameter names and shapes of a HF checkpoint, read from the safetensors headers (no tensor data)."""
+    from safetensors import safe_open
+    files = sorted(Path(model_dir).glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"no *.safetensors files in {model_dir}; the rollout server checks weight "
+                                "updates against the served checkpoint's tensors")
+    shapes: dict[str, tuple[int, ...]] = {}
+    for f in files:
+        with safe_open(str(f), framework="pt") as handle:
+            for name in handle.keys():
+                shapes[name] = tuple(handle.get_slice(name).get_shape())
+    return shapes
+
+
+def read_header(data: bytes | Path) -> dict[str, dict]:
+    """The JSON header of a safetensors buffer or file: {name: {"dtype", "shape", ...}}."""
+    raw = data.read_bytes()[:8] if isinstance(data, Path) else data[:8]
+    if len(raw) < 8:
+        raise WeightUpdateError("a weight bucket must be a safetensors file; got fewer than 8 bytes")
+    size = int.from_bytes(raw, "little")
+    if isinstance(data, Path):
+        with data.open("rb") as f:
+            f.seek(8)
+            blob = f.read(size)
+    else:
+        blob = data[8:8 + size]
+    try:
+        header = json.loads(blob)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise WeightUpdateError("a weight bucket must be a safetensors file; its header is not valid JSON") from None
+    header.pop("__metadata__", None)
+    return header
+
+
+@dataclass
+class PendingUpdate:
+    """One update in progress: tensors received so far, or the reason it was rejected."""
+
+    update_id: str
+    tensors: dict[str, torch.Tensor] = field(default_factory=dict)
+    files: list[Path] = field(default_factory=list)  # shared-path buckets, read at commit
+    names: set[str] = field(default_factory=set)
+    error: str | None = None
+
+
+def _locked(method):
+    """Buckets arrive on HTTP worker threads while commit runs on the engine thread."""
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        with self.lock:
+            return method(self, *args, **kwargs)
+    return wrapper
+
+
+class WeightStager:
+    """Checks incoming buckets against the served checkpoint and hands a complete update to the engine."""
+
+    def __init__(self, expected_shapes: dict[str, tuple[int, ...]]):
+        self.expected = expected_shapes
+        self.lock = threading.RLock()
+        self.pending: PendingUpdate | None = None
+        self.committed: dict[str, int] = {}  # update id -> the version its commit produced (commit is idempotent)
+
+    @_locked
+    def begin(self) -> str:
+        """Start an update; an unfinished one (a trainer that died mid-update) is dropped."""
+        self.pending = PendingUpdate(uuid.uuid4().hex)
+        return self.pending.update_id
+
+    def _update(self, update_id: str) -> PendingUpdate:
+        if self.pending is None or self.pending.update_id != update_id:
+            raise WeightUpdateError(f"no open weight update {update_id!r}; start one with /update_weights/begin")
+        return self.pending
+
+    def check(self, update: PendingUpdate, shapes: dict[str, tuple[int, ...]]) -> None:
+        """Reject the whole update on the first unknown name or wrong shape."""
+        problems = []
+        for name, shape in shapes.items():
+            want = self.expected.get(name)
+            if want is None:
+                problems.append(f"unknown tensor {name!r}")
+            elif tuple(shape) != want:
+                problems.append(f"{name!r} has shape {list(shape)}, the served model's is {list(want)}")
+        if problems:
+            more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+            update.error = "; ".join(problems[:3]) + more
+            raise WeightUpdateError(f"weight update rejected, the previous weights keep serving: {update.error}")
+        update.names.update(shapes)
+
+    @_locked
+    def add_bytes(self, update_id: str, data: bytes) -> int:
+        """An HTTP bucket: safetensors bytes, checked from the header before any tensor is decoded."""
+        from safetensors.torch import load
+        update = self._live(update_id)
+        header = read_header(data)
+        self.check(update, {n: tuple(v["shape"]) for n, v in header.items()})
+        update.tensors.update(load(data))
+        return len(header)
+
+    @_locked
+    def add_file(self, update_id: str, path: Path) -> int:
+        """A shared-path bucket: checked now, read at commit (it stays on the shared filesystem until then)."""
+        update = self._live(update_id)
+        if not path.is_file():
+            raise WeightUpdateError(f"bucket file {path} does not exist on the rollout server; the shared path "
+                                    "transport needs a directory both machines see (e.g. /dev/shm on one host)")
+        header = read_header(path)
+        self.check(update, {n: tuple(v["shape"]) for n, v in header.items()})
+        update.files.append(path)
+        return len(header)
+
+    @_locked
+    def add_tensors(self, update_id: str, tensors: dict[str, torch.Tensor]) -> int:
+        """A collective bucket, received straight into tensors (shapes were checked from its announcement)."""
+        update = self._live(update_id)
+        update.tensors.update(tensors)
+        return len(tensors)
+
+    @_locked
+    def check_announced(self, update_id: str, shapes: dict[str, tuple[int, ...]]) -> None:
+        """A collective bucket is checked from its announcement, before the tensors travel."""
+        self.check(self._live(update_id), shapes)
+
+    def _live(self, update_id: str) -> PendingUpdate:
+        update = self._update(update_id)
+        if update.error is not None:
+            raise WeightUpdateError(f"weight update already rejected ({update.error}); start a new one")
+        return update
+
+    @_locked
+    def take(self, update_id: str) -> list[tuple[str, torch.Tensor]]:
+        """Everything the update carries, for the engine; the update is closed either way."""
+        from safetensors.torch import load_file
+        update = self._update(update_id)
+        self.pending = None
+        if update.error is not None:
+            raise WeightUpdateError(f"weight update rejected, the previous weights keep serving: {update.error}")
+        tensors = dict(update.tensors)
+        for path in update.files:
+            if not path.is_file():
+                raise WeightUpdateError(f"bucket file {path} vanished before commit; nothing was applied")
+            tensors.update(load_file(str(path)))
+        if not tensors:
+            raise WeightUpdateError("weight update has no tensors; send at least one bucket before commit")
+        wrong = [n for n, t in tensors.items() if tuple(t.shape) != self.expected.get(n)]
+        if wrong:  # a shared file rewritten after its check, or a collective bucket that differs from its notice
+            raise WeightUpdateError(f"weight update rejected, the previous weights keep serving: {wrong[:3]} "
+                                    "do not match the served model's shapes")
+        return list(tensors.items())
+
+    @_locked
+    def abort(self, update_id: str) -> None:
+        if self.pending is not None and self.pending.update_id == update_id:
+            self.pending = None

