@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.setup-stamp
 
-.PHONY: setup test test-fast demo bench bench-train bench-grpo lint clean
+.PHONY: setup test test-fast demo bench bench-train bench-grpo bench-rollout lint clean
 
 setup: $(STAMP)
 
@@ -28,6 +28,9 @@ bench-train: setup
 
 bench-grpo: setup
 	$(PY) benchmarks/bench_grpo.py
+
+bench-rollout: setup
+	$(PY) benchmarks/bench_rollout.py
 
 lint: setup
 	$(VENV)/bin/ruff check swiftlike tests benchmarks scripts

@@ -1,10 +1,12 @@
-"""Regenerate the reference tables in docs/ from the registries, so the docs cannot drift from the code.
+"""Regenerate the reference tables in docs/ from the registries and argument dataclasses, so the docs cannot drift from the code.
 
 Each table lives between a pair of markers in its page and is replaced whole:
 
     docs/models.md     <!-- models:start -->    ... <!-- models:end -->
     docs/templates.md  <!-- templates:start --> ... <!-- templates:end -->
     docs/datasets.md   <!-- datasets:start -->  ... <!-- datasets:end -->
+    docs/rlhf.md       <!-- args-rollout:start --> ... (RolloutArguments)
+    docs/rollout.md    <!-- args-rollout-server:start --> ... (RolloutServerArguments + VllmArguments)
 
     .venv/bin/python scripts/gen_docs_tables.py          # rewrite the tables
     .venv/bin/python scripts/gen_docs_tables.py --check  # exit 1 if a table is out of date
@@ -12,9 +14,14 @@ Each table lives between a pair of markers in its page and is replaced whole:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import re
 import sys
 from pathlib import Path
+
+from swiftlike.arguments.infer_args import VllmArguments
+from swiftlike.arguments.rlhf_args import RolloutArguments
+from swiftlike.arguments.rollout_args import RolloutServerArguments
 
 from swiftlike.dataset import DATASET_REGISTRY
 from swiftlike.model import MODEL_REGISTRY
@@ -85,10 +92,27 @@ def datasets_table() -> str:
     return table(["name", "rows", "columns", "tags", "description"], rows)
 
 
+def args_table(*classes: type) -> str:
+    """The fields each class declares itself (not inherited), in declaration order."""
+    rows = []
+    for cls in classes:
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        for name in cls.__annotations__:
+            f = fields.get(name)
+            if f is None:
+                continue
+            default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+            rows.append([code(f"--{name}"), code(" ".join(map(str, default)) if isinstance(default, list)
+                                                 else str(default)), cell(f.metadata.get("help", ""))])
+    return table(["Argument", "Default", "Meaning"], rows)
+
+
 TABLES = {
-    "models.md": ("models", models_table),
-    "templates.md": ("templates", templates_table),
-    "datasets.md": ("datasets", datasets_table),
+    "models.md": [("models", models_table)],
+    "templates.md": [("templates", templates_table)],
+    "datasets.md": [("datasets", datasets_table)],
+    "rlhf.md": [("args-rollout", lambda: args_table(RolloutArguments))],
+    "rollout.md": [("args-rollout-server", lambda: args_table(RolloutServerArguments, VllmArguments))],
 }
 
 
@@ -106,10 +130,11 @@ def main() -> int:
     parser.add_argument("--check", action="store_true", help="report stale tables instead of rewriting them")
     args = parser.parse_args()
     stale = []
-    for page, (key, build) in TABLES.items():
+    for page, tables in TABLES.items():
         path = DOCS / page
-        old = path.read_text(encoding="utf-8")
-        new = replace_between(old, key, build(), str(path))
+        old = new = path.read_text(encoding="utf-8")
+        for key, build in tables:
+            new = replace_between(new, key, build(), str(path))
         if new == old:
             continue
         stale.append(page)

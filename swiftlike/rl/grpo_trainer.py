@@ -146,6 +146,7 @@ class GrpoTrainer(SwiftlikeTrainer):
             if pending is not None:  # rows changed under us (a resumed run): drop the prefetched batch
                 pending[1].result()
             self._sync_weights()
+            t = time.time()
             with self.rollout.memory.offloaded(self.model, self.optimizer):
                 rollouts = self.rollout.generate(rows, self.model)
             self._timed("generate", t)

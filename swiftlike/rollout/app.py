@@ -156,9 +156,7 @@ def create_app(service: RolloutService) -> FastAPI:
 
     @app.post("/update_weights/bucket")
     async def bucket(request: Request, update_id: str):
-        data = await request.body()
-        if len(data) > bucket_limit:
-            raise RequestTooLarge(f"bucket of {len(data) >> 20} MiB exceeds --max_bucket_mb {bucket_limit >> 20}")
+        data = await _read_body(request, bucket_limit)
         return {"tensors": await run_in_threadpool(service.stager.add_bytes, update_id, data)}
 
     @app.post("/update_weights/bucket_path")
@@ -228,6 +226,27 @@ def create_app(service: RolloutService) -> FastAPI:
         return openai_api.completion_response(resp, body.get("model") or service.engine.model_name)
 
     return app
+
+
+async def _read_body(request: Request, limit: int) -> bytearray:
+    """The body in one preallocated buffer (Starlette's `body()` joins chunks into a second copy, which
+    for a bucket of hundreds of MiB costs more than the network); the tensors then view it in place."""
+    length = request.headers.get("content-length")
+    buf = bytearray(int(length)) if length and length.isdigit() else bytearray()
+    view, pos = memoryview(buf), 0
+    async for chunk in request.stream():
+        if pos + len(chunk) > limit:
+            raise RequestTooLarge(f"bucket exceeds --max_bucket_mb {limit >> 20}; send smaller buckets")
+        if pos + len(chunk) <= len(buf):
+            view[pos:pos + len(chunk)] = chunk
+        else:
+            view.release()
+            buf[pos:] = chunk
+            view = memoryview(buf)
+        pos += len(chunk)
+    if pos != len(buf):
+        raise ValueError(f"body ended after {pos} of {len(buf)} bytes")
+    return buf
 
 
 async def _json(request: Request) -> dict:

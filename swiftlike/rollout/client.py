@@ -8,7 +8,7 @@ import time
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 
-import httpx
+import requests
 
 from ..infer.engine.base import InferEngine
 from ..infer.protocol import (Choice, InferRequest, InferResponse, RequestConfig, StreamDelta, TokenLogprob,
@@ -33,17 +33,20 @@ class ServerClient:
     def __init__(self, host: str, port: int, timeout: float, api_key: str | None = None):
         self.host, self.port, self.timeout = host, port, timeout
         self.url = f"http://{host}:{port}"
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self.http = httpx.Client(base_url=self.url, headers=headers,
-                                 timeout=httpx.Timeout(GENERATE_READ_TIMEOUT, connect=5.0))
+        # requests, not httpx: httpx sends a large body ~10x slower (264 MiB: 6.9 s vs 0.7 s here), and
+        # weight buckets are hundreds of MiB.
+        self.http = requests.Session()
+        if api_key:
+            self.http.headers["Authorization"] = f"Bearer {api_key}"
 
     def request(self, method: str, path: str, **kwargs) -> dict:
         deadline = time.monotonic() + self.timeout
         delay = 0.2
+        kwargs.setdefault("timeout", (5.0, GENERATE_READ_TIMEOUT))
         while True:
             try:
-                resp = self.http.request(method, path, **kwargs)
-            except httpx.TransportError as e:
+                resp = self.http.request(method, self.url + path, **kwargs)
+            except (requests.ConnectionError, requests.Timeout) as e:
                 problem = f"{type(e).__name__}: {e}"
             else:
                 if resp.status_code < 400:
@@ -71,7 +74,7 @@ class ServerClient:
         self.http.close()
 
 
-def _message(resp: httpx.Response) -> str:
+def _message(resp: requests.Response) -> str:
     try:
         body = resp.json()
     except ValueError:
@@ -156,8 +159,8 @@ class RemoteEngine(InferEngine):
         except BaseException:
             for c, u in zip(self.clients, update_ids):
                 try:
-                    c.http.post("/update_weights/abort", json={"update_id": u}, timeout=5.0)
-                except httpx.HTTPError:
+                    c.http.post(c.url + "/update_weights/abort", json={"update_id": u}, timeout=5.0)
+                except requests.RequestException:
                     pass
             raise
         finally:

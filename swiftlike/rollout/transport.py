@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from .weights import TORCH_DTYPE_NAMES
+from .weights import TORCH_DTYPE_NAMES, pack
 
 
 def buckets(named_tensors: Iterable[tuple[str, torch.Tensor]], dtype: str, bucket_bytes: int
@@ -65,15 +65,14 @@ class HttpTransport:
         self.bucket_bytes = bucket_bytes
 
     def send(self, clients, update_ids: list[str], tensors: dict[str, torch.Tensor]) -> None:
-        from safetensors.torch import save
-        data = save({n: t.cpu() for n, t in tensors.items()})
+        data = pack(tensors)
         for client, update_id in zip(clients, update_ids):
-            client.post("/update_weights/bucket", params={"update_id": update_id}, content=data,
+            client.post("/update_weights/bucket", params={"update_id": update_id}, data=data,
                         headers={"content-type": "application/octet-stream"})
 
     def send_adapter(self, clients, name: str, adapter_dir: str) -> list[int]:
         data = _adapter_bytes(adapter_dir)
-        return [c.post("/load_adapter", params={"name": name}, content=data,
+        return [c.post("/load_adapter", params={"name": name}, data=data,
                        headers={"content-type": "application/octet-stream"})["policy_version"] for c in clients]
 
     def after_update(self) -> None:
