@@ -15,7 +15,7 @@ class RolloutServerArguments(BaseArguments, VllmArguments):
     host: str = arg("127.0.0.1", "Address to bind; 127.0.0.1 serves this machine only. Use 0.0.0.0 (with "
                     "--api_key) for trainers on other hosts.")
     port: int = arg(8000, "TCP port to listen on.")
-    api_key: str | None = arg(None, "When set, every request except /health needs `Authorization: Bearer <key>`.")
+    api_key: str | None = arg(None, "When set, every request except /health needs the header `Authorization: Bearer KEY`.")
     vllm_data_parallel_size: int = arg(1, "Engine replicas in this server; only 1 is built. For more, start "
                                        "one server per port and list them all in the trainer's "
                                        "--vllm_server_port (generation is spread across them).")

@@ -199,7 +199,7 @@ def create_app(service: RolloutService) -> FastAPI:
 
     @app.post("/reset_prefix_cache")
     async def reset_prefix_cache():
-        await service.on_engine(service.engine.llm.reset_prefix_cache)
+        await service.on_engine(service.engine.reset_prefix_cache)
         return {"status": "ok"}
 
     @app.get("/v1/models")

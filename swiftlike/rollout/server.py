@@ -98,6 +98,8 @@ class RolloutService:
         self.engine.update_weights(tensors)
         self.version += 1
         self.stager.committed[update_id] = self.version
+        for stale in list(self.stager.committed)[:-16]:  # a retry comes right after its commit
+            del self.stager.committed[stale]
         logger.info("weights updated: %d tensors, policy version %d", len(tensors), self.version)
         return self.version
 

@@ -116,6 +116,10 @@ class VllmEngine(InferEngine):
     def update_weights(self, named_tensors: Iterable[tuple[str, object]]) -> None:
         self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": list(named_tensors)})
         self.llm.collective_rpc(_refresh_tied_lm_head)
+        self.reset_prefix_cache()
+
+    def reset_prefix_cache(self) -> None:
+        """Cached prefixes were computed with the old weights."""
         self.llm.reset_prefix_cache()
 
     def sleep(self, level: int = 1) -> None:
