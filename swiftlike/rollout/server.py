@@ -161,4 +161,6 @@ def rollout_main(argv: list[str] | None = None) -> None:
     try:
         uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     finally:
+        print(f"swiftlike rollout stopped: {service.samples_generated} samples generated, {service.version} "
+              "weight updates applied", flush=True)
         service.close()
