@@ -40,8 +40,10 @@ def _masked_mean(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None) ->
 
 
 def _log_ratio(train_logps: torch.Tensor, rollout_logps: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """log(pi_train / pi_rollout) per token, 0 off the mask, clamped to +-SAFETY_BOUND."""
-    lr = _where(train_logps.detach().float() - rollout_logps.detach().float(), mask)
+    """log(pi_train / pi_rollout) per token, 0 off the mask, clamped to +-SAFETY_BOUND (float32, or
+    float64 when an input is)."""
+    dtype = torch.promote_types(torch.promote_types(train_logps.dtype, rollout_logps.dtype), torch.float32)
+    lr = _where(train_logps.detach().to(dtype) - rollout_logps.detach().to(dtype), mask)
     return torch.clamp(lr, min=-SAFETY_BOUND, max=SAFETY_BOUND)
 
 
@@ -98,11 +100,13 @@ def mismatch_metrics(train_logps: torch.Tensor, rollout_logps: torch.Tensor, mas
       token weights rho_t instead: nothing is clipped, so `clipped_frac` is 0.
 
     All are 1 (ppl_ratio, ess) or 0 (the rest of the gaps) when the two engines agree. Values
-    are detached 0-dim float32 tensors, to be all-reduced by the caller.
+    are detached 0-dim float32 tensors, to be all-reduced by the caller. They are computed in
+    float64: engines that agree to ~1e-7 nats give k3 terms of ~1e-14, which float32's
+    exp(d) - d - 1 rounds to exactly 0, hiding how close they are.
     """
     mask = mask.bool()
-    train = train_logps.detach().float()
-    rollout = rollout_logps.detach().float()
+    train = train_logps.detach().double()
+    rollout = rollout_logps.detach().double()
     rows = mask.any(dim=-1)  # sequences with at least one completion token
     metrics: dict[str, torch.Tensor] = {}
 
@@ -135,7 +139,7 @@ def mismatch_metrics(train_logps: torch.Tensor, rollout_logps: torch.Tensor, mas
         weights = torch.exp(log_ratio)
         metrics.update(_is_weight_metrics(weights, mask, threshold))
         metrics["clipped_frac"] = torch.zeros((), dtype=weights.dtype, device=weights.device)
-    return metrics
+    return {k: v.float() for k, v in metrics.items()}
 
 
 def _is_weight_metrics(weights: torch.Tensor, mask: torch.Tensor, threshold: float) -> dict[str, torch.Tensor]:
