@@ -68,8 +68,10 @@ def test_checkpoint_args_json_fills_model(tmp_path):
 def test_cli_usage_and_unbuilt_commands():
     r = run_cli()
     assert r.returncode != 0 and "infer" in r.stdout and "not built yet" in r.stdout
-    r = run_cli("rollout", "--model", "m")
+    r = run_cli("web-ui")
     assert r.returncode == 3 and "not built yet" in r.stderr
+    r = run_cli("rollout", "--model", "no/such-model-xyz", "--vllm_data_parallel_size", "2")
+    assert r.returncode == 2 and "one engine per server" in r.stderr
     r = run_cli("train")
     assert r.returncode != 0 and "unknown command 'train'" in r.stderr
     r = run_cli("infer", "--help")
