@@ -13,7 +13,7 @@ COMMANDS: dict[str, tuple[str | None, str]] = {
     "sft": ("swiftlike.train.sft:sft_main", "supervised fine-tuning, full or LoRA"),
     "rlhf": ("swiftlike.rl.grpo:rlhf_main", "RL post-training: GRPO (GKD and DPO family not built yet)"),
     "rollout": ("swiftlike.rollout.server:rollout_main", "vLLM rollout server for server-mode RL"),
-    "deploy": (None, "OpenAI-compatible server"),
+    "deploy": ("swiftlike.deploy.server:deploy_main", "OpenAI-compatible server (pt / vLLM engines)"),
     "eval": (None, "benchmarks and custom datasets"),
     "export": ("swiftlike.export.merge:export_main", "merge LoRA and export"),
     "web-ui": (None, "Gradio web UI"),

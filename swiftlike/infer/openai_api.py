@@ -85,3 +85,21 @@ def completion_response(resp: InferResponse, model: str) -> dict:
         choices.append({"index": c.index, "text": c.text, "finish_reason": c.finish_reason, "logprobs": logprobs})
     return {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
             "model": model, "choices": choices, "usage": _usage(resp)}
+
+
+def stream_choice(chunk, chat: bool) -> dict:
+    """One streamed piece of one choice, as a chat or completions chunk choice."""
+    logprobs = None
+    if chunk.logprobs is not None:
+        if chat:
+            logprobs = {"content": [{"token": t.token, "logprob": t.logprob,
+                                     "top_logprobs": [{"token": a.token, "logprob": a.logprob}
+                                                      for a in t.top_logprobs]} for t in chunk.logprobs]}
+        else:
+            logprobs = {"tokens": [t.token for t in chunk.logprobs],
+                        "token_logprobs": [t.logprob for t in chunk.logprobs],
+                        "top_logprobs": [{a.token: a.logprob for a in t.top_logprobs} for t in chunk.logprobs]}
+    if chat:
+        return {"index": chunk.index, "delta": {"content": chunk.text}, "finish_reason": chunk.finish_reason,
+                "logprobs": logprobs}
+    return {"index": chunk.index, "text": chunk.text, "finish_reason": chunk.finish_reason, "logprobs": logprobs}

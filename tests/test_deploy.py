@@ -1,0 +1,137 @@
+"""`swiftlike deploy` as a real process (vLLM engine on CPU, tiny model + a LoRA adapter), spoken to with the
+real `openai` client."""
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import openai
+import pytest
+
+TINY = "tiny-random/qwen2_5"
+KEY = "deploy-key"
+ENV = {**os.environ, "SWIFTLIKE_OFFLINE": "1", "OMP_NUM_THREADS": "1", "VLLM_CPU_KVCACHE_SPACE": "1",
+       "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+HELLO = [{"role": "user", "content": "hello"}]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def deploy(tmp_path_factory, tiny_adapter):
+    port = _free_port()
+    log_path = tmp_path_factory.mktemp("deploy") / "deploy.log"
+    proc = subprocess.Popen([sys.executable, "-m", "swiftlike.cli.main", "deploy", "--model", TINY,
+                             "--adapters", f"lora={tiny_adapter}", "--infer_backend", "vllm", "--port", str(port),
+                             "--torch_dtype", "float32", "--vllm_max_model_len", "1024", "--api_key", KEY],
+                            env=ENV, stdout=open(log_path, "w"), stderr=subprocess.STDOUT)
+    deadline = time.time() + 300
+    while time.time() < deadline:
+        assert proc.poll() is None, log_path.read_text()[-3000:]
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
+                break
+        except httpx.TransportError:
+            time.sleep(1)
+    yield port, proc, log_path
+    if proc.poll() is None:
+        proc.kill()
+
+
+def client(port: int, key: str = KEY) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=key, max_retries=0)
+
+
+def test_models_chat_completions_n_and_logprobs(deploy):
+    c = client(deploy[0])
+    assert [m.id for m in c.models.list().data] == [TINY, "lora"]
+    r = c.chat.completions.create(model=TINY, messages=HELLO, max_tokens=6, n=2, logprobs=True, top_logprobs=2,
+                                  temperature=1.0)
+    assert len(r.choices) == 2 and r.usage.completion_tokens == sum(len(ch.logprobs.content) for ch in r.choices)
+    first = r.choices[0].logprobs.content[0]
+    assert first.logprob <= 0 and len(first.top_logprobs) == 2
+    assert r.usage.prompt_tokens > 0 and r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens
+    done = c.completions.create(model=TINY, prompt="The sky is", max_tokens=5, logprobs=1, stop=["\n\n"])
+    assert done.choices[0].finish_reason in ("stop", "length") and len(done.choices[0].logprobs.token_logprobs) >= 1
+
+
+def test_streaming_chat_and_completions(deploy):
+    c = client(deploy[0])
+    plain = c.chat.completions.create(model=TINY, messages=HELLO, max_tokens=8, temperature=0)
+    chunks = list(c.chat.completions.create(model=TINY, messages=HELLO, max_tokens=8, temperature=0, stream=True,
+                                            stream_options={"include_usage": True}))
+    text = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
+    assert text == plain.choices[0].message.content  # greedy: the stream adds up to the whole answer
+    assert chunks[-1].usage.completion_tokens == plain.usage.completion_tokens
+    assert [ch.choices[0].finish_reason for ch in chunks if ch.choices][-1] == plain.choices[0].finish_reason
+    pieces = list(c.completions.create(model=TINY, prompt="Once upon", max_tokens=6, temperature=0, stream=True))
+    assert len(pieces) > 1 and "".join(p.choices[0].text for p in pieces) == c.completions.create(
+        model=TINY, prompt="Once upon", max_tokens=6, temperature=0).choices[0].text
+
+
+def test_adapter_selected_by_model_name(deploy):
+    c = client(deploy[0])
+    base = c.chat.completions.create(model=TINY, messages=HELLO, max_tokens=12, temperature=0)
+    tuned = c.chat.completions.create(model="lora", messages=HELLO, max_tokens=12, temperature=0)
+    assert tuned.model == "lora" and tuned.choices[0].message.content != base.choices[0].message.content
+
+
+def test_32_concurrent_requests_all_succeed(deploy):
+    c = client(deploy[0])
+
+    def ask(i):
+        return c.chat.completions.create(model=TINY if i % 2 else "lora", max_tokens=16,
+                                         messages=[{"role": "user", "content": f"question {i}"}])
+    with ThreadPoolExecutor(32) as pool:
+        answers = list(pool.map(ask, range(32)))
+    assert all(a.choices[0].finish_reason in ("stop", "length") and a.usage.completion_tokens > 0 for a in answers)
+
+
+def test_bad_requests_get_4xx_and_the_server_keeps_answering(deploy):
+    port = deploy[0]
+    c = client(port)
+    headers = {"Authorization": f"Bearer {KEY}"}
+    bad_json = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", content=b"{oops", headers=headers)
+    assert bad_json.status_code == 400 and "not valid JSON" in bad_json.json()["error"]["message"]
+    with pytest.raises(openai.BadRequestError, match="unknown model 'nope'"):
+        c.chat.completions.create(model="nope", messages=HELLO)
+    with pytest.raises(openai.BadRequestError, match="temperature"):
+        c.chat.completions.create(model=TINY, messages=HELLO, temperature=-1)
+    with pytest.raises(openai.BadRequestError, match="messages"):
+        c.chat.completions.create(model=TINY, messages=[])
+    with pytest.raises(openai.AuthenticationError):
+        client(port, "wrong").chat.completions.create(model=TINY, messages=HELLO)
+    assert httpx.get(f"http://127.0.0.1:{port}/v1/models").status_code == 401
+    assert c.chat.completions.create(model=TINY, messages=HELLO, max_tokens=3).usage.completion_tokens > 0
+
+
+def test_gpu_only_backends_exit_with_a_clear_message():
+    r = subprocess.run([sys.executable, "-m", "swiftlike.cli.main", "deploy", "--model", TINY, "--infer_backend",
+                        "sglang"], env=ENV, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 1 and "needs an NVIDIA GPU" in r.stderr
+
+
+def test_sigterm_finishes_the_request_in_flight(deploy):
+    port, proc, log_path = deploy
+    c = client(port)
+    result = {}
+
+    def long_request():
+        result["answer"] = c.chat.completions.create(model=TINY, messages=HELLO, max_tokens=300, temperature=1.0)
+    worker = threading.Thread(target=long_request)
+    worker.start()
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGTERM)
+    worker.join(120)
+    assert proc.wait(120) == 0, log_path.read_text()[-2000:]
+    assert result["answer"].choices[0].finish_reason in ("stop", "length")
+    assert "swiftlike deploy stopped" in log_path.read_text()
