@@ -1,6 +1,8 @@
 """`swiftlike deploy` as a real process (vLLM engine on CPU, tiny model + a LoRA adapter), spoken to with the
 real `openai` client."""
+import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -28,10 +30,16 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def deploy(tmp_path_factory, tiny_adapter):
+    """Deployed from a training checkpoint alone: no --model, it comes from the run's args.json (as
+    `swiftlike sft` writes it next to its checkpoint-N directories)."""
     port = _free_port()
-    log_path = tmp_path_factory.mktemp("deploy") / "deploy.log"
-    proc = subprocess.Popen([sys.executable, "-m", "swiftlike.cli.main", "deploy", "--model", TINY,
-                             "--adapters", f"lora={tiny_adapter}", "--infer_backend", "vllm", "--port", str(port),
+    work = tmp_path_factory.mktemp("deploy")
+    log_path = work / "deploy.log"
+    checkpoint = work / "run" / "checkpoint-1"
+    shutil.copytree(tiny_adapter, checkpoint)
+    (work / "run" / "args.json").write_text(json.dumps({"model": TINY, "model_type": "qwen2_5"}))
+    proc = subprocess.Popen([sys.executable, "-m", "swiftlike.cli.main", "deploy",
+                             "--adapters", f"lora={checkpoint}", "--infer_backend", "vllm", "--port", str(port),
                              "--torch_dtype", "float32", "--vllm_max_model_len", "1024", "--api_key", KEY],
                             env=ENV, stdout=open(log_path, "w"), stderr=subprocess.STDOUT)
     deadline = time.time() + 300
