@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.setup-stamp
 
-.PHONY: setup test test-fast demo bench bench-train bench-grpo bench-rollout lint clean
+.PHONY: setup test test-fast demo bench bench-train bench-grpo bench-rollout bench-deploy lint clean
 
 setup: $(STAMP)
 
@@ -31,6 +31,9 @@ bench-grpo: setup
 
 bench-rollout: setup
 	$(PY) benchmarks/bench_rollout.py
+
+bench-deploy: setup
+	$(PY) benchmarks/bench_deploy.py
 
 lint: setup
 	$(VENV)/bin/ruff check swiftlike tests benchmarks scripts

@@ -1,10 +1,13 @@
 """`swiftlike deploy --infer_backend vllm` against bare `vllm serve`: the same model, the same load, one run.
 
+Bare vLLM is `vllm serve`'s OpenAI server module (`python -m vllm.entrypoints.openai.api_server`).
 Each server is started in turn (alternating over the rounds) on the same model directory, dtype (fp32),
 max_model_len and KV-cache size (VLLM_CPU_KVCACHE_SPACE); each keeps its own defaults otherwise (ours runs
 vLLM in-process with a stepping thread; `vllm serve` runs its API server and engine core as two
-processes). The load: `--requests` completions requests (`/v1/completions`, the same prompts, greedy,
-`--max_tokens`), `--concurrency` in flight at a time, after a few warm-up requests. Reported per server:
+processes). The load: `--requests` completions chat requests (`/v1/chat/completions`, the same questions, greedy,
+`--max_tokens`), `--concurrency` in flight at a time, after a few warm-up requests. Each side applies
+the model's chat template its own way (ours from the template registry, vLLM's from the tokenizer), so
+the prompt and output token counts are printed to show the loads match. Reported per server:
 requests/s, output tokens/s (from the usage counts) and p50 / p99 latency; the ratio that matters is
 swiftlike / vllm (goal >= 0.9x throughput).
 
@@ -45,9 +48,10 @@ def server_command(side: str, args, model_dir: str, port: int) -> list[str]:
         cli = Path(sys.executable).parent / "swiftlike"
         return [str(cli), "deploy", "--model", args.model, "--infer_backend", "vllm", "--port", str(port),
                 "--torch_dtype", "float32", "--vllm_max_model_len", str(MAX_MODEL_LEN), "--served_model_name", "m"]
-    cli = Path(sys.executable).parent / "vllm"
-    return [str(cli), "serve", model_dir, "--port", str(port), "--host", "127.0.0.1", "--dtype", "float32",
-            "--max-model-len", str(MAX_MODEL_LEN), "--served-model-name", "m", "--disable-log-requests"]
+    # `vllm serve` is this module's CLI; the `vllm` script itself fails under vllm-cpu (it looks up the
+    # version of a distribution named "vllm", and vllm-cpu's is named "vllm-cpu")
+    return [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model_dir, "--port", str(port), "--host", "127.0.0.1", "--dtype", "float32",
+            "--max-model-len", str(MAX_MODEL_LEN), "--served-model-name", "m"]
 
 
 def wait_ready(proc: subprocess.Popen, port: int, log_path: Path, timeout: float) -> None:
@@ -65,12 +69,14 @@ def wait_ready(proc: subprocess.Popen, port: int, log_path: Path, timeout: float
     sys.exit(f"server not ready in {timeout:.0f} s; see {log_path}")
 
 
-def one_request(port: int, prompt: str, max_tokens: int) -> tuple[float, int]:
+def one_request(port: int, prompt: str, max_tokens: int) -> tuple[float, int, int]:
     start = time.perf_counter()
-    r = requests.post(f"http://127.0.0.1:{port}/v1/completions", timeout=600,
-                      json={"model": "m", "prompt": prompt, "max_tokens": max_tokens, "temperature": 0})
+    r = requests.post(f"http://127.0.0.1:{port}/v1/chat/completions", timeout=600,
+                      json={"model": "m", "messages": [{"role": "user", "content": prompt}],
+                            "max_tokens": max_tokens, "temperature": 0})
     r.raise_for_status()
-    return time.perf_counter() - start, r.json()["usage"]["completion_tokens"]
+    usage = r.json()["usage"]
+    return time.perf_counter() - start, usage["completion_tokens"], usage["prompt_tokens"]
 
 
 def load(port: int, prompts: list[str], args) -> dict:
@@ -80,9 +86,10 @@ def load(port: int, prompts: list[str], args) -> dict:
     with ThreadPoolExecutor(args.concurrency) as pool:
         results = list(pool.map(lambda p: one_request(port, p, args.max_tokens), prompts))
     wall = time.perf_counter() - start
-    latencies = sorted(t for t, _ in results)
-    tokens = sum(n for _, n in results)
+    latencies = sorted(t for t, _, _ in results)
+    tokens = sum(n for _, n, _ in results)
     return {"requests_s": len(results) / wall, "tokens_s": tokens / wall, "tokens": tokens, "wall_s": wall,
+            "prompt_tokens": sum(p for _, _, p in results),
             "p50_s": statistics.median(latencies), "p99_s": latencies[min(len(latencies) - 1,
                                                                           int(0.99 * len(latencies)))]}
 
@@ -127,7 +134,8 @@ def main() -> None:
             results[side].append(run_side(side, args, model_dir, prompts, workdir, str(r)))
             x = results[side][-1]
             print(f"round {r} {side:<9} {x['requests_s']:6.2f} req/s {x['tokens_s']:7.1f} tok/s "
-                  f"p50 {x['p50_s']:.2f} s p99 {x['p99_s']:.2f} s ({x['tokens']} tokens)", flush=True)
+                  f"p50 {x['p50_s']:.2f} s p99 {x['p99_s']:.2f} s ({x['prompt_tokens']} prompt, {x['tokens']} output "
+                  "tokens)", flush=True)
     summary = {side: {k: statistics.median(x[k] for x in runs) for k in runs[0]} for side, runs in results.items()}
     print(f"\n{args.model}: {len(prompts)} requests, {args.concurrency} in flight, max_tokens {args.max_tokens}, "
           f"greedy, median of {args.rounds}")
