@@ -143,3 +143,28 @@ def test_sigterm_finishes_the_request_in_flight(deploy):
     assert proc.wait(120) == 0, log_path.read_text()[-2000:]
     assert result["answer"].choices[0].finish_reason in ("stop", "length")
     assert "swiftlike deploy stopped" in log_path.read_text()
+
+
+def test_pt_backend_streams_token_by_token(tmp_path):
+    port = _free_port()
+    log_path = tmp_path / "deploy-pt.log"
+    proc = subprocess.Popen([sys.executable, "-m", "swiftlike.cli.main", "deploy", "--model", TINY, "--infer_backend",
+                             "pt", "--port", str(port), "--torch_dtype", "float32"], env=ENV,
+                            stdout=open(log_path, "w"), stderr=subprocess.STDOUT)
+    try:
+        deadline = time.time() + 300
+        while time.time() < deadline:
+            assert proc.poll() is None, log_path.read_text()[-3000:]
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(1)
+        c = client(port, "unused")
+        whole = c.chat.completions.create(model=TINY, messages=HELLO, max_tokens=8, temperature=0)
+        chunks = [ch.choices[0].delta.content for ch in c.chat.completions.create(
+            model=TINY, messages=HELLO, max_tokens=8, temperature=0, stream=True) if ch.choices]
+        assert len([x for x in chunks if x]) > 1 and "".join(x or "" for x in chunks) == whole.choices[0].message.content
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0

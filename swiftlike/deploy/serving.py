@@ -45,9 +45,27 @@ class SerialServing:
         return (await loop.run_in_executor(self._thread, self.engine.infer, [request], config))[0]
 
     async def stream(self, request: InferRequest, config: RequestConfig) -> AsyncIterator[StreamChunk]:
-        response = await self.generate(request, config)
-        for c in response.choices:  # pt answers whole; one chunk per choice
-            yield StreamChunk(c.index, c.text, c.token_ids, c.finish_reason, c.logprobs)
+        if config.n != 1 or config.logprobs:  # the engine streams one answer without log-probs
+            response = await self.generate(request, config)
+            for c in response.choices:
+                yield StreamChunk(c.index, c.text, c.token_ids, c.finish_reason, c.logprobs)
+            return
+        self.engine.check_adapter(request)
+        loop = asyncio.get_running_loop()
+        sink: asyncio.Queue = asyncio.Queue()
+
+        def pump():  # on the engine thread: the whole stream, piece by piece, into the handler's queue
+            try:
+                for delta in self.engine.stream(request, config):
+                    loop.call_soon_threadsafe(sink.put_nowait, delta)
+            except Exception as e:
+                loop.call_soon_threadsafe(sink.put_nowait, e)
+            loop.call_soon_threadsafe(sink.put_nowait, None)
+        self._thread.submit(pump)
+        while (item := await sink.get()) is not None:
+            if isinstance(item, Exception):
+                raise item
+            yield StreamChunk(item.index, item.text, item.token_ids, item.finish_reason)
 
     def close(self) -> None:
         self._thread.shutdown(wait=True)
