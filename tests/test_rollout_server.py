@@ -194,7 +194,8 @@ def test_bad_requests_get_4xx_and_previous_weights_keep_serving(server):
     assert greedy_logprobs(server) == pytest.approx(before, abs=1e-5)  # still serving, old weights
 
 
-@pytest.mark.parametrize("transport", ["http", "path", "gloo"])
+@pytest.mark.parametrize("transport", ["http", "path", "gloo", pytest.param(
+    "nccl", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="NCCL needs a GPU on both sides"))])
 def test_transports_deliver_the_trainers_weights(server, transport):
     """Small buckets (1 MiB) so every transport sends many; the server then scores like the trainer."""
     from swiftlike.infer.protocol import InferRequest, RequestConfig
