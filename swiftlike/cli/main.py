@@ -14,7 +14,7 @@ COMMANDS: dict[str, tuple[str | None, str]] = {
     "rlhf": ("swiftlike.rl.grpo:rlhf_main", "RL post-training: GRPO (GKD and DPO family not built yet)"),
     "rollout": ("swiftlike.rollout.server:rollout_main", "vLLM rollout server for server-mode RL"),
     "deploy": ("swiftlike.deploy.server:deploy_main", "OpenAI-compatible server (pt / vLLM engines)"),
-    "eval": (None, "benchmarks and custom datasets"),
+    "eval": ("swiftlike.eval.run:eval_main", "accuracy and pass@k on built-in or local benchmarks"),
     "export": ("swiftlike.export.merge:export_main", "merge LoRA and export"),
     "web-ui": (None, "Gradio web UI"),
     "app": (None, "Gradio chat app over a model or deployment"),

@@ -1,0 +1,151 @@
+"""`swiftlike eval`: generate answers (in-process engine or a running OpenAI-compatible server), check them,
+and write report.json, report.md and predictions.jsonl.
+
+Why not evalscope (what ms-swift uses): installing it here would move datasets, huggingface_hub and fsspec
+to other versions than the training stack's, and its built-in benchmarks download their data from the
+ModelScope hub, which an offline machine cannot reach. The checking that matters (math-verify
+equivalence, choice extraction, unbiased pass@k) is a few pure functions in scoring.py; generation goes
+through the same engines and registries as every other command.
+"""
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from tqdm import tqdm
+
+from ..arguments import parse_args
+from ..arguments.eval_args import EvalArguments
+from ..utils import atomic_write_json, atomic_write_jsonl, atomic_write_text, get_logger
+from .data import Question, load_benchmark
+from .scoring import extract_choice, extract_final, pass_at_k, qa_correct
+
+logger = get_logger("swiftlike.eval")
+CHUNK = 32  # prompts per progress step
+
+
+class EngineAnswers:
+    """Answers from an engine loaded in this process (pt or vLLM), resolved like every other command."""
+
+    def __init__(self, args: EvalArguments):
+        from ..infer.engine import create_engine
+        from ..infer.engine.vllm_engine import VllmOptions
+        from ..infer.protocol import RequestConfig
+        from ..model import load_tokenizer, resolve_model
+        from ..template import get_template
+        resolved = resolve_model(args.model, args.model_type, args.use_hf, args.model_revision)
+        template = get_template(args.template or resolved.meta.template, load_tokenizer(resolved), args.system)
+        options = VllmOptions.from_args(args) if args.infer_backend == "vllm" else None
+        self.engine = create_engine(args.infer_backend, resolved, template, torch_dtype=args.torch_dtype,
+                                    adapters=args.adapter_paths(), max_batch_size=args.max_batch_size,
+                                    vllm_options=options)
+        self.adapter = next(iter(self.engine.adapters), None)
+        self.config = RequestConfig(max_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
+                                    n=args.eval_num_samples)
+        self.name = args.model if self.adapter is None else f"{args.model} + {self.adapter}"
+
+    def answer(self, prompts: list[str], desc: str) -> list[list[str]]:
+        from ..infer.protocol import InferRequest
+        out: list[list[str]] = []
+        with tqdm(total=len(prompts), desc=desc, unit="q") as bar:
+            for start in range(0, len(prompts), CHUNK):
+                chunk = prompts[start:start + CHUNK]
+                requests = [InferRequest(messages=[{"role": "user", "content": p}], adapter=self.adapter)
+                            for p in chunk]
+                out += [[c.text for c in r.choices] for r in self.engine.infer(requests, self.config)]
+                bar.update(len(chunk))
+        return out
+
+    def close(self) -> None:
+        self.engine.close()
+
+
+class UrlAnswers:
+    """Answers from a running OpenAI-compatible server (`swiftlike deploy`, vLLM, ...), `concurrency` at a time."""
+
+    def __init__(self, args: EvalArguments):
+        import openai
+        self.client = openai.OpenAI(base_url=args.eval_url, api_key=args.eval_api_key or "none", max_retries=2)
+        try:
+            self.name = args.eval_model_name or self.client.models.list().data[0].id
+        except openai.APIConnectionError:
+            raise ValueError(f"--eval_url {args.eval_url}: no server answers there; start one with "
+                             "`swiftlike deploy`") from None
+        self.args = args
+
+    def _one(self, prompt: str) -> list[str]:
+        a = self.args
+        resp = self.client.chat.completions.create(model=self.name, messages=[{"role": "user", "content": prompt}],
+                                                   n=a.eval_num_samples, temperature=a.temperature, top_p=a.top_p,
+                                                   max_tokens=a.max_new_tokens)
+        return [c.message.content or "" for c in sorted(resp.choices, key=lambda c: c.index)]
+
+    def answer(self, prompts: list[str], desc: str) -> list[list[str]]:
+        with ThreadPoolExecutor(self.args.eval_concurrency) as pool:
+            return list(tqdm(pool.map(self._one, prompts), total=len(prompts), desc=desc, unit="q"))
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def score(question: Question, text: str) -> tuple[bool, str | None]:
+    if question.kind == "mcq":
+        found = extract_choice(text, len(question.choices or []))
+        return found == question.answer, found
+    return qa_correct(text, question.answer), extract_final(text)
+
+
+def run_eval(args: EvalArguments) -> dict:
+    start = time.time()
+    answers = UrlAnswers(args) if args.eval_url else EngineAnswers(args)
+    k = args.eval_num_samples
+    benchmarks, predictions = {}, []
+    try:
+        for name in args.eval_dataset:
+            questions = load_benchmark(name, args.eval_limit)
+            replies = answers.answer([q.prompt for q in questions], desc=name)
+            n_correct = []
+            for q, texts in zip(questions, replies):
+                scored = [score(q, t) for t in texts]
+                n_correct.append(sum(ok for ok, _ in scored))
+                predictions += [{"benchmark": name, "prompt": q.prompt, "gold": q.answer, "reply": t,
+                                 "extracted": found, "correct": ok} for t, (ok, found) in zip(texts, scored)]
+            result = {"questions": len(questions), "samples_per_question": k,
+                      "accuracy": sum(n_correct) / (len(questions) * k)}
+            if k > 1:
+                result[f"pass@{k}"] = sum(pass_at_k(k, c, k) for c in n_correct) / len(questions)
+            benchmarks[name] = result
+    finally:
+        answers.close()
+    report = {"model": answers.name, "source": args.eval_url or args.infer_backend, "benchmarks": benchmarks,
+              "settings": {"temperature": args.temperature, "top_p": args.top_p, "max_new_tokens": args.max_new_tokens,
+                           "eval_num_samples": k, "eval_limit": args.eval_limit},
+              "elapsed_s": round(time.time() - start, 1)}
+    out_dir = Path(args.eval_output_dir) / time.strftime("%Y%m%d-%H%M%S")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_jsonl(out_dir / "predictions.jsonl", predictions)
+    atomic_write_text(out_dir / "report.md", markdown(report))
+    atomic_write_json(out_dir / "report.json", report)
+    report["output_dir"] = str(out_dir)
+    return report
+
+
+def markdown(report: dict) -> str:
+    ks = sorted({key for r in report["benchmarks"].values() for key in r if key.startswith("pass@")})
+    head = ["benchmark", "questions", "samples", "accuracy", *ks]
+    lines = [f"Model: {report['model']} ({report['source']})", "", "| " + " | ".join(head) + " |",
+             "|" + "---|" * len(head)]
+    for name, r in report["benchmarks"].items():
+        cells = [name, str(r["questions"]), str(r["samples_per_question"]), f"{r['accuracy']:.4f}",
+                 *(f"{r[key]:.4f}" for key in ks)]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def eval_main(argv: list[str] | None = None) -> dict:
+    args = parse_args(EvalArguments, argv)
+    report = run_eval(args)
+    print("\n" + markdown(report) + f"\nreport: {report['output_dir']}/report.json ({report['elapsed_s']} s)",
+          flush=True)
+    return report
