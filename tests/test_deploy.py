@@ -1,10 +1,8 @@
 """`swiftlike deploy` as a real process (vLLM engine on CPU, tiny model + a LoRA adapter), spoken to with the
 real `openai` client."""
 import json
-import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -14,42 +12,25 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import openai
 import pytest
+from servers import ENV, free_port, start
 
 TINY = "tiny-random/qwen2_5"
 KEY = "deploy-key"
-ENV = {**os.environ, "SWIFTLIKE_OFFLINE": "1", "OMP_NUM_THREADS": "1", "VLLM_CPU_KVCACHE_SPACE": "1",
-       "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
 HELLO = [{"role": "user", "content": "hello"}]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
 def deploy(tmp_path_factory, tiny_adapter):
     """Deployed from a training checkpoint alone: no --model, it comes from the run's args.json (as
     `swiftlike sft` writes it next to its checkpoint-N directories)."""
-    port = _free_port()
+    port = free_port()
     work = tmp_path_factory.mktemp("deploy")
     log_path = work / "deploy.log"
     checkpoint = work / "run" / "checkpoint-1"
     shutil.copytree(tiny_adapter, checkpoint)
     (work / "run" / "args.json").write_text(json.dumps({"model": TINY, "model_type": "qwen2_5"}))
-    proc = subprocess.Popen([sys.executable, "-m", "swiftlike.cli.main", "deploy",
-                             "--adapters", f"lora={checkpoint}", "--infer_backend", "vllm", "--port", str(port),
-                             "--torch_dtype", "float32", "--vllm_max_model_len", "1024", "--api_key", KEY],
-                            env=ENV, stdout=open(log_path, "w"), stderr=subprocess.STDOUT)
-    deadline = time.time() + 300
-    while time.time() < deadline:
-        assert proc.poll() is None, log_path.read_text()[-3000:]
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
-                break
-        except httpx.TransportError:
-            time.sleep(1)
+    proc = start(["deploy", "--adapters", f"lora={checkpoint}", "--infer_backend", "vllm", "--port", str(port),
+                  "--torch_dtype", "float32", "--vllm_max_model_len", "1024", "--api_key", KEY], port, log_path)
     yield port, proc, log_path
     if proc.poll() is None:
         proc.kill()
@@ -146,20 +127,11 @@ def test_sigterm_finishes_the_request_in_flight(deploy):
 
 
 def test_pt_backend_streams_token_by_token(tmp_path):
-    port = _free_port()
+    port = free_port()
     log_path = tmp_path / "deploy-pt.log"
-    proc = subprocess.Popen([sys.executable, "-m", "swiftlike.cli.main", "deploy", "--model", TINY, "--infer_backend",
-                             "pt", "--port", str(port), "--torch_dtype", "float32"], env=ENV,
-                            stdout=open(log_path, "w"), stderr=subprocess.STDOUT)
+    proc = start(["deploy", "--model", TINY, "--infer_backend", "pt", "--port", str(port), "--torch_dtype", "float32"],
+                 port, log_path)
     try:
-        deadline = time.time() + 300
-        while time.time() < deadline:
-            assert proc.poll() is None, log_path.read_text()[-3000:]
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(1)
         c = client(port, "unused")
         whole = c.chat.completions.create(model=TINY, messages=HELLO, max_tokens=8, temperature=0)
         chunks = [ch.choices[0].delta.content for ch in c.chat.completions.create(

@@ -87,12 +87,12 @@ def create_app(serving, args: DeployArguments) -> FastAPI:
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request):
-        body = await _json(request)
+        body = await openai_api.json_object(request)
         return await answer(body, openai_api.chat_request(body), chat=True)
 
     @app.post("/v1/completions")
     async def completions(request: Request):
-        body = await _json(request)
+        body = await openai_api.json_object(request)
         return await answer(body, openai_api.completion_request(body, engine.tokenizer), chat=False)
 
     return app
@@ -122,16 +122,6 @@ async def _sse(serving, limit, req: InferRequest, config: RequestConfig, model: 
                  "total_tokens": prompt_tokens + completion_tokens}
         yield f"data: {json.dumps({**base, 'choices': [], 'usage': usage})}\n\n"
     yield "data: [DONE]\n\n"
-
-
-async def _json(request: Request) -> dict:
-    try:
-        body = json.loads(await request.body())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ValueError(f"request body is not valid JSON: {e}") from None
-    if not isinstance(body, dict):
-        raise ValueError("request body must be a JSON object")
-    return body
 
 
 def build_engine(args: DeployArguments):

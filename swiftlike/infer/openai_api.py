@@ -6,6 +6,7 @@ OpenAI names.
 """
 from __future__ import annotations
 
+import json
 import time
 import uuid
 
@@ -17,6 +18,17 @@ SAMPLING_FIELDS = ("max_tokens", "temperature", "top_p", "top_k", "repetition_pe
 
 class OpenAIRequestError(ValueError):
     """A request the API refuses (answered with HTTP 400 and this message)."""
+
+
+async def json_object(request) -> dict:
+    """A request's body as a JSON object (a Starlette request), or OpenAIRequestError naming what is wrong."""
+    try:
+        body = json.loads(await request.body())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise OpenAIRequestError(f"request body is not valid JSON: {e}") from None
+    if not isinstance(body, dict):
+        raise OpenAIRequestError("request body must be a JSON object")
+    return body
 
 
 def request_config(body: dict, default_max_tokens: int) -> RequestConfig:

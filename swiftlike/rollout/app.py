@@ -209,7 +209,7 @@ def create_app(service: RolloutService) -> FastAPI:
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request):
-        body = await _json(request)
+        body = await openai_api.json_object(request)
         req = openai_api.chat_request(body)
         req.adapter = _adapter_for(service, body)
         config = openai_api.request_config(body, service.args.default_max_tokens)
@@ -218,7 +218,7 @@ def create_app(service: RolloutService) -> FastAPI:
 
     @app.post("/v1/completions")
     async def completions(request: Request):
-        body = await _json(request)
+        body = await openai_api.json_object(request)
         req = openai_api.completion_request(body, service.engine.tokenizer)
         req.adapter = _adapter_for(service, body)
         config = openai_api.request_config(body, service.args.default_max_tokens)
@@ -247,16 +247,6 @@ async def _read_body(request: Request, limit: int) -> bytearray:
     if pos != len(buf):
         raise ValueError(f"body ended after {pos} of {len(buf)} bytes")
     return buf
-
-
-async def _json(request: Request) -> dict:
-    try:
-        body = json.loads(await request.body())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ValueError(f"request body is not valid JSON: {e}") from None
-    if not isinstance(body, dict):
-        raise ValueError("request body must be a JSON object")
-    return body
 
 
 def _adapter_for(service: RolloutService, body: dict) -> str | None:
