@@ -5,11 +5,11 @@ from dataclasses import dataclass
 from typing import Literal
 
 from .base import BaseArguments, arg
-from .infer_args import VllmArguments
+from .infer_args import LmdeployArguments, SglangArguments, VllmArguments
 
 
 @dataclass
-class DeployArguments(BaseArguments, VllmArguments):
+class DeployArguments(BaseArguments, VllmArguments, SglangArguments, LmdeployArguments):
     """swiftlike deploy: serve a model and its LoRA adapters behind the OpenAI API."""
 
     command = "deploy"
@@ -17,7 +17,7 @@ class DeployArguments(BaseArguments, VllmArguments):
     host: str = arg("127.0.0.1", "Address to bind; 127.0.0.1 serves this machine only (0.0.0.0: all, with "
                     "--api_key).")
     port: int = arg(8000, "TCP port to listen on.")
-    api_key: str | None = arg(None, "When set, every request except /health needs the header "
+    api_key: str | None = arg(None, "When set, every /v1 request needs the header "
                               "`Authorization: Bearer KEY`.")
     served_model_name: str | None = arg(None, "The base model's name in /v1/models and requests; default --model.")
     max_concurrency: int = arg(256, "Requests generating at once; more wait their turn.")
@@ -28,6 +28,9 @@ class DeployArguments(BaseArguments, VllmArguments):
         super().__post_init__()
         if self.model is None:
             raise ValueError("--model is required (or --adapters pointing at a checkpoint with args.json)")
+        self.check_serving()
+
+    def check_serving(self) -> None:
         if not 0 < self.port < 65536:
             raise ValueError(f"--port must be in 1..65535, got {self.port}")
         for name in ("max_concurrency", "max_new_tokens", "max_batch_size"):

@@ -52,6 +52,34 @@ class VllmArguments:
 
 
 @dataclass
+class SglangArguments:
+    """SGLang engine settings (NVIDIA GPU only); each maps to the sglang server argument without the prefix."""
+
+    sglang_tp_size: int = arg(1, "GPUs per model replica (tensor parallel).")
+    sglang_pp_size: int = arg(1, "Pipeline-parallel stages.")
+    sglang_dp_size: int = arg(1, "Model replicas (data parallel).")
+    sglang_ep_size: int = arg(1, "Expert-parallel size for MoE models.")
+    sglang_mem_fraction_static: float | None = arg(None, "Fraction of GPU memory for weights and KV cache; "
+                                                   "None lets sglang choose.")
+    sglang_context_length: int | None = arg(None, "Longest sequence the engine plans for; None: the model's.")
+    sglang_disable_cuda_graph: bool = arg(False, "Run without CUDA graphs (faster start, slower decoding).")
+    sglang_quantization: str | None = arg(None, "Weight quantization method, e.g. fp8, awq, gptq.")
+    sglang_kv_cache_dtype: str = arg("auto", "KV cache data type, e.g. auto, fp8_e5m2, fp8_e4m3.")
+    sglang_enable_dp_attention: bool = arg(False, "Data-parallel attention (with --sglang_dp_size, for MoE models).")
+    sglang_disable_custom_all_reduce: bool = arg(True, "Use NCCL all-reduce instead of sglang's custom kernel.")
+
+
+@dataclass
+class LmdeployArguments:
+    """LMDeploy engine settings (NVIDIA GPU only); TurboMind engine, or the PyTorch engine when --adapters are given."""
+
+    lmdeploy_tp: int = arg(1, "GPUs per model (tensor parallel).")
+    lmdeploy_session_len: int | None = arg(None, "Longest sequence (prompt + answer); None: the model's.")
+    lmdeploy_cache_max_entry_count: float = arg(0.8, "Fraction of free GPU memory for the KV cache.")
+    lmdeploy_quant_policy: Literal[0, 4, 8] = arg(0, "KV cache quantization: 0 (none), 4 or 8 bits.")
+
+
+@dataclass
 class InferArguments(BaseArguments, GenerationArguments, VllmArguments):
     """swiftlike infer: chat on stdin, or batch inference over --val_dataset into --result_path."""
 

