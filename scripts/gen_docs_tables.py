@@ -7,6 +7,7 @@ Each table lives between a pair of markers in its page and is replaced whole:
     docs/datasets.md   <!-- datasets:start -->  ... <!-- datasets:end -->
     docs/rlhf.md       <!-- args-rollout:start --> ... (RolloutArguments)
     docs/rollout.md    <!-- args-rollout-server:start --> ... (RolloutServerArguments + VllmArguments)
+    docs/app.md        <!-- args-app:start --> ... (AppArguments' own fields)
 
     .venv/bin/python scripts/gen_docs_tables.py          # rewrite the tables
     .venv/bin/python scripts/gen_docs_tables.py --check  # exit 1 if a table is out of date
@@ -19,6 +20,7 @@ import re
 import sys
 from pathlib import Path
 
+from swiftlike.arguments.app_args import AppArguments
 from swiftlike.arguments.infer_args import VllmArguments
 from swiftlike.arguments.rlhf_args import RolloutArguments
 from swiftlike.arguments.rollout_args import RolloutServerArguments
@@ -102,7 +104,8 @@ def args_table(*classes: type) -> str:
             if f is None:
                 continue
             default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
-            rows.append([code(f"--{name}"), code(" ".join(map(str, default)) if isinstance(default, list)
+            names = " / ".join(code(n) for n in (f"--{name}", *f.metadata.get("aliases", ())))
+            rows.append([names, code(" ".join(map(str, default)) if isinstance(default, list)
                                                  else str(default)), cell(f.metadata.get("help", ""))])
     return table(["Argument", "Default", "Meaning"], rows)
 
@@ -113,6 +116,7 @@ TABLES = {
     "datasets.md": [("datasets", datasets_table)],
     "rlhf.md": [("args-rollout", lambda: args_table(RolloutArguments))],
     "rollout.md": [("args-rollout-server", lambda: args_table(RolloutServerArguments, VllmArguments))],
+    "app.md": [("args-app", lambda: args_table(AppArguments))],
 }
 
 

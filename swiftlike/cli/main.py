@@ -17,7 +17,7 @@ COMMANDS: dict[str, tuple[str | None, str]] = {
     "eval": ("swiftlike.eval.run:eval_main", "accuracy and pass@k on built-in or local benchmarks"),
     "export": ("swiftlike.export.merge:export_main", "merge LoRA and export"),
     "web-ui": (None, "Gradio web UI"),
-    "app": (None, "Gradio chat app over a model or deployment"),
+    "app": ("swiftlike.app.chat_app:app_main", "Gradio chat page over a model or a running deployment"),
 }
 
 

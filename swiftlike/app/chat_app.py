@@ -1,0 +1,151 @@
+"""`swiftlike app`: a Gradio chat page over a model, or over a running OpenAI-compatible endpoint.
+
+The page always talks to an OpenAI API through the `openai` client. With --base_url that is the endpoint the
+user names; with --model it is the `swiftlike deploy` API that this process mounts under /v1 next to the page
+(one server, one port). One path either way, so the page shows exactly what any client of the deployment would
+get, and the deploy server's batching, adapters-by-name and limits apply to the page too.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+from ..arguments import parse_args
+from ..arguments.app_args import AppArguments
+from ..utils import get_logger
+
+logger = get_logger("swiftlike.app")
+
+LABELS = {
+    "en": {"model": "Model", "system": "System prompt", "temperature": "Temperature", "max_tokens": "Max new tokens",
+           "settings": "Settings", "placeholder": "Type a message and press Enter"},
+    "zh": {"model": "模型", "system": "系统提示词", "temperature": "温度", "max_tokens": "最大生成长度",
+           "settings": "参数设置", "placeholder": "输入消息后按回车"},
+}
+
+
+def text_of(content) -> str:
+    """Gradio hands a message's content as a string or as a list of typed parts; the API wants text."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, dict):
+        return content.get("text") or ""
+    return "".join(text_of(part) for part in content or [])
+
+
+def chat_messages(message: str, history: list[dict], system: str | None) -> list[dict]:
+    """The OpenAI `messages` for the next turn: optional system prompt, the page's history, the new message."""
+    messages = [{"role": "system", "content": system}] if system and system.strip() else []
+    messages += [{"role": turn["role"], "content": text_of(turn["content"])} for turn in history
+                 if turn.get("role") in ("user", "assistant")]
+    return messages + [{"role": "user", "content": message}]
+
+
+def endpoint_models(base_url: str, api_key: str | None) -> list[str]:
+    """The names a --base_url endpoint serves, asked once at start-up so a wrong URL fails early and clearly."""
+    import openai
+    client = openai.OpenAI(base_url=base_url, api_key=api_key or "none", max_retries=0, timeout=10)
+    try:
+        names = [m.id for m in client.models.list().data]
+    except openai.AuthenticationError as e:
+        raise ValueError(f"{base_url} refused the API key ({e.status_code}); pass the server's key with "
+                         "--api_key") from e
+    except openai.APIError as e:
+        raise ValueError(f"no OpenAI-compatible server answers at --base_url {base_url} ({e}); start one with "
+                         "`swiftlike deploy` or fix the URL") from e
+    if not names:
+        raise ValueError(f"{base_url}/models lists no model")
+    return names
+
+
+class ChatReplies:
+    """The page's chat function: streams one reply from the API and counts what it served."""
+
+    def __init__(self, base_url: str, api_key: str | None, args: AppArguments):
+        import openai
+        self.client = openai.AsyncOpenAI(base_url=base_url, api_key=api_key or "none", max_retries=0)
+        self.args = args
+        self.replies = 0
+
+    async def reply(self, message: str, history: list[dict], model: str, system: str, temperature: float,
+                       max_tokens: int):
+        import gradio as gr
+        import openai
+        request = dict(model=model, messages=chat_messages(message, history, system), temperature=temperature,
+                       top_p=self.args.top_p, max_tokens=int(max_tokens))
+        try:
+            if self.args.stream:
+                text = ""
+                async for chunk in await self.client.chat.completions.create(**request, stream=True):
+                    if chunk.choices and chunk.choices[0].delta.content:
+                        text += chunk.choices[0].delta.content
+                        yield text
+            else:
+                reply = await self.client.chat.completions.create(**request)
+                yield reply.choices[0].message.content or ""
+        except openai.APIError as e:
+            raise gr.Error(f"the model server answered: {getattr(e, 'message', e)}") from e
+        self.replies += 1
+
+
+def build_page(replies: ChatReplies, models: list[str], args: AppArguments):
+    import gradio as gr
+    labels = LABELS[args.lang]
+    return gr.ChatInterface(
+        replies.reply,
+        title=args.studio_title or f"swiftlike · {models[0]}",
+        textbox=gr.Textbox(placeholder=labels["placeholder"], show_label=False, elem_id="chat-input"),
+        chatbot=gr.Chatbot(elem_id="chat-window", height=480),
+        additional_inputs=[
+            gr.Dropdown(models, value=models[0], label=labels["model"]),
+            gr.Textbox(args.system or "", label=labels["system"], lines=2),
+            gr.Slider(0.0, 2.0, value=args.temperature, step=0.05, label=labels["temperature"]),
+            gr.Slider(1, max(args.max_new_tokens, 2048), value=args.max_new_tokens, step=1,
+                      label=labels["max_tokens"]),
+        ],
+        additional_inputs_accordion=gr.Accordion(labels["settings"], open=False),
+        analytics_enabled=False,
+        concurrency_limit=None,  # the API behind the page bounds and batches the load
+        flagging_mode="never",
+    )
+
+
+def loopback(host: str) -> str:
+    return "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+
+
+def app_main(argv: list[str] | None = None) -> None:
+    os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+    import gradio as gr
+    from fastapi import FastAPI
+
+    from ..deploy.server import build_engine, create_app, serve
+    from ..deploy.serving import serving_for
+    args = parse_args(AppArguments, argv)
+    serving = None
+    if args.base_url:
+        models = endpoint_models(args.base_url, args.api_key)
+        base_url = args.base_url
+        server = FastAPI(title="swiftlike app")
+        server.get("/health")(lambda: {"status": "ok"})
+    else:
+        serving = serving_for(build_engine(args))
+        server = create_app(serving, args)
+        models = [args.served_model_name or serving.engine.model_name, *sorted(serving.engine.adapters)]
+        base_url = f"http://{loopback(args.host)}:{args.port}/v1"
+    replies = ChatReplies(base_url, args.api_key, args)
+    # System fonts: the default theme links Google Fonts, which an offline machine cannot reach.
+    theme = gr.themes.Default(font=["ui-sans-serif", "system-ui", "sans-serif"],
+                              font_mono=["ui-monospace", "monospace"])
+    gr.mount_gradio_app(server, build_page(replies, models, args), path="/", theme=theme, ssr_mode=False,
+                        footer_links=[])
+    where = f"http://{args.host}:{args.port}"
+    api = f"; OpenAI API at {where}/v1" if serving else f"; replies from {base_url}"
+    print(f"swiftlike app ready on {where} (models: {', '.join(models)}{api})", flush=True)
+    started = time.time()
+    try:
+        serve(server, args.host, args.port)
+    finally:
+        if serving is not None:
+            serving.close()
+        print(f"swiftlike app stopped after {time.time() - started:.0f} s, {replies.replies} replies", flush=True)

@@ -1,0 +1,139 @@
+"""`swiftlike app` as a real process, driven by headless Chromium (Debian's /usr/bin/chromium through Playwright):
+load the page, send a message, watch the reply stream in, and check it is the model's real answer."""
+import os
+import re
+import subprocess
+import sys
+import time
+
+import openai
+import pytest
+from servers import ENV, free_port, start
+
+from swiftlike.app.chat_app import chat_messages, text_of
+
+TINY = "tiny-random/qwen2_5"
+KEY = "app-key"
+CHROMIUM = "/usr/bin/chromium"
+# Flags for a closed network: without the background-networking ones Chromium keeps dialling Google's hosts.
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync"]
+MESSAGE = "hello there"
+# Records every text the newest reply bubble shows, so the test can tell a streamed reply from one that appears whole.
+WATCH_REPLIES = """() => {
+  window.__shown = [];
+  const chat = document.querySelector('#chat-window');
+  new MutationObserver(() => {
+    const bots = chat.querySelectorAll('.message.bot, .bot');
+    if (bots.length) window.__shown.push(bots[bots.length - 1].innerText);
+  }).observe(chat, {subtree: true, childList: true, characterData: true});
+}"""
+
+
+def alnum(text: str) -> str:
+    """Letters and digits only: the page renders markdown, so punctuation and spacing may differ from the API's."""
+    return re.sub(r"\W|_", "", text)
+
+
+def test_chat_messages_from_page_history():
+    history = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": [{"type": "text", "text": "yo"}]},
+               {"role": "system", "content": "ignored: the page's own system box decides"}]
+    assert chat_messages("next", history, "be brief") == [
+        {"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "yo"}, {"role": "user", "content": "next"}]
+    assert chat_messages("q", [], "  ") == [{"role": "user", "content": "q"}]
+    assert text_of({"text": "a", "files": []}) == "a" and text_of(None) == ""
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not os.path.exists(CHROMIUM):
+        if os.environ.get("CI"):
+            pytest.fail(f"{CHROMIUM} is missing: scripts/setup.sh installs Debian's chromium package")
+        pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium)")
+    from playwright.sync_api import sync_playwright
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture(scope="module")
+def app_on_model(tmp_path_factory):
+    """The page plus the OpenAI API it mounts under /v1, over the vLLM engine; greedy, so replies are checkable."""
+    port = free_port()
+    log = tmp_path_factory.mktemp("app") / "app.log"
+    proc = start(["app", "--model", TINY, "--infer_backend", "vllm", "--torch_dtype", "float32",
+                  "--vllm_max_model_len", "1024", "--server_port", str(port), "--temperature", "0",
+                  "--max_new_tokens", "48", "--api_key", KEY], port, log)
+    yield port
+    proc.terminate()
+    proc.wait(timeout=90)
+    assert "replies" in log.read_text().splitlines()[-1]
+
+
+def api_reply(port: int) -> str:
+    c = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=KEY, max_retries=0)
+    r = c.chat.completions.create(model=TINY, messages=[{"role": "user", "content": MESSAGE}], temperature=0,
+                                  max_tokens=48)
+    return r.choices[0].message.content
+
+
+def chat_on_page(browser, port: int, expected: str) -> list[str]:
+    """Send MESSAGE on the page; return every text the reply bubble showed, the full reply last."""
+    page = browser.new_page()
+    try:
+        page.goto(f"http://127.0.0.1:{port}/", wait_until="load")
+        box = page.locator("#chat-input textarea")
+        box.wait_for(timeout=60_000)
+        page.evaluate(WATCH_REPLIES)
+        box.fill(MESSAGE)
+        box.press("Enter")
+        deadline = time.time() + 90
+        while time.time() < deadline:
+            shown = page.evaluate("window.__shown")
+            if shown and alnum(shown[-1]) == alnum(expected):
+                return shown
+            time.sleep(0.25)
+        raise AssertionError(f"the page never showed the API's reply {expected!r}; last shown: {shown[-1:]!r}")
+    finally:
+        page.close()
+
+
+def assert_streamed(shown: list[str]) -> None:
+    final = alnum(shown[-1])
+    partial = {alnum(s) for s in shown if 0 < len(alnum(s)) < len(final) and final.startswith(alnum(s))}
+    assert len(partial) >= 2, f"the reply appeared in {len(partial)} partial steps, not streamed: {shown}"
+
+
+def test_page_streams_the_models_reply(browser, app_on_model):
+    expected = api_reply(app_on_model)
+    assert len(alnum(expected)) > 10
+    assert_streamed(chat_on_page(browser, app_on_model, expected))
+
+
+def test_page_over_a_running_endpoint(browser, app_on_model, tmp_path):
+    """--base_url: the page answers from another server (here the first app's /v1), with its API key."""
+    port = free_port()
+    proc = start(["app", "--base_url", f"http://127.0.0.1:{app_on_model}/v1", "--api_key", KEY, "--port", str(port),
+                  "--temperature", "0", "--max_new_tokens", "48", "--studio_title", "Remote chat"], port,
+                 tmp_path / "app.log", timeout=120)
+    try:
+        expected = api_reply(app_on_model)
+        assert_streamed(chat_on_page(browser, port, expected))
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+
+
+def test_api_key_guards_the_api_not_the_page(app_on_model):
+    import httpx
+    assert httpx.get(f"http://127.0.0.1:{app_on_model}/v1/models").status_code == 401
+    assert httpx.get(f"http://127.0.0.1:{app_on_model}/").status_code == 200
+
+
+def test_unreachable_base_url_is_a_clear_error():
+    r = subprocess.run([sys.executable, "-m", "swiftlike.cli.main", "app", "--base_url",
+                        f"http://127.0.0.1:{free_port()}/v1"], env=ENV, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1
+    assert "no OpenAI-compatible server answers at --base_url" in r.stderr
