@@ -37,12 +37,6 @@ def import_backend(module: str, backend: str) -> ModuleType:
                          f"install it with pip install 'swiftlike[{backend}]' (NVIDIA GPU with CUDA required)") from e
 
 
-def cut_at_stop(text: str, stop: list[str]) -> tuple[str, bool]:
-    """Text up to the first stop string, and whether one was found (OpenAI semantics)."""
-    cuts = [text.index(word) for word in stop if word in text]
-    return (text[: min(cuts)], True) if cuts else (text, False)
-
-
 class LoopThread:
     """Runs an event loop on a daemon thread; `paused()` hands the loop to the caller for the span of a call
     that drives it itself (`loop.run_until_complete`), as sglang's synchronous engine methods do. Tasks in

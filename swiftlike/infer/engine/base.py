@@ -60,3 +60,10 @@ class InferEngine(ABC):
 
     def close(self) -> None:
         """Release the engine's resources."""
+
+
+def cut_at_stop(text: str, stop: list[str]) -> tuple[str, bool]:
+    """Text up to the first stop string, and whether one was found (OpenAI semantics). For engines whose own
+    stop matching differs from OpenAI's rule (pt's token-level check, lmdeploy's per-token stop_words)."""
+    cuts = [text.index(word) for word in stop if word in text]
+    return (text[: min(cuts)], True) if cuts else (text, False)

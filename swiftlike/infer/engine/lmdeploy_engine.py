@@ -24,7 +24,8 @@ from ...model import ResolvedModel, check_adapter_dir, load_tokenizer
 from ...template import Template, get_template
 from ..protocol import (InferRequest, InferResponse, InvalidSamplingParam, RequestConfig, StreamDelta, TokenLogprob,
                         TopLogprob)
-from .async_engine import AsyncInferEngine, LoggedDelta, collect, cut_at_stop, import_backend, merge_streams
+from .async_engine import AsyncInferEngine, LoggedDelta, collect, import_backend, merge_streams
+from .base import cut_at_stop
 
 Decode = Callable[[list[int]], str]
 

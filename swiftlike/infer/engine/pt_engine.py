@@ -17,7 +17,7 @@ from ...model import ResolvedModel, check_adapter_dir, load_model, load_tokenize
 from ...template import Template, get_template
 from ..protocol import (Choice, InferRequest, InferResponse, RequestConfig, StreamDelta, TokenLogprob,
                         TopLogprob, Usage)
-from .base import InferEngine
+from .base import InferEngine, cut_at_stop
 
 
 LogprobsMode = Literal["raw_logprobs", "processed_logprobs"]
@@ -121,7 +121,7 @@ class PtEngine(InferEngine):
         end = next((i + 1 for i, t in enumerate(tokens) if t in stops), None)
         finish = "stop" if end is not None else "length"
         tokens = tokens[:end] if end is not None else tokens
-        text, hit = _cut_at_stop_words(self.tokenizer.decode(tokens, skip_special_tokens=True), config.stop)
+        text, hit = cut_at_stop(self.tokenizer.decode(tokens, skip_special_tokens=True), config.stop)
         if hit:
             finish = "stop"
         logprobs = None
@@ -205,7 +205,7 @@ class PtEngine(InferEngine):
             pending.extend(item)
             if any(t in stops for t in item):
                 finish = "stop"
-            text, hit = _cut_at_stop_words(self.tokenizer.decode(tokens, skip_special_tokens=True), config.stop)
+            text, hit = cut_at_stop(self.tokenizer.decode(tokens, skip_special_tokens=True), config.stop)
             if hit:
                 finish = "stop"
             if text.endswith("\ufffd") and finish != "stop":
@@ -214,9 +214,3 @@ class PtEngine(InferEngine):
             sent, pending = text, []
         thread.join()
         yield StreamDelta(0, "", pending, finish_reason=finish)
-
-
-def _cut_at_stop_words(text: str, stop: list[str]) -> tuple[str, bool]:
-    """Text up to the first stop word, and whether one was found (OpenAI semantics)."""
-    cuts = [text.index(word) for word in stop if word in text]
-    return (text[: min(cuts)], True) if cuts else (text, False)
