@@ -11,6 +11,8 @@ import pytest
 from servers import ENV, free_port, start
 
 from swiftlike.app.chat_app import chat_messages, text_of
+from swiftlike.arguments import parse_args
+from swiftlike.arguments.app_args import AppArguments
 
 TINY = "tiny-random/qwen2_5"
 KEY = "app-key"
@@ -43,6 +45,18 @@ def test_chat_messages_from_page_history():
         {"role": "assistant", "content": "yo"}, {"role": "user", "content": "next"}]
     assert chat_messages("q", [], "  ") == [{"role": "user", "content": "q"}]
     assert text_of({"text": "a", "files": []}) == "a" and text_of(None) == ""
+
+
+def test_arguments_take_ms_swift_names_and_refuse_what_cannot_work(capsys):
+    args = parse_args(AppArguments, ["--api_url", "http://127.0.0.1:8000/v1", "--server_name", "0.0.0.0",
+                                     "--server_port", "9000", "--lang", "zh"])
+    assert (args.base_url, args.host, args.port, args.lang, args.model) == (
+        "http://127.0.0.1:8000/v1", "0.0.0.0", 9000, "zh", None)
+    for argv, message in [([], "give --model"), (["--base_url", "127.0.0.1:8000"], "must be an http(s) URL"),
+                          (["--model", TINY, "--server_port", "0"], "--port must be in 1..65535")]:
+        with pytest.raises(SystemExit):
+            parse_args(AppArguments, argv)
+        assert message in capsys.readouterr().err
 
 
 @pytest.fixture(scope="module")
