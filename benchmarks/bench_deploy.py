@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -29,18 +28,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import requests
-from common import add_run_options, fill_defaults
+from common import add_run_options, fill_defaults, free_port, wait_until_ready
 
 DEFAULTS = {"model": "HuggingFaceTB/SmolLM2-135M-Instruct", "requests": 64, "rounds": 2}
 QUICK = {"model": "tiny-random/qwen2_5", "requests": 16, "rounds": 1}
 ENV = {"SWIFTLIKE_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1", "TOKENIZERS_PARALLELISM": "false"}
 MAX_MODEL_LEN = 1024
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def server_command(side: str, args, model_dir: str, port: int) -> list[str]:
@@ -52,21 +45,6 @@ def server_command(side: str, args, model_dir: str, port: int) -> list[str]:
     # version of a distribution named "vllm", and vllm-cpu's is named "vllm-cpu")
     return [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model_dir, "--port", str(port), "--host", "127.0.0.1", "--dtype", "float32",
             "--max-model-len", str(MAX_MODEL_LEN), "--served-model-name", "m"]
-
-
-def wait_ready(proc: subprocess.Popen, port: int, log_path: Path, timeout: float) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            sys.exit(f"server exited ({proc.returncode}); see {log_path}")
-        try:
-            if requests.get(f"http://127.0.0.1:{port}/v1/models", timeout=2).status_code == 200:
-                return
-        except requests.RequestException:
-            pass
-        time.sleep(1)
-    proc.kill()
-    sys.exit(f"server not ready in {timeout:.0f} s; see {log_path}")
 
 
 def one_request(port: int, prompt: str, max_tokens: int) -> tuple[float, int, int]:
@@ -100,7 +78,7 @@ def run_side(side: str, args, model_dir: str, prompts: list[str], workdir: Path,
     proc = subprocess.Popen(server_command(side, args, model_dir, port), stdout=open(log_path, "w"),
                             stderr=subprocess.STDOUT, env={**os.environ, **ENV})
     try:
-        wait_ready(proc, port, log_path, args.timeout)
+        wait_until_ready(proc, f"http://127.0.0.1:{port}/v1/models", log_path, args.timeout)
         return load(port, prompts, args)
     finally:
         proc.terminate()

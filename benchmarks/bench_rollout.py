@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -28,8 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-import httpx
-from common import add_run_options, fill_defaults, run_logged
+from common import add_run_options, fill_defaults, free_port, run_logged, wait_until_ready
 
 DEFAULTS = {"model": "HuggingFaceTB/SmolLM2-135M-Instruct", "steps": 6, "rounds": 3}
 QUICK = {"model": "tiny-random/qwen2_5", "steps": 3, "rounds": 1}
@@ -43,12 +41,6 @@ def swiftlike_cli() -> str:
     return str(local) if local.exists() else "swiftlike"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def pinned(core: int | None) -> list[str]:
     return ["taskset", "-c", str(core)] if core is not None else []
 
@@ -58,18 +50,8 @@ def start_server(model: str, log_path: Path, core: int | None = None) -> tuple[s
     cmd = [*pinned(core), swiftlike_cli(), "rollout", "--model", model, "--port", str(port), "--torch_dtype",
            "float32", "--vllm_max_model_len", "1024"]
     proc = subprocess.Popen(cmd, stdout=open(log_path, "w"), stderr=subprocess.STDOUT, env={**os.environ, **ENV})
-    deadline = time.time() + 600
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            sys.exit(f"rollout server exited ({proc.returncode}); see {log_path}")
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
-                return proc, port
-        except httpx.TransportError:
-            pass
-        time.sleep(1)
-    proc.kill()
-    sys.exit(f"rollout server did not start in 600 s; see {log_path}")
+    wait_until_ready(proc, f"http://127.0.0.1:{port}/health", log_path, 600)
+    return proc, port
 
 
 def stop(proc: subprocess.Popen) -> None:

@@ -1,12 +1,16 @@
-"""What the benchmark scripts share: running one side in a fresh process with its output kept in a log."""
+"""What the benchmark scripts share: running one side in a fresh process with its output kept in a log, and
+waiting for a server process to answer."""
 from __future__ import annotations
 
 import os
 import shlex
+import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+import requests
 
 
 def run_logged(cmd: list[str], log_path: Path, timeout: float, env: dict[str, str]) -> str:
@@ -45,3 +49,25 @@ def fill_defaults(args, defaults: dict, quick: dict) -> None:
     for key, value in {**defaults, **(quick if args.quick else {})}.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until_ready(proc: subprocess.Popen, url: str, log_path: Path, timeout: float) -> None:
+    """Return once GET `url` answers 200; exit the benchmark if the server died or never answered."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            sys.exit(f"server exited ({proc.returncode}); see {log_path}")
+        try:
+            if requests.get(url, timeout=2).status_code == 200:
+                return
+        except requests.RequestException:
+            pass
+        time.sleep(1)
+    proc.kill()
+    sys.exit(f"server not ready in {timeout:.0f} s; see {log_path}")

@@ -4,9 +4,7 @@ One API-keyed server serves the whole module (every trainer here authenticates);
 generation spread across servers and, at the end, dies under a running trainer.
 """
 import json
-import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -14,6 +12,7 @@ import time
 import httpx
 import pytest
 import torch
+from servers import ENV, free_port, start
 
 from swiftlike.train.outputs import read_log
 
@@ -26,8 +25,6 @@ from swiftlike.rl.rewards import register_reward
 def text_length(completions, **kwargs):
     return [len(c) / 100 for c in completions]
 '''
-ENV = {**os.environ, "SWIFTLIKE_OFFLINE": "1", "OMP_NUM_THREADS": "1", "VLLM_CPU_KVCACHE_SPACE": "1",
-       "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
 GRPO = ["--model", TINY, "--dataset", "swiftlike/arithmetic#16", "--reward_funcs", "format_hash", "text_length",
         "--num_generations", "4", "--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "2",
         "--max_completion_length", "16", "--logging_steps", "1", "--report_to", "none",
@@ -36,30 +33,12 @@ GRPO = ["--model", TINY, "--dataset", "swiftlike/arithmetic#16", "--reward_funcs
         "--vllm_server_api_key", KEY, "--vllm_server_timeout", "30"]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def start_server(tmp_path, *extra) -> tuple[subprocess.Popen, int]:
-    port = _free_port()
-    log = open(tmp_path / f"server-{port}.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "swiftlike.cli.main", "rollout", "--model", TINY, "--port",
-                             str(port), "--torch_dtype", "float32", "--vllm_enable_lora", "true",
-                             "--vllm_max_model_len", "1024", "--max_prompts", "256", *extra],
-                            env=ENV, stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.time() + 300
-    while time.time() < deadline:
-        assert proc.poll() is None, (tmp_path / f"server-{port}.log").read_text()[-3000:]
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
-                return proc, port
-        except httpx.TransportError:
-            pass
-        time.sleep(1)
-    proc.kill()
-    raise TimeoutError("rollout server did not start in 300 s")
+    port = free_port()
+    proc = start(["rollout", "--model", TINY, "--port", str(port), "--torch_dtype", "float32", "--vllm_enable_lora",
+                  "true", "--vllm_max_model_len", "1024", "--max_prompts", "256", *extra], port,
+                 tmp_path / f"server-{port}.log")
+    return proc, port
 
 
 def stop_server(proc: subprocess.Popen) -> None:
