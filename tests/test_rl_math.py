@@ -223,7 +223,7 @@ def test_mismatch_metrics_equal_policies():
         for key in ("kl", "k3_kl", "chi2_token", "chi2_seq", "log_ppl_diff", "log_ppl_abs_diff",
                     "log_ppl_diff_max", "log_ppl_diff_min", "clipped_frac"):
             assert m[key].item() == approx(0.0), (mode, key)
-        for key in ("ess", "ppl_ratio", "is_weight_mean"):
+        for key in ("ess", "ess_clamped", "ppl_ratio", "is_weight_mean"):
             assert m[key].item() == approx(1.0), (mode, key)
         assert m["training_ppl"].item() == approx(m["rollout_ppl"].item())
 
@@ -250,6 +250,7 @@ def test_mismatch_metrics_two_token_hand_case():
     assert m["clipped_frac"].item() == approx(0.5)
     # ess: weights (1.5, 1) / mean 1.25 = (1.2, 0.8); 1 / mean(1.44, 0.64) = 1 / 1.04
     assert m["ess"].item() == approx(1 / 1.04)
+    assert m["ess_clamped"].item() == approx(1 / 1.04)  # no weight outside [1/1.5, 1.5]
     raw = mismatch_metrics(train, rollout, mask, threshold=3.0)  # diagnose only: raw rho = (2, 1)
     assert raw["is_weight_mean"].item() == approx(1.5)
     assert raw["ess"].item() == approx(1 / ((16 / 9 + 4 / 9) / 2))  # (4/3, 2/3) -> 0.9
@@ -303,6 +304,36 @@ def test_effective_sample_size():
     assert effective_sample_size(torch.tensor([[1.0, 0.0, 0.0, 0.0]]), mask).item() == approx(0.25)
     # (sum w)^2 / (n sum w^2) = 36 / (4 * 14)
     assert effective_sample_size(torch.tensor([[1.0, 2.0, 3.0, 0.0]]), mask).item() == approx(36 / 56)
+    # every weight masked to zero: no sample counts; an empty mask says nothing (1)
+    assert effective_sample_size(torch.zeros(1, 4), mask).item() == 0.0
+    assert effective_sample_size(torch.ones(1, 4), torch.zeros(1, 4)).item() == 1.0
+    # scale-free and exact at tiny scales (no epsilon): (8e-7, 8e-7, 1.6e-6, 0) -> (4e-6)^2 / ... = 16 / 24
+    tiny = torch.tensor([[8e-7, 8e-7, 1.6e-6, 0.0]])
+    assert effective_sample_size(tiny, mask).item() == approx(16 / 24, rel=1e-9)
+
+
+def test_clamped_ess_is_ms_swifts_and_has_a_floor():
+    from swiftlike.rl.correction import clamped_effective_sample_size
+    mask = torch.ones(1, 5)
+    # one weight in five at 100, the rest at 0.001: unclamped ESS is ~1/5; clamped to [0.5, 2] the weights
+    # become (2, .5, .5, .5, .5): (4)^2 / (5 * 5) = 0.64, the floor 4t^2 / (1 + t^2)^2 for t = 2
+    w = torch.tensor([[100.0, 1e-3, 1e-3, 1e-3, 1e-3]])
+    assert effective_sample_size(w, mask).item() == approx(100.004 ** 2 / (5 * (1e4 + 4e-6)), rel=1e-9)
+    assert clamped_effective_sample_size(w, mask, 2.0).item() == approx(0.64, rel=1e-6)
+    assert 4 * 4 / (1 + 4) ** 2 == approx(0.64)
+
+
+def test_token_mask_ess_sees_what_the_clamp_hid():
+    # rho = (1e-6, 1e-6, 5, 1): token_mask at threshold 2 drops the 5; final weights (1e-6, 1e-6, 0, 1)
+    train = torch.log(torch.tensor([[1e-6, 1e-6, 5.0, 1.0]]))
+    rollout = torch.zeros(1, 4)
+    mask = torch.ones(1, 4)
+    _, _, m = rollout_is_weights(train, rollout, mask, mode="token_mask", threshold=2.0)
+    w = [1e-6, 1e-6, 0.0, 1.0]
+    assert m["ess"].item() == approx(sum(w) ** 2 / (4 * sum(x * x for x in w)), rel=1e-5)  # ~0.25
+    # ms-swift's clamp lifts (1e-6, 1e-6, 0) to 0.5: (0.5, 0.5, 0.5, 1) -> 6.25 / (4 * 1.75)
+    assert m["ess_clamped"].item() == approx(6.25 / 7.0, rel=1e-5)
+    assert m["is_weight_mean"].item() == approx(sum(w) / 4, rel=1e-4)
 
 
 def test_off_policy_sequence_mask():
@@ -377,26 +408,75 @@ def test_selected_logps_inside_kept_set_are_finite_and_differentiable():
     assert (kept.sum(-1) >= 1).all() and (kept.sum(-1) <= 4).all()
     assert torch.allclose(full.exp().sum(-1), torch.ones(2, 5))
     chosen = torch.multinomial(full.detach().exp().reshape(-1, 11), 1).reshape(2, 5)  # sampled like vLLM
-    lp = selected_logps(logits, chosen, 0.8, 4, 0.9)
-    assert torch.isfinite(lp).all()
-    assert torch.equal(lp, full.gather(-1, chosen.unsqueeze(-1)).squeeze(-1))
-    lp.sum().backward()
+    out = selected_logps(logits, chosen, 0.8, 4, 0.9)
+    assert torch.isfinite(out.logps).all() and not out.forced.any()
+    assert torch.equal(out.logps, full.gather(-1, chosen.unsqueeze(-1)).squeeze(-1))
+    out.logps.sum().backward()
     assert torch.isfinite(logits.grad).all()
     assert (logits.grad[~kept] == 0).all()  # filtered-out tokens get no gradient
-    outside = (~kept).float().argmax(-1)    # a token vLLM could not have sampled
-    assert torch.isinf(selected_logps(logits.detach(), outside, 0.8, 4, 0.9)).all()
+
+
+def test_sampled_token_outside_the_trainers_set_is_kept_and_counted():
+    # logits (2, 1, 0, -1), top_k 2: the trainer keeps {0, 1}. The engine (whose logits differed a little)
+    # sampled token 2: the set is widened to {0, 1, 2} and renormalised there, not -inf.
+    logits = torch.tensor([[[2.0, 1.0, 0.0, -1.0], [2.0, 1.0, 0.0, -1.0]]], requires_grad=True)
+    ids = torch.tensor([[2, 0]])
+    out = selected_logps(logits, ids, 1.0, top_k=2, with_unfiltered=True, with_entropy=True)
+    z3 = math.log(math.exp(2) + math.exp(1) + 1)
+    z2 = math.log(math.exp(2) + math.exp(1))
+    assert out.logps[0, 0].item() == approx(0.0 - z3, abs=1e-6)
+    assert out.logps[0, 1].item() == approx(2.0 - z2, abs=1e-6)  # inside the set: the exact vLLM value
+    assert out.forced.tolist() == [[True, False]]
+    z4 = math.log(math.exp(2) + math.exp(1) + 1 + math.exp(-1))
+    assert out.unfiltered[0].tolist() == approx([0.0 - z4, 2.0 - z4], abs=1e-6)
+    assert torch.isfinite(out.entropy).all()
+    (out.logps.sum() + out.unfiltered.sum()).backward()
+    assert torch.isfinite(logits.grad).all()
+    # top_p 0.5 over p = softmax(2, 1, 0, -1) = (.64, .24, .09, .03): only token 0 is kept; token 1 forced in
+    out = selected_logps(logits.detach()[:, :1], torch.tensor([[1]]), 1.0, top_p=0.5)
+    assert out.logps.item() == approx(1.0 - z2, abs=1e-6) and out.forced.item()
+
+
+def test_no_filter_means_nothing_forced_and_unfiltered_equals_logps():
+    torch.manual_seed(1)
+    logits = torch.randn(3, 7)
+    ids = torch.tensor([0, 3, 6])
+    out = selected_logps(logits, ids, 0.7, with_unfiltered=True)
+    assert not out.forced.any()
+    assert torch.equal(out.logps, out.unfiltered)
+    assert torch.allclose(out.logps, (logits / 0.7).log_softmax(-1).gather(-1, ids[:, None]).squeeze(-1))
+
+
+def test_reference_kl_with_a_token_outside_the_references_set_is_finite_and_unsaturated():
+    # Policy logits (0, 0, 0, 0): uniform. Reference logits (3, 2, 0, 0): with top_k 2 its set is {0, 1},
+    # yet the policy sampled token 2. The KL uses both models' temperature-scaled, unfiltered log-probs.
+    policy = torch.zeros(1, 1, 4, requires_grad=True)
+    reference = torch.tensor([[[3.0, 2.0, 0.0, 0.0]]])
+    ids = torch.tensor([[2]])
+    pol = selected_logps(policy, ids, 1.0, top_k=2, with_unfiltered=True)
+    ref = selected_logps(reference, ids, 1.0, top_k=2, with_unfiltered=True)
+    ref_lp = math.log(1 / (math.exp(3) + math.exp(2) + 2))
+    assert ref.unfiltered.item() == approx(ref_lp, abs=1e-6)
+    d = ref_lp - math.log(0.25)
+    expected = math.exp(d) - d - 1  # 1.30 nats: far below the clamp at 10
+    mask = torch.ones(1, 1, dtype=torch.bool)
+    loss, metrics = policy_loss(pol.logps, pol.logps.detach(), torch.zeros(1), mask, beta=1.0,
+                                ref_logps=ref.unfiltered, kl_logps=pol.unfiltered)
+    assert metrics["kl"].item() == approx(expected, abs=1e-5) and expected < 10
+    loss.backward()
+    assert torch.isfinite(policy.grad).all() and policy.grad.abs().sum() > 0  # the KL still pulls
 
 
 def test_sampling_entropy_of_known_distributions():
     from swiftlike.rl.sampling import selected_logps
     # uniform over 4 tokens: entropy ln 4; with top_k 2 the kept two are uniform: ln 2, no NaN from -inf
     logits = torch.zeros(1, 1, 4)
-    _, h = selected_logps(logits, torch.tensor([[0]]), with_entropy=True)
+    h = selected_logps(logits, torch.tensor([[0]]), with_entropy=True).entropy
     assert torch.allclose(h, torch.tensor([[math.log(4)]]))
     logits = torch.tensor([[[2.0, 2.0, 0.0, -1.0]]])
-    _, h = selected_logps(logits, torch.tensor([[0]]), top_k=2, with_entropy=True)
+    h = selected_logps(logits, torch.tensor([[0]]), top_k=2, with_entropy=True).entropy
     assert torch.allclose(h, torch.tensor([[math.log(2)]]))
     # p = (0.75, 0.25) after temperature 0.5 on logits (ln 3 / 2, 0): H = -(.75 ln .75 + .25 ln .25)
     logits = torch.tensor([[[math.log(3) / 2, 0.0]]])
-    _, h = selected_logps(logits, torch.tensor([[1]]), temperature=0.5, with_entropy=True)
+    h = selected_logps(logits, torch.tensor([[1]]), temperature=0.5, with_entropy=True).entropy
     assert torch.allclose(h, torch.tensor([[-(0.75 * math.log(0.75) + 0.25 * math.log(0.25))]]))

@@ -41,6 +41,12 @@ class GrpoArguments:
                                   "still missing are filled with the zero-std ones so the batch size is fixed.")
     overlong_filter: bool = arg(False, "DAPO overlong filtering: completions cut at --max_completion_length "
                                 "(finish_reason length) are left out of the loss.")
+    disable_dropout: bool = arg(True, "Zero every dropout rate (including --lora_dropout) in the policy and the "
+                                "reference, so old, new and reference log-probs of a token agree before an update "
+                                "(TRL's disable_dropout); false keeps dropout in the policy's training passes.")
+    on_nonfinite: Literal["error", "skip"] = arg(
+        "error", "A NaN/inf loss, gradient norm or metric: error stops the run at that step, naming the value; skip "
+        "drops that step's update (counted in nonfinite/skipped_steps) and keeps training.")
     external_plugins: list[str] = arg([], "Python files imported first, e.g. to register reward functions.")
     log_completions: bool = arg(False, "Write prompts, completions and rewards to completions.jsonl in the run dir.")
     # reward function parameters

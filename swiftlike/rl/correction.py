@@ -62,14 +62,36 @@ def sequence_log_ratio(train_logps: torch.Tensor, rollout_logps: torch.Tensor, m
 
 
 def effective_sample_size(weights: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Normalised ESS `1 / E[(w / E[w])^2]` over the masked entries, in (0, 1].
+    """Normalised ESS of the masked weights, unclamped: (sum w)^2 / (n * sum w^2) = 1 / E[(w / E[w])^2].
 
-    It is (sum w)^2 / (n * sum w^2): the fraction of the n samples that still effectively
-    count after weighting. 1 when all weights are equal (on-policy); near 1/n when one weight
-    dominates. The 1e-8 and the 1e-10 floor are ms-swift's guards against empty/zero batches.
+    Kish's effective sample size over n, in (0, 1]: the fraction of the n samples that still
+    effectively count after weighting. 1 when all weights are equal (on-policy), 1/n when one weight
+    carries everything, 0 when every weight is 0 (all masked out); 1 for an empty mask. It is
+    scale-free: weights that are all tiny but equal still read 1, so read it beside
+    `is_weight_mean`. Computed in float64 without epsilons, so it is exact for weights of any scale.
     """
     mask = mask.bool()
-    normalised = weights / (_masked_mean(weights, mask) + 1e-8)
+    w = _where(weights.detach().double(), mask)
+    n = mask.sum()
+    square_sum = w.square().sum()
+    if n == 0:
+        return torch.ones((), dtype=w.dtype, device=w.device)
+    if square_sum == 0:
+        return torch.zeros((), dtype=w.dtype, device=w.device)
+    return w.sum().square() / (n * square_sum)
+
+
+def clamped_effective_sample_size(weights: torch.Tensor, mask: torch.Tensor, threshold: float) -> torch.Tensor:
+    """ms-swift's `ess`: the normalised ESS of the weights clamped to [1 / threshold, threshold].
+
+    Kept beside `effective_sample_size` so numbers compare with ms-swift runs. The clamp bounds it
+    from below: with threshold t it cannot read under 4t^2 / (1 + t^2)^2 (0.64 for t = 2), and a
+    masked-to-zero weight is lifted to 1/t, so it says little about how many samples count. The
+    1e-8 and 1e-10 are ms-swift's guards against empty or zero batches.
+    """
+    mask = mask.bool()
+    clamped = weights.clamp(min=1.0 / threshold, max=threshold)
+    normalised = clamped / (_masked_mean(clamped, mask) + 1e-8)
     return 1.0 / _masked_mean(normalised.square(), mask).clamp(min=1e-10)
 
 
@@ -94,12 +116,13 @@ def mismatch_metrics(train_logps: torch.Tensor, rollout_logps: torch.Tensor, mas
     - `chi2_token`: E_token[rho^2] - 1, the chi^2 divergence, i.e. the variance of the token IS
       weights. `chi2_seq`: E_seq[rho_geo^2] - 1 with rho_geo the geometric-mean sequence ratio
       (ms-swift's choice, so it is on the same scale as chi2_token).
-    - `is_weight_mean`, `ess`, `clipped_frac`: the IS-weight statistics of
-      `rollout_is_weights(..., mode, threshold)` when `mode` is given. With `mode=None` (only
-      diagnosing, as ms-swift's `--log_rollout_offpolicy_metrics`) they describe the raw
-      token weights rho_t instead: nothing is clipped, so `clipped_frac` is 0.
+    - `is_weight_mean`, `ess`, `ess_clamped`, `clipped_frac`: the IS-weight statistics of
+      `rollout_is_weights(..., mode, threshold)` when `mode` is given (`ess` is the unclamped
+      `effective_sample_size`, `ess_clamped` ms-swift's `ess`, see `clamped_effective_sample_size`).
+      With `mode=None` (only diagnosing, as ms-swift's `--log_rollout_offpolicy_metrics`)
+      they describe the raw token weights rho_t instead: nothing is clipped, so `clipped_frac` is 0.
 
-    All are 1 (ppl_ratio, ess) or 0 (the rest of the gaps) when the two engines agree. Values
+    All are 1 (ppl_ratio, ess, ess_clamped) or 0 (the rest of the gaps) when the two engines agree. Values
     are detached 0-dim float32 tensors, to be all-reduced by the caller. They are computed in
     float64: engines that agree to ~1e-7 nats give k3 terms of ~1e-14, which float32's
     exp(d) - d - 1 rounds to exactly 0, hiding how close they are.
@@ -143,11 +166,10 @@ def mismatch_metrics(train_logps: torch.Tensor, rollout_logps: torch.Tensor, mas
 
 
 def _is_weight_metrics(weights: torch.Tensor, mask: torch.Tensor, threshold: float) -> dict[str, torch.Tensor]:
-    # ms-swift computes the ESS on the weights clamped to [1/threshold, threshold], so one
-    # extreme or masked-to-zero token does not alone decide the statistic.
     return {
         "is_weight_mean": _masked_mean(weights, mask),
-        "ess": effective_sample_size(weights.clamp(min=1.0 / threshold, max=threshold), mask),
+        "ess": effective_sample_size(weights, mask),
+        "ess_clamped": clamped_effective_sample_size(weights, mask, threshold),
     }
 
 
@@ -183,8 +205,8 @@ def rollout_is_weights(train_logps: torch.Tensor, rollout_logps: torch.Tensor, m
     loss. Passing `kept_mask` instead renormalises over the surviving tokens.
 
     Metrics: `is_weight_mean` (mean final weight over completion tokens), `ess`
-    (`effective_sample_size` of the final weights clamped to [1/threshold, threshold]) and
-    `clipped_frac` (token modes: fraction of completion tokens truncated/masked; sequence modes:
+    (`effective_sample_size` of the final weights, unclamped), `ess_clamped` (ms-swift's `ess`:
+    the same on the weights clamped to [1/threshold, threshold]) and `clipped_frac` (token modes: fraction of completion tokens truncated/masked; sequence modes:
     fraction of sequences with rho_i > threshold).
     """
     if mode not in ROLLOUT_IS_MODES:
@@ -235,7 +257,12 @@ def off_policy_sequence_mask(logps: torch.Tensor, old_logps: torch.Tensor, mask:
     catches training-inference mismatch), else the old training log-probs, as ms-swift does.
     `advantages` are (batch,) or per token (batch, seq), reduced to their per-sequence mean
     over the mask. Returns bool (batch,), True = keep; the trainer ANDs it into the
-    completion mask, so dropped sequences also leave the loss normaliser.
+    completion mask, so a dropped sequence contributes no loss. Whether it also leaves the
+    normaliser depends on `--loss_type` (see `losses.aggregate`): bnpo's token count shrinks by
+    its tokens; grpo still counts it as one of the batch's sequences (with a zero mean); dr_grpo's
+    denominator is a constant; dapo's token count is taken over the whole step before this mask,
+    so it keeps counting the dropped tokens. This is ms-swift's behaviour: dropping a stale
+    sample lowers the step's effective size rather than up-weighting the rest.
     """
     mask = mask.bool()
     drift = _masked_mean(old_logps.detach().float() - logps.detach().float(), mask, dim=-1)

@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 from torch.utils.data import DataLoader, Sampler
 
+from ..train.guard import NonFiniteGuard
 from ..train.outputs import PLOTTED
 from ..train.trainer import SwiftlikeTrainer
 from .advantages import group_advantages, groups_with_signal, select_groups
@@ -28,7 +29,7 @@ from .correction import mismatch_metrics, off_policy_sequence_mask, rollout_is_w
 from .losses import policy_loss
 from .rewards import combine_rewards
 from .rollout import Rollout, RolloutWorker
-from .sampling import selected_logps
+from .sampling import SampledLogps, selected_logps
 
 # The curves a GRPO run draws into images/ (patterns are matched against the logged keys).
 GRPO_PLOTTED = (*PLOTTED, "reward", "reward_std", "rewards/*/mean", "completions/mean_length", "kl", "entropy",
@@ -99,6 +100,12 @@ class GrpoTrainer(SwiftlikeTrainer):
         self._metrics: dict[str, list[float]] = defaultdict(list)
         self._resample_gen = torch.Generator().manual_seed(self.args.seed + 1)
         self._pending: tuple[list, object] | None = None  # (rows, future) of the batch generating in background
+        self.nonfinite = NonFiniteGuard(grpo_args.on_nonfinite)
+        self.add_callback(self.nonfinite)
+        if grpo_args.disable_dropout:
+            disable_dropout(self.model)
+            if ref_model is not None:
+                disable_dropout(ref_model)
 
     # ------------------------------------------------------------------ data
     def get_train_dataloader(self) -> DataLoader:
@@ -180,7 +187,7 @@ class GrpoTrainer(SwiftlikeTrainer):
             # the mismatch metrics. A whole forward pass, so it is skipped when nothing reads it.
             model.eval()
             try:
-                batch["old_logps"] = self._logps(model, batch) if self._needs_old_logps(batch) else None
+                batch["old_logps"] = self._logps(model, batch).logps if self._needs_old_logps(batch) else None
                 if self.g.beta > 0:
                     batch["ref_logps"] = self._ref_logps(batch)
             finally:
@@ -259,30 +266,37 @@ class GrpoTrainer(SwiftlikeTrainer):
         columns["prompts"] = [r.row["messages"] for r in rollouts]
         return combine_rewards(self.reward_funcs, self.g.reward_weights, [r.text for r in rollouts], **columns)
 
-    def _logps(self, model, batch: dict, with_entropy: bool = False):
+    def _logps(self, model, batch: dict, with_entropy: bool = False, with_unfiltered: bool = False) -> SampledLogps:
         """Per-token log-probs (batch, seq-1) of the next tokens under vLLM's sampling distribution."""
         logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False).logits
         return selected_logps(logits[:, :-1], batch["input_ids"][:, 1:], self.g.temperature, self.g.top_k,
-                              self.g.top_p, with_entropy=with_entropy)
+                              self.g.top_p, with_entropy=with_entropy, with_unfiltered=with_unfiltered)
 
     def _ref_logps(self, batch: dict) -> torch.Tensor:
+        """The reference's temperature-scaled log-probs, without top-k/top-p (the KL rule in sampling.py)."""
         if self.ref_model is not None:
-            return self._logps(self.ref_model, batch)
+            return self._logps(self.ref_model, batch, with_unfiltered=True).unfiltered
         with self.accelerator.unwrap_model(self.model).disable_adapter():
-            return self._logps(self.model, batch)
+            return self._logps(self.model, batch, with_unfiltered=True).unfiltered
 
     # ------------------------------------------------------------------ loss
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         t = time.time()
-        logps, entropy = self._logps(model, inputs, with_entropy=True)
+        scored = self._logps(model, inputs, with_entropy=True, with_unfiltered=self.g.beta > 0)
         mask = inputs["completion_mask"]
-        self._metrics["entropy"].append(float((entropy * mask).sum() / mask.sum().clamp(min=1)))
-        loss, metrics = corrected_policy_loss(logps, inputs, self.g, reused=self._reuses_batches(),
-                                              num_processes=self.accelerator.num_processes)
+        tokens = mask.sum().clamp(min=1)
+        metrics = {"entropy": (scored.entropy * mask).sum() / tokens,
+                   "sampling/forced_keep_frac": (scored.forced & mask).sum() / tokens}
+        loss, loss_metrics = corrected_policy_loss(scored.logps, inputs, self.g, reused=self._reuses_batches(),
+                                                   num_processes=self.accelerator.num_processes,
+                                                   kl_logps=scored.unfiltered)
         if self.g.loss_type == "dapo":  # its normaliser already covers the whole step
             loss = loss * self.current_gradient_accumulation_steps
-        for k, v in metrics.items():
-            self._metrics[k].append(float(v))
+        self.nonfinite.check_loss(self.state.global_step + 1, loss)
+        for k, v in {**metrics, **loss_metrics}.items():
+            value = float(v)
+            if self.nonfinite.check_metric(self.state.global_step + 1, k, value):
+                self._metrics[k].append(value)
         self._timed("train_forward", t)
         return loss
 
@@ -299,6 +313,8 @@ class GrpoTrainer(SwiftlikeTrainer):
         m["reward_std"].append(float(rewards.std()) if rewards.numel() > 1 else 0.0)
         m["frac_reward_zero_std"].append(float((group_std == 0).float().mean()))
         for name, vals in per_func.items():
+            if vals.isnan().all():  # the function returned None for every sample: nothing to report
+                continue
             m[f"rewards/{name}/mean"].append(float(torch.nanmean(vals)))
             m[f"rewards/{name}/std"].append(float(vals[~vals.isnan()].std()) if (~vals.isnan()).sum() > 1 else 0.0)
         current = self.rollout.policy_version
@@ -326,10 +342,15 @@ class GrpoTrainer(SwiftlikeTrainer):
 
     def log(self, logs: dict, start_time: float | None = None) -> None:
         if "loss" in logs:  # a training log: attach the averaged GRPO metrics since the last one
+            step = self.state.global_step
             for k, vals in self._metrics.items():
-                if vals:
+                if vals and self.nonfinite.check_metric(step, k, sum(vals) / len(vals)):
                     logs[k] = sum(vals) / len(vals)
             self._metrics.clear()
+            logs.update(self.nonfinite.metrics())
+            for k in ("loss", "grad_norm"):
+                if k in logs and logs[k] is not None:
+                    self.nonfinite.check_metric(step, k, float(logs[k]))
         super().log(logs, start_time)
 
 
@@ -358,14 +379,15 @@ def tensorize(part: list[Rollout], pad_id: int, overlong_filter: bool = False) -
             "rollout_logps": rollout_lp if have_lp else None}
 
 
-def corrected_policy_loss(logps: torch.Tensor, inputs: dict, g, *, reused: bool,
-                          num_processes: int = 1) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+def corrected_policy_loss(logps: torch.Tensor, inputs: dict, g, *, reused: bool, num_processes: int = 1,
+                          kl_logps: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The GRPO loss of one micro-batch with the rollout corrections `g` (RlhfArguments) asks for.
 
     ms-swift's order: mismatch metrics and IS weights on the full completion mask, then the off-policy
     sequence mask (against the rollout engine's log-probs, else the old ones) narrows the mask the loss
     is reduced over. `reused`: the batch serves more than one optimizer step, so the ratio's
-    denominator is the sampling-time log-probs rather than the current ones detached.
+    denominator is the sampling-time log-probs rather than the current ones detached. `kl_logps`: the
+    policy's unfiltered log-probs for the KL to the reference (see `policy_loss`).
     """
     mask = inputs["completion_mask"]
     # Without a stored copy (the trainer skips that pass when nothing needs it) the weights have not moved
@@ -390,10 +412,26 @@ def corrected_policy_loss(logps: torch.Tensor, inputs: dict, g, *, reused: bool,
     loss, loss_metrics = policy_loss(
         logps, old, inputs["advantages"], mask, loss_type=g.loss_type, epsilon_low=g.epsilon,
         epsilon_high=g.epsilon_high, importance_sampling_level=g.importance_sampling_level,
-        ref_logps=inputs.get("ref_logps"), beta=g.beta, max_completion_length=g.max_completion_length,
+        ref_logps=inputs.get("ref_logps"), beta=g.beta, kl_logps=kl_logps, max_completion_length=g.max_completion_length,
         rollout_is_weights=is_weights, num_items_in_batch=inputs.get("num_items_in_batch"),
         num_processes=num_processes)
     return loss, {**metrics, **loss_metrics}
+
+
+def disable_dropout(model: torch.nn.Module) -> None:
+    """Zero every dropout rate (nn.Dropout modules, PEFT's lora_dropout, attention-dropout attributes).
+
+    RL compares log-probs of the same tokens taken at different times: old and reference log-probs in
+    eval mode, the new ones in train mode. With dropout on, the importance ratio is not 1 before any
+    update and the KL is not 0 at the start, so the clip and the KL act on noise (TRL's
+    `disable_dropout`; same rule). Attention dropout in transformers is a float attribute read at
+    call time, not a module, so it is zeroed too.
+    """
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+        if isinstance(getattr(module, "attention_dropout", None), float):
+            module.attention_dropout = 0.0
 
 
 def make_ref_model(model, beta: float, tuner_type: str):

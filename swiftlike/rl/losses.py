@@ -118,6 +118,7 @@ def policy_loss(logps: torch.Tensor, old_logps: torch.Tensor, advantages: torch.
                 loss_type: LossType = "grpo", epsilon_low: float = 0.2, epsilon_high: float | None = None,
                 importance_sampling_level: ImportanceSamplingLevel = "token",
                 ref_logps: torch.Tensor | None = None, beta: float = 0.0,
+                kl_logps: torch.Tensor | None = None,
                 max_completion_length: int | None = None,
                 rollout_is_weights: torch.Tensor | None = None,
                 num_items_in_batch: float | torch.Tensor | None = None,
@@ -132,8 +133,10 @@ def policy_loss(logps: torch.Tensor, old_logps: torch.Tensor, advantages: torch.
     tokens with positive advantage grow, which keeps entropy from collapsing.
     `epsilon_high=None` means symmetric (ms-swift's `--epsilon_high` default).
 
-    `beta > 0` adds `beta * k3_kl(logps, ref_logps)` per token, keeping the policy near the
-    reference model. `rollout_is_weights` (see `correction.rollout_is_weights`) then multiply
+    `beta > 0` adds `beta * k3_kl(kl_logps, ref_logps)` per token, keeping the policy near the
+    reference model. `kl_logps` are the policy's log-probs on the reference's footing
+    (temperature-scaled, without top-k/top-p: see `sampling.py`); they default to `logps`,
+    which is the same thing when no top-k/top-p filter is on. `rollout_is_weights` (see `correction.rollout_is_weights`) then multiply
     the whole per-token loss, KL term included, as current ms-swift does (TRL multiplies before
     adding the KL); they are detached, being a correction for where the samples came from and
     not something to optimise. The result is reduced by `aggregate` (see there for the four
@@ -162,6 +165,7 @@ def policy_loss(logps: torch.Tensor, old_logps: torch.Tensor, advantages: torch.
     old_logps = _masked_fill_zero(old_logps, mask)
     if ref_logps is not None:
         ref_logps = _masked_fill_zero(ref_logps, mask)
+    kl_logps = logps if kl_logps is None else _masked_fill_zero(kl_logps, mask)
     if advantages.dim() == 1:
         advantages = advantages.unsqueeze(-1)
     advantages = advantages.to(logps.dtype)
@@ -174,7 +178,7 @@ def policy_loss(logps: torch.Tensor, old_logps: torch.Tensor, advantages: torch.
     if beta != 0.0:
         if ref_logps is None:
             raise ValueError("beta != 0 needs ref_logps")
-        per_token_kl = k3_kl(logps, ref_logps)
+        per_token_kl = k3_kl(kl_logps, ref_logps)
         per_token_loss = per_token_loss + beta * per_token_kl
         metrics["kl"] = _masked_mean(per_token_kl.detach(), mask)
     if rollout_is_weights is not None:

@@ -24,8 +24,29 @@ vLLM's Triton top-k/top-p kernel used on CUDA, which keeps exactly k tokens when
 with the k-th value (the PyTorch path, reproduced here, keeps them all). Ties at the top-p
 boundary are broken by sort position, so exact ties can differ across devices; with real
 float logits exact ties are rare.
+
+The sampled token is always kept. vLLM sampled it, so it was in vLLM's set; but when the trainer's
+logits differ from the engine's (bfloat16 kernels, other batch shapes, a policy that moved since
+sampling), a token near the top-k / top-p boundary can fall just outside the set the trainer
+rebuilds, and its log-prob would be -inf: the importance ratio becomes -inf - (-inf) = NaN and
+poisons the whole step. The trainer's set is therefore widened by the one sampled token (and
+renormalised over it); `SampledLogps.forced` marks where that happened, logged as
+`sampling/forced_keep_frac`. This is the minimal change that keeps the log-prob finite and equal
+to the exact value wherever the two sets agree on the token. The exact alternative is SLIME's
+mask replay (the engine returns its kept set per position and the trainer reuses it), which
+vLLM 0.32 offers only with Model Runner V2 (`return_sampling_mask`, Triton, GPU only): the
+rule here approximates replay by assuming the two sets differ at most in the sampled token,
+which holds when engine and trainer disagree by rounding rather than by policy drift.
+
+`SampledLogps.unfiltered` is the temperature-scaled log-prob without top-k / top-p. The KL to
+the reference model uses it on both sides (as TRL and ms-swift do, neither applies top-k/top-p
+in the trainer): the reference's own top-k/top-p set need not contain a token the policy sampled,
+and a filtered reference would put -inf there (infinite KL, clamped to a constant with zero
+gradient). The unfiltered KL is the divergence of the two models, finite everywhere.
 """
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import torch
 
@@ -57,6 +78,13 @@ def _kept_set(scaled: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor | 
         return torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
 
 
+def _check_sampling(temperature: float, top_p: float) -> None:
+    if not 0.0 < top_p <= 1.0:
+        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0, got {temperature}")
+
+
 def apply_temperature_and_filter(logits: torch.Tensor, temperature: float = 1.0, top_k: int = -1,
                                  top_p: float = 1.0) -> torch.Tensor:
     """Log-probs (float32, same shape as `logits` (..., vocab)) of vLLM's sampling distribution.
@@ -65,11 +93,9 @@ def apply_temperature_and_filter(logits: torch.Tensor, temperature: float = 1.0,
     through the kept tokens (which tokens are kept is a discrete choice and carries no
     gradient). A temperature below 1e-5 is greedy decoding in vLLM, for which it returns
     the unscaled, unfiltered `log_softmax(logits)` (what vLLM reports for an all-greedy batch).
+    To score tokens that were actually sampled, use `selected_logps`, which keeps them.
     """
-    if not 0.0 < top_p <= 1.0:
-        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
-    if temperature < 0:
-        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    _check_sampling(temperature, top_p)
     shape = logits.shape
     flat = logits.float().reshape(-1, shape[-1])
     if temperature < SAMPLING_EPS:
@@ -81,22 +107,43 @@ def apply_temperature_and_filter(logits: torch.Tensor, temperature: float = 1.0,
     return scaled.log_softmax(dim=-1).reshape(shape)
 
 
+class SampledLogps(NamedTuple):
+    """Per-token values for the chosen tokens, each shaped like `token_ids`."""
+
+    logps: torch.Tensor  # log-prob under vLLM's sampling distribution, the sampled token kept
+    forced: torch.Tensor  # bool: the trainer's top-k/top-p set lacked the sampled token and was widened
+    unfiltered: torch.Tensor | None  # log_softmax(logits / temperature): what the reference KL compares
+    entropy: torch.Tensor | None  # entropy (nats, no gradient) of the sampling distribution at each position
+
+
 def selected_logps(logits: torch.Tensor, token_ids: torch.Tensor, temperature: float = 1.0, top_k: int = -1,
-                   top_p: float = 1.0, with_entropy: bool = False):
-    """Log-prob under vLLM's sampling distribution of each chosen token: logits (..., vocab), ids (...).
+                   top_p: float = 1.0, with_entropy: bool = False, with_unfiltered: bool = False) -> SampledLogps:
+    """Log-prob of each sampled token under vLLM's sampling distribution: logits (..., vocab), ids (...).
 
-    A token vLLM really sampled is always inside its kept set, so a -inf here means the
-    trainer's logits put the token outside the set vLLM's logits did (a mismatch the caller
-    should clamp or mask, as ms-swift clamps log-ratios to +-20).
-
-    With `with_entropy`, also returns the entropy (nats, no gradient) of that sampling distribution
-    at each position: computed from the same full log-probs, so it costs no second pass over the vocabulary.
+    The kept set always includes the sampled token (see the module docstring), so every value is
+    finite for finite logits. Entropy and unfiltered log-probs come from the same pass over the
+    vocabulary, so asking for them costs one extra log_softmax at most.
     """
-    logps = apply_temperature_and_filter(logits, temperature, top_k, top_p)
-    chosen = logps.gather(-1, token_ids.long().unsqueeze(-1)).squeeze(-1)
-    if not with_entropy:
-        return chosen
-    return chosen, distribution_entropy(logps.detach())
+    _check_sampling(temperature, top_p)
+    shape = logits.shape
+    flat = logits.float().reshape(-1, shape[-1])
+    ids = token_ids.long().reshape(-1, 1)
+    greedy = temperature < SAMPLING_EPS
+    scaled = flat if greedy else flat / temperature
+    unfiltered_all = scaled.log_softmax(dim=-1)
+    keep = None if greedy else _kept_set(scaled, top_k, top_p)
+    if keep is None:
+        all_logps = unfiltered_all
+        forced = torch.zeros(ids.shape[0], dtype=torch.bool, device=flat.device)
+    else:
+        forced = ~keep.gather(-1, ids).squeeze(-1)
+        keep = keep.scatter(-1, ids, True)
+        all_logps = scaled.masked_fill(~keep, float("-inf")).log_softmax(dim=-1)
+    out_shape = token_ids.shape
+    chosen = all_logps.gather(-1, ids).reshape(out_shape)
+    unfiltered = unfiltered_all.gather(-1, ids).reshape(out_shape) if with_unfiltered else None
+    entropy = distribution_entropy(all_logps.detach()).reshape(out_shape) if with_entropy else None
+    return SampledLogps(chosen, forced.reshape(out_shape), unfiltered, entropy)
 
 
 def distribution_entropy(logps: torch.Tensor) -> torch.Tensor:

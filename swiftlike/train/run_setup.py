@@ -38,7 +38,7 @@ def training_arguments(args: TrainArguments, run_dir: Path, has_eval: bool):
         warmup_steps=args.warmup_steps if args.warmup_steps > 0 else args.warmup_ratio,  # < 1 means a ratio
         lr_scheduler_type=args.lr_scheduler_type, weight_decay=args.weight_decay,
         adam_beta1=args.adam_beta1, adam_beta2=args.adam_beta2, max_grad_norm=args.max_grad_norm, optim=args.optim,
-        logging_steps=args.logging_steps, logging_first_step=True, save_strategy="steps", save_steps=args.save_steps,
+        logging_steps=args.logging_steps, logging_first_step=True, logging_nan_inf_filter=False, save_strategy="steps", save_steps=args.save_steps,
         save_total_limit=args.save_total_limit, save_only_model=args.save_only_model,
         eval_strategy="steps" if has_eval else "no", eval_steps=args.eval_steps if has_eval else None,
         metric_for_best_model="loss" if has_eval else None, greater_is_better=False if has_eval else None,

