@@ -21,6 +21,7 @@ import hashlib
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -93,16 +94,14 @@ class WeightsFingerprint:
         return layout(self.shapes)
 
 
-def checkpoint_fingerprint(model_dir, serving_dtype: str) -> WeightsFingerprint:
+def checkpoint_fingerprint(model_dir: str | Path, serving_dtype: str) -> WeightsFingerprint:
     """The fingerprint of a HF safetensors checkpoint as a server loads it (one tensor in memory at a time)."""
-    from pathlib import Path
-
     from safetensors import safe_open
 
     def tensors():
         for path in sorted(Path(model_dir).glob("*.safetensors")):
             with safe_open(str(path), framework="pt") as handle:
                 for name in handle.keys():
-                    if fingerprinted(name):
+                    if fingerprinted(name):  # an untied head is the largest tensor: not read at all
                         yield name, handle.get_tensor(name)
     return WeightsFingerprint.of(tensors(), serving_dtype)

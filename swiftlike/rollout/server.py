@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 import tempfile
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -42,7 +43,10 @@ class RolloutService:
         self.engine, self.resolved = self._engine_thread.submit(engine_factory).result()
         self.stager = WeightStager(checkpoint_shapes(self.resolved.model_dir))
         self.version = 0
+        start = time.time()
         self.weights = checkpoint_fingerprint(self.resolved.model_dir, self.dtype)
+        logger.info("base weights fingerprint %s (%d tensors, %.1f s)", self.weights.fingerprint[:12],
+                    len(self.weights.digests), time.time() - start)
         self.full_update_version: int | None = None  # the policy version of the last full update; None: checkpoint
         self.samples_generated = 0  # completions served so far (shows how a trainer spreads its batches)
         self._adapter_root = Path(tempfile.mkdtemp(prefix="swiftlike-rollout-adapters-"))
