@@ -197,9 +197,9 @@ class RemoteEngine(InferEngine):
         mine = self._trainer_base
         stale = []
         for client in self.clients:
-            served = self._served_weights(client)
+            info = self._info_with_weights(client)
+            served = info["weights"]
             if served["layout"] != mine.layout:
-                info = client.get("/info")
                 raise RolloutServerError(
                     f"rollout server {client.url} serves {info['model']} ({info['model_dir']}), a different "
                     f"model from the trainer's {trainer_model}: weight layout {served['layout'][:12]} "
@@ -219,7 +219,8 @@ class RemoteEngine(InferEngine):
                 served["full_update_version"], mine.fingerprint[:12])
         versions = self._push_weights(base_tensors())
         self._base_versions = [v - self.policy_version for v in versions]
-        still = [c.url for c in self.clients if self._served_weights(c)["fingerprint"] != mine.fingerprint]
+        still = [c.url for c in self.clients
+                 if self._info_with_weights(c)["weights"]["fingerprint"] != mine.fingerprint]
         if still:
             raise RolloutServerError(f"rollout servers {still} still do not serve the trainer's base weights "
                                      f"(fingerprint {mine.fingerprint[:12]}) after restoring them; restart them "
@@ -229,12 +230,12 @@ class RemoteEngine(InferEngine):
         return True
 
     @staticmethod
-    def _served_weights(client: ServerClient) -> dict:
-        weights = client.get("/info").get("weights")
-        if weights is None:
+    def _info_with_weights(client: ServerClient) -> dict:
+        info = client.get("/info")
+        if "weights" not in info:
             raise RolloutServerError(f"rollout server {client.url} does not report its weights' fingerprint on "
                                      "/info (an older swiftlike); upgrade it to use LoRA-only sync")
-        return weights
+        return info
 
     def _count(self, versions: list[int]) -> None:
         local = {v - base for v, base in zip(versions, self._base_versions)}
