@@ -79,13 +79,29 @@ def remote_engine(port: int, transport: str = "http", bucket_mb: int = 512):
                         make_transport(transport, bucket_mb, None))
 
 
-def restore_base_weights(port: int) -> None:
-    """Full-sync runs leave their trained weights on the server; LoRA-only sync assumes the base model."""
+def leave_fully_synced(port: int) -> None:
+    """The state an earlier full-sync run leaves a server in: trained weights instead of the checkpoint's."""
     from swiftlike.model import load_model, resolve_model
     model = load_model(resolve_model(TINY), "float32", "cpu")
+    torch.manual_seed(1)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
     engine = remote_engine(port)
     engine.update_weights(list(model.named_parameters()))
     engine.close()
+    weights = api(port).get("/info").json()["weights"]
+    assert weights["full_update_version"] == api(port).get("/info").json()["policy_version"]
+
+
+def lora_model(model_id: str = TINY):
+    """A trainer's PEFT model whose adapter already changes the outputs (B is not zero)."""
+    from peft import LoraConfig, get_peft_model
+
+    from swiftlike.model import load_model, resolve_model
+    torch.manual_seed(2)
+    return get_peft_model(load_model(resolve_model(model_id), "float32", "cpu"),
+                          LoraConfig(r=4, target_modules="all-linear", init_lora_weights=False))
 
 
 def greedy_logprobs(port: int) -> list[float]:
@@ -213,9 +229,57 @@ def test_grpo_server_merged_lora_sync_over_shared_path(server, tmp_path):
     assert not list(tmp_path.glob("swiftlike-weights-*"))  # the bucket files are cleaned up
 
 
+def test_lora_only_sync_restores_the_base_over_a_fully_synced_server(server, tmp_path):
+    """The server holds another run's full weights; the trainer sees it, pushes its base back once, and the
+    adapter then scores on the server exactly as base+adapter does in the trainer."""
+    from swiftlike.infer.protocol import InferRequest, RequestConfig
+    from swiftlike.rl.rollout import _stripped_state
+    from swiftlike.rollout.fingerprint import WeightsFingerprint
+    leave_fully_synced(server)
+    model = lora_model()
+    base = WeightsFingerprint.of(_stripped_state(model), "float32")
+    assert api(server).get("/info").json()["weights"]["fingerprint"] != base.fingerprint
+    engine = remote_engine(server)
+    assert engine.ensure_base_weights(lambda: _stripped_state(model), TINY)  # mismatch seen, base restored
+    info = api(server).get("/info").json()
+    assert info["weights"]["fingerprint"] == base.fingerprint and engine.policy_version == 0
+    assert not engine.ensure_base_weights(lambda: _stripped_state(model), TINY)  # cheap: nothing pushed again
+    assert api(server).get("/info").json()["policy_version"] == info["policy_version"]
+    model.save_pretrained(str(tmp_path / "adapter"))
+    engine.add_adapter("policy", str(tmp_path / "adapter"))
+    out = engine.infer([InferRequest(messages=[{"role": "user", "content": "hello"}], adapter="policy")],
+                       RequestConfig(max_tokens=8, logprobs=True))[0]
+    ids = out.prompt_token_ids + out.choices[0].token_ids
+    with torch.no_grad():
+        logps = torch.log_softmax(model(input_ids=torch.tensor([ids])).logits[0, :-1], -1)
+    start = len(out.prompt_token_ids) - 1
+    mine = logps[start:].gather(-1, torch.tensor(out.choices[0].token_ids)[:, None])[:, 0]
+    assert torch.allclose(mine, torch.tensor([t.logprob for t in out.choices[0].logprobs]), atol=1e-4)
+    engine.close()
+
+
+def test_lora_only_sync_to_a_server_of_another_model_stops_with_what_to_do(server):
+    from swiftlike.rl.rollout import _stripped_state
+    from swiftlike.rollout.client import RolloutServerError
+    model = lora_model("tiny-random/llama3")
+    before = api(server).get("/info").json()
+    engine = remote_engine(server)
+    with pytest.raises(RolloutServerError) as error:
+        engine.ensure_base_weights(lambda: _stripped_state(model), "tiny-random/llama3")
+    message = str(error.value)
+    assert f"serves {TINY}" in message and "a different model from the trainer's tiny-random/llama3" in message
+    assert before["weights"]["layout"][:12] in message and before["weights"]["fingerprint"][:12] in message
+    assert "restart the server with `swiftlike rollout --model tiny-random/llama3" in message
+    assert api(server).get("/info").json()["policy_version"] == before["policy_version"]  # nothing was pushed
+    engine.close()
+
+
 def test_grpo_server_lora_only_sync(server, tmp_path):
-    restore_base_weights(server)
-    steps, _ = grpo(tmp_path, [server], "--learning_rate", "5e-2", "--vllm_enable_lora", "true")
+    leave_fully_synced(server)
+    result = grpo(tmp_path, [server], "--learning_rate", "5e-2", "--vllm_enable_lora", "true", check=False)
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert "does not serve the trainer's base weights" in result.stderr and "base weights restored" in result.stderr
+    steps = [e for e in read_log(next((tmp_path / "out").glob("v0-*"))) if "loss" in e]
     assert_in_step(steps)
     assert all(e["sync/bytes"] < 1e6 for e in steps)  # the adapter only
 

@@ -130,3 +130,75 @@ def test_openai_conversions():
     with pytest.raises(openai_api.OpenAIRequestError, match="each needs a role"):
         openai_api.chat_request({"messages": [{"role": "robot", "content": "x"}]})
     assert openai_api.chat_request({"messages": [{"role": "user", "content": "x"}]}).messages[0]["content"] == "x"
+
+
+def test_fingerprint_definition_by_hand():
+    import hashlib
+
+    import numpy as np
+
+    from swiftlike.rollout.fingerprint import sample_indices, tensor_digest
+    assert sample_indices(10, samples=4).tolist() == [0, 3, 6, 9]  # evenly spaced, first and last included
+    assert sample_indices(3, samples=4).tolist() == [0, 1, 2]  # a small tensor: every value
+    by_hand = hashlib.sha256(b"w" + b"[2, 1]" + np.array([1.5, -2.0], "<f4").tobytes()).hexdigest()
+    assert tensor_digest("w", torch.tensor([[1.5], [-2.0]]), "float32") == by_hand
+    with pytest.raises(ValueError, match="serving dtype must be one of"):
+        tensor_digest("w", torch.ones(2), "float8")
+
+
+def test_fingerprint_is_stable_and_sees_values_shapes_but_not_lm_head():
+    from swiftlike.rollout.fingerprint import SAMPLES_PER_TENSOR, WeightsFingerprint
+    torch.manual_seed(0)
+    weights = {"a.weight": torch.randn(64, 64), "b.bias": torch.randn(7)}
+    base = WeightsFingerprint.of(weights.items(), "float32")
+    assert base.fingerprint == WeightsFingerprint.of(dict(weights).items(), "float32").fingerprint
+    assert base.fingerprint == WeightsFingerprint.of(reversed(weights.items()), "float32").fingerprint
+    for index in (0, 64 * 64 - 1):  # one sampled value (the grid includes both ends)
+        moved = {**weights, "a.weight": weights["a.weight"].clone()}
+        moved["a.weight"].view(-1)[index] += 1e-3
+        changed = WeightsFingerprint.of(moved.items(), "float32")
+        assert changed.fingerprint != base.fingerprint and changed.layout == base.layout
+    assert 64 * 64 > SAMPLES_PER_TENSOR  # a sample, not a checksum: an off-grid value goes unseen
+    reshaped = WeightsFingerprint.of({**weights, "a.weight": weights["a.weight"].reshape(32, 128)}.items(), "float32")
+    assert reshaped.layout != base.layout
+    with_head = WeightsFingerprint.of({**weights, "lm_head.weight": torch.randn(9, 64)}.items(), "float32")
+    assert (with_head.fingerprint, with_head.layout) == (base.fingerprint, base.layout)
+
+
+def test_fingerprint_compares_in_the_serving_dtype():
+    from swiftlike.rollout.fingerprint import WeightsFingerprint
+    torch.manual_seed(0)
+    fp32 = {"w": torch.randn(100)}
+    bf16 = {"w": fp32["w"].to(torch.bfloat16)}
+    # an fp32 trainer and a bf16 checkpoint of the same weights agree when the server serves bf16...
+    assert WeightsFingerprint.of(fp32.items(), "bfloat16").fingerprint == \
+        WeightsFingerprint.of(bf16.items(), "bfloat16").fingerprint
+    # ...but not when it serves fp32, where the rounded values are what it would serve
+    assert WeightsFingerprint.of(fp32.items(), "float32").fingerprint != \
+        WeightsFingerprint.of(bf16.items(), "float32").fingerprint
+
+
+def test_fingerprint_after_a_partial_update_describes_all_loaded_weights():
+    from swiftlike.rollout.fingerprint import WeightsFingerprint
+    weights = {"a": torch.zeros(3), "b": torch.ones(4)}
+    loaded = WeightsFingerprint.of(weights.items(), "float32")
+    after = loaded.updated([("b", torch.full((4,), 2.0))], "float32")
+    assert after.fingerprint == WeightsFingerprint.of({"a": torch.zeros(3), "b": torch.full((4,), 2.0)}.items(),
+                                                      "float32").fingerprint
+    assert after.layout == loaded.layout and loaded.digests["b"] != after.digests["b"]  # the old one is unchanged
+
+
+def test_checkpoint_and_peft_trainer_fingerprints_agree():
+    """What the server computes from the checkpoint equals what a LoRA trainer computes from its base."""
+    from peft import LoraConfig, get_peft_model
+
+    from swiftlike.model import load_model, resolve_model
+    from swiftlike.rl.rollout import _stripped_state
+    from swiftlike.rollout.fingerprint import WeightsFingerprint, checkpoint_fingerprint
+    resolved = resolve_model("tiny-random/qwen2_5")
+    server = checkpoint_fingerprint(resolved.model_dir, "bfloat16")
+    model = get_peft_model(load_model(resolved, "float32", "cpu"), LoraConfig(r=4, target_modules="all-linear",
+                                                                               init_lora_weights=False))
+    trainer = WeightsFingerprint.of(_stripped_state(model), "bfloat16")
+    assert (trainer.fingerprint, trainer.layout) == (server.fingerprint, server.layout)
+    assert len(trainer.digests) > 10 and not any(n.startswith("lm_head.") for n in trainer.digests)

@@ -138,6 +138,8 @@ class RolloutWorker:
         start = time.time()
         self._wake()
         if self.lora_sync:
+            if self.args.vllm_mode == "server":  # a server may still hold an earlier run's full weights
+                self.engine.ensure_base_weights(lambda: _stripped_state(model), self.args.model)
             path = Path(tempfile.mkdtemp(prefix="swiftlike-grpo-lora-"))
             model.save_pretrained(str(path))
             nbytes = sum(f.stat().st_size for f in path.rglob("*.safetensors"))

@@ -2,7 +2,9 @@
 
 Routes:
   GET  /health                      liveness and the policy version (no API key needed)
-  GET  /info                        model, dtype, engine versions, policy version, adapters
+  GET  /info                        model, dtype, engine versions, policy version, adapters, and `weights`: the
+                                    fingerprint of the base weights served now (fingerprint.py), which a
+                                    LoRA-only trainer checks against its own base before pushing an adapter
   POST /generate                    batched sampling: token ids, per-token log-probs, finish reason, version
   POST /update_weights/begin        open a full-weight update -> update_id
   POST /update_weights/bucket       one bucket as safetensors bytes (HTTP transport)

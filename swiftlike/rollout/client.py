@@ -5,7 +5,7 @@ know (or care) where generation happens or how weights travel.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import requests
@@ -15,6 +15,7 @@ from ..infer.protocol import (Choice, InferRequest, InferResponse, RequestConfig
                               Usage)
 from ..template import Template
 from ..utils import get_logger
+from .fingerprint import WeightsFingerprint
 
 logger = get_logger("swiftlike.rollout")
 
@@ -105,6 +106,7 @@ class RemoteEngine(InferEngine):
         self._base_versions = [i["policy_version"] for i in infos]
         self.policy_version = 0
         self._adapters: dict[str, str] = {}
+        self._trainer_base: WeightsFingerprint | None = None
         self._pool = ThreadPoolExecutor(max(len(clients), 1), thread_name_prefix="swiftlike-remote")
         logger.info("rollout servers: %s (%s, %s)", ", ".join(c.url for c in clients), self.model_name, self.dtype)
 
@@ -149,13 +151,17 @@ class RemoteEngine(InferEngine):
         self._count(versions)
 
     def update_weights(self, named_tensors: Iterable[tuple[str, object]]) -> None:
+        self._count(self._push_weights(named_tensors))
+
+    def _push_weights(self, named_tensors: Iterable[tuple[str, object]]) -> list[int]:
+        """One full-weight update on every server; returns each server's new policy version."""
         from .transport import buckets
         update_ids = [c.post("/update_weights/begin")["update_id"] for c in self.clients]
         try:
             for bucket in buckets(named_tensors, self.dtype, self.transport.bucket_bytes):
                 self.transport.send(self.clients, update_ids, bucket)
-            versions = [c.post("/update_weights/commit", json={"update_id": u})["policy_version"]
-                        for c, u in zip(self.clients, update_ids)]
+            return [c.post("/update_weights/commit", json={"update_id": u})["policy_version"]
+                    for c, u in zip(self.clients, update_ids)]
         except BaseException:
             for c, u in zip(self.clients, update_ids):
                 try:
@@ -165,7 +171,71 @@ class RemoteEngine(InferEngine):
             raise
         finally:
             self.transport.after_update()
-        self._count(versions)
+
+    def ensure_base_weights(self, base_tensors: Callable[[], Iterable[tuple[str, object]]], trainer_model: str
+                            ) -> bool:
+        """Before a LoRA-only sync: check that every server serves the trainer's base weights; returns
+        whether they had to be restored.
+
+        The adapter is applied on top of whatever base the server holds, and a server keeps the weights of
+        an earlier full sync (a merged-LoRA or full fine-tuning run) until it restarts. So each server's
+        fingerprint (fingerprint.py, on /info) is compared with that of `base_tensors()` (HF names, LoRA
+        excluded; computed once, since LoRA training leaves the base frozen). This costs one GET /info per
+        server, so it runs before every adapter push and also catches a server changed under a running trainer.
+
+        - Same fingerprint: nothing to do.
+        - Same layout (names and shapes), other values: the trainer holds the exact base it trains on, so
+          it pushes it once through the full-weight update path (what a server restart would achieve, at
+          the cost of one full sync, sent to every server since the collective transports broadcast to
+          all), re-checks, and goes on with the adapter. The restore is not a policy change: policy
+          versions keep counting this trainer's syncs.
+        - Other layout: a different model, which a weight update cannot turn into this one; stop with an
+          error that says which server to restart with which model.
+        """
+        if self._trainer_base is None:
+            self._trainer_base = WeightsFingerprint.of(base_tensors(), self.dtype)
+        mine = self._trainer_base
+        stale = []
+        for client in self.clients:
+            info = self._info_with_weights(client)
+            served = info["weights"]
+            if served["layout"] != mine.layout:
+                raise RolloutServerError(
+                    f"rollout server {client.url} serves {info['model']} ({info['model_dir']}), a different "
+                    f"model from the trainer's {trainer_model}: weight layout {served['layout'][:12]} "
+                    f"(fingerprint {served['fingerprint'][:12]}) against the trainer's {mine.layout[:12]} "
+                    f"({mine.fingerprint[:12]}). LoRA-only sync puts the adapter on the server's base "
+                    f"model, so restart the server with `swiftlike rollout --model {trainer_model} "
+                    "--vllm_enable_lora true`")
+            if served["fingerprint"] != mine.fingerprint:
+                stale.append((client, served))
+        if not stale:
+            return False
+        for client, served in stale:
+            logger.warning(
+                "rollout server %s does not serve the trainer's base weights (fingerprint %s, left by a full "
+                "update at its policy version %s; the trainer's base is %s): restoring them with one full "
+                "update before LoRA-only sync", client.url, served["fingerprint"][:12],
+                served["full_update_version"], mine.fingerprint[:12])
+        versions = self._push_weights(base_tensors())
+        self._base_versions = [v - self.policy_version for v in versions]
+        still = [c.url for c in self.clients
+                 if self._info_with_weights(c)["weights"]["fingerprint"] != mine.fingerprint]
+        if still:
+            raise RolloutServerError(f"rollout servers {still} still do not serve the trainer's base weights "
+                                     f"(fingerprint {mine.fingerprint[:12]}) after restoring them; restart them "
+                                     f"with `swiftlike rollout --model {trainer_model} --vllm_enable_lora true`")
+        logger.warning("base weights restored on %s (fingerprint %s)", ", ".join(c.url for c, _ in stale),
+                       mine.fingerprint[:12])
+        return True
+
+    @staticmethod
+    def _info_with_weights(client: ServerClient) -> dict:
+        info = client.get("/info")
+        if "weights" not in info:
+            raise RolloutServerError(f"rollout server {client.url} does not report its weights' fingerprint on "
+                                     "/info (an older swiftlike); upgrade it to use LoRA-only sync")
+        return info
 
     def _count(self, versions: list[int]) -> None:
         local = {v - base for v, base in zip(versions, self._base_versions)}

@@ -3,6 +3,9 @@
 Generation and weight commits run on one engine thread, so an update lands between two generation
 batches (never inside one) and every answer carries the policy version that produced it. The version
 counts applied weight updates (full or adapter); a trainer compares it with its own to measure staleness.
+The server also keeps a fingerprint of the base weights it serves (fingerprint.py): of the checkpoint at
+load, then of what each full update left loaded, so a LoRA-only trainer can check its base before
+pushing an adapter on top.
 Anything a client gets wrong is a 4xx with a message, and the server keeps serving.
 """
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 import tempfile
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -17,6 +21,7 @@ from ..arguments import parse_args
 from ..arguments.rollout_args import RolloutServerArguments
 from ..infer.protocol import InferRequest, RequestConfig
 from ..utils import get_logger
+from .fingerprint import checkpoint_fingerprint
 from .weights import WeightStager, checkpoint_shapes
 
 logger = get_logger("swiftlike.rollout")
@@ -38,6 +43,11 @@ class RolloutService:
         self.engine, self.resolved = self._engine_thread.submit(engine_factory).result()
         self.stager = WeightStager(checkpoint_shapes(self.resolved.model_dir))
         self.version = 0
+        start = time.time()
+        self.weights = checkpoint_fingerprint(self.resolved.model_dir, self.dtype)
+        logger.info("base weights fingerprint %s (%d tensors, %.1f s)", self.weights.fingerprint[:12],
+                    len(self.weights.digests), time.time() - start)
+        self.full_update_version: int | None = None  # the policy version of the last full update; None: checkpoint
         self.samples_generated = 0  # completions served so far (shows how a trainer spreads its batches)
         self._adapter_root = Path(tempfile.mkdtemp(prefix="swiftlike-rollout-adapters-"))
         self._adapter_dirs: dict[str, list[Path]] = {}
@@ -59,6 +69,8 @@ class RolloutService:
                 "dtype": self.dtype, "policy_version": self.version, "adapters": sorted(self.engine.adapters),
                 "samples_generated": self.samples_generated,
                 "max_model_len": self.max_model_len, "enable_lora": self.engine.options.enable_lora,
+                "weights": {"fingerprint": self.weights.fingerprint, "layout": self.weights.layout,
+                            "tensors": len(self.weights.digests), "full_update_version": self.full_update_version},
                 "versions": {"swiftlike": __version__, "vllm": vllm.__version__, "torch": torch.__version__}}
 
     @property
@@ -95,8 +107,10 @@ class RolloutService:
         if self._collective is not None:
             self._collective.wait_received()
         tensors = self.stager.take(update_id)
+        weights = self.weights.updated(tensors, self.dtype)
         self.engine.update_weights(tensors)
         self.version += 1
+        self.weights, self.full_update_version = weights, self.version
         self.stager.committed[update_id] = self.version
         for stale in list(self.stager.committed)[:-16]:  # a retry comes right after its commit
             del self.stager.committed[stale]
