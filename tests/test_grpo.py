@@ -18,11 +18,12 @@ from swiftlike.rl.rewards import register_reward
 def text_length(completions, **kwargs):
     return [len(c) / 100 for c in completions]
 '''
+# --lora_dropout is left at its default (0.05): the default --disable_dropout true must make it harmless.
 COMMON = ["--model", TINY, "--dataset", "swiftlike/arithmetic#16", "--reward_funcs", "format_hash", "text_length",
           "--num_generations", "4", "--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "2",
           "--max_completion_length", "16", "--logging_steps", "1", "--report_to", "none",
           "--gradient_checkpointing", "false", "--learning_rate", "5e-2", "--save_steps", "100",
-          "--torch_dtype", "float32", "--lora_dropout", "0", "--log_rollout_offpolicy_metrics", "true"]
+          "--torch_dtype", "float32", "--log_rollout_offpolicy_metrics", "true"]
 
 
 FILTERED = ["--temperature", "0.7", "--top_p", "0.9", "--top_k", "20"]

@@ -192,7 +192,7 @@ def test_grpo_pt_processed_logprobs_dynamic_sample_and_curves(tmp_path):
             "--reward_funcs", "odd_length", "--external_plugins", str(plugin), "--num_generations", "4",
             "--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "2", "--max_completion_length", "16",
             "--max_steps", "2", "--logging_steps", "1", "--report_to", "none", "--gradient_checkpointing", "false",
-            "--learning_rate", "5e-2", "--save_steps", "100", "--torch_dtype", "float32", "--lora_dropout", "0",
+            "--learning_rate", "5e-2", "--save_steps", "100", "--torch_dtype", "float32",
             "--use_vllm", "false", "--temperature", "0.7", "--top_p", "0.9", "--top_k", "20",
             "--log_rollout_offpolicy_metrics", "true", "--dynamic_sample", "true", "--max_resample_times", "1",
             "--off_policy_sequence_mask_delta", "0.5", "--sleep_level", "1", "--log_completions", "true",

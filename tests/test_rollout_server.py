@@ -28,8 +28,8 @@ def text_length(completions, **kwargs):
 GRPO = ["--model", TINY, "--dataset", "swiftlike/arithmetic#16", "--reward_funcs", "format_hash", "text_length",
         "--num_generations", "4", "--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "2",
         "--max_completion_length", "16", "--logging_steps", "1", "--report_to", "none",
-        "--gradient_checkpointing", "false", "--save_steps", "100", "--torch_dtype", "float32", "--lora_dropout",
-        "0", "--log_rollout_offpolicy_metrics", "true", "--use_vllm", "true", "--vllm_mode", "server",
+        "--gradient_checkpointing", "false", "--save_steps", "100", "--torch_dtype", "float32",
+        "--log_rollout_offpolicy_metrics", "true", "--use_vllm", "true", "--vllm_mode", "server",
         "--vllm_server_api_key", KEY, "--vllm_server_timeout", "30"]
 
 
