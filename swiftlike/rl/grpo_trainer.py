@@ -33,7 +33,7 @@ from .sampling import SampledLogps, selected_logps
 
 # The curves a GRPO run draws into images/ (patterns are matched against the logged keys).
 GRPO_PLOTTED = (*PLOTTED, "reward", "reward_std", "rewards/*/mean", "completions/mean_length", "kl", "entropy",
-                "rollout_correction/k3_kl", "dynamic_sample/*", "staleness/*", "timing/*")
+                "rollout_correction/k3_kl", "sampling/forced_keep_frac", "dynamic_sample/*", "staleness/*", "timing/*")
 
 
 class RepeatSampler(Sampler):
