@@ -31,13 +31,14 @@ def sum_across_processes(counts: list[int], device: torch.device | str = "cpu") 
 def metric_reduction(key: str) -> str:
     """How a metric combines over processes: "max" for timings and maxima, "min" for minima, else "mean".
 
-    A timing is the slowest rank's, because that rank sets the step's pace; `completions/max_length` or
-    `staleness/max` are maxima over the rows, so over all ranks' rows too.
+    A timing is the slowest rank's, because that rank sets the step's pace. A maximum or minimum over
+    rows or tokens (`completions/max_length`, `staleness/max`, `rollout_correction/log_ppl_diff_min`) is
+    taken over all ranks' rows too.
     """
-    leaf = key.rsplit("/", 1)[-1]
-    if key.startswith("timing/") or leaf == "max" or leaf.startswith("max_"):
+    words = key.rsplit("/", 1)[-1].split("_")
+    if key.startswith("timing/") or words[0] == "max" or words[-1] == "max":
         return "max"
-    if leaf == "min" or leaf.startswith("min_"):
+    if words[0] == "min" or words[-1] == "min":
         return "min"
     return "mean"
 
