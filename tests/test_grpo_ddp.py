@@ -219,3 +219,32 @@ def test_logged_metrics_are_reduced_across_ranks(runs):
     one = train_logs(runs[1], "grpo")
     for key in ("reward", "completions/mean_length", "completions/max_length", "completions/min_length"):
         assert logged[0][key] == pytest.approx(one[0][key], rel=1e-6), key
+
+
+def test_cli_relaunches_under_torchrun_and_rank_0_writes_the_run(tmp_path):
+    """`NPROC_PER_NODE=2 swiftlike rlhf` end to end: dapo on the pt engine, real sampling, 2 steps."""
+    plugin = tmp_path / "plugin.py"
+    plugin.write_text("from swiftlike.rl.rewards import register_reward\n\n"
+                      "@register_reward('text_length')\ndef text_length(completions, **kwargs):\n"
+                      "    return [len(c) / 100 for c in completions]\n")
+    env = {**os.environ, "SWIFTLIKE_OFFLINE": "1", "NPROC_PER_NODE": "2", "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    argv = ["rlhf", "--rlhf_type", "grpo", "--model", TINY, "--dataset", "swiftlike/arithmetic#16",
+            "--reward_funcs", "format_hash", "text_length", "--external_plugins", str(plugin), "--loss_type", "dapo",
+            "--num_generations", "4", "--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "2",
+            "--max_completion_length", "8", "--max_steps", "2", "--logging_steps", "1", "--save_steps", "2",
+            "--report_to", "none", "--gradient_checkpointing", "false", "--torch_dtype", "float32",
+            "--use_vllm", "false", "--output_dir", str(tmp_path / "out")]
+    result = subprocess.run([sys.executable, "-m", "swiftlike.cli.main", *argv], env=env, capture_output=True,
+                            text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-6000:]
+    assert "torch.distributed.run" in result.stderr and result.stdout.count("training finished") == 1
+    (run_dir,) = (tmp_path / "out").iterdir()  # one run directory, named by rank 0
+    steps = [e for e in read_log(run_dir) if "loss" in e]
+    assert [e["step"] for e in steps] == [1, 2]
+    assert all(e["grad_norm"] > 0 and "reward" in steps[0] and "kl" in e for e in steps)
+    (ckpt,) = run_dir.glob("checkpoint-*")
+    assert (ckpt / "rng_state_0.pth").is_file() and (ckpt / "rng_state_1.pth").is_file()
+    state = json.loads((ckpt / "trainer_state.json").read_text())
+    # a step is 2 ranks x 2 prompts (8 completions each): 2 steps covered 8 of the 16 prompts
+    assert state["global_step"] == 2 and state["log_history"][-1]["epoch"] == pytest.approx(0.5)

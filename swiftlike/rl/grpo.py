@@ -1,6 +1,7 @@
 """`swiftlike rlhf --rlhf_type grpo`: arguments -> model, reference, rollout engine, rewards -> GrpoTrainer -> run dir."""
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -65,6 +66,9 @@ def train_grpo(args: RlhfArguments) -> TrainResult:
     if len(rows) < gen_prompts:
         raise ValueError(f"{len(rows)} prompts, fewer than the {gen_prompts} one generation batch needs "
                          f"over {training_args.world_size} process(es)")
+    if args.use_vllm and args.vllm_mode == "server" and training_args.world_size > 1:
+        raise ValueError("--vllm_mode server with several trainer processes is not built yet (every rank would "
+                         "push its weights to the servers); train in one process, which can use several servers")
     run_dir = shared_run_dir(args, training_args, resolved)
     training_args.output_dir = str(run_dir)
     training_args.include_num_input_tokens_seen = "no"  # batches are rollouts, not input_ids the Trainer can count
@@ -100,7 +104,7 @@ def rlhf_main(argv: list[str] | None = None) -> TrainResult | None:
         return None
     args = parse_args(RlhfArguments, argv)
     result = train_grpo(args)
-    import torch.distributed as dist
-    if not dist.is_initialized() or dist.get_rank() == 0:
+    # RANK (set by torchrun) rather than the process group: closing a colocated vLLM engine destroys the group
+    if int(os.environ.get("RANK") or 0) == 0:
         print(result.summary(), flush=True)
     return result
