@@ -4,7 +4,9 @@ The Trainer keeps the optimizer, scheduler, checkpoints and logging; everything 
 math of `swiftlike.rl` called from here. Batching follows TRL: the dataloader yields a *generation batch*
 (per_device_train_batch_size * steps_per_generation rows, each prompt repeated num_generations times in a
 row), repeated steps_per_generation * num_iterations times; the first time it arrives it is generated and
-scored, then it is served back one micro-batch slice at a time.
+scored, then it is served back one micro-batch slice at a time. With several processes each rank gets its
+share of the global generation batch in whole prompt groups (`RepeatSampler`); the bnpo/dapo token counts
+and the logged metrics are combined over ranks (`distributed.py`).
 
 With `--async_generate` each generation batch also carries the rows of the next one, which are sent to the
 rollout servers right after this batch's weight sync: they generate while this batch trains, one policy
