@@ -108,6 +108,43 @@ def test_gradient_at_ratio_one_is_minus_advantage_over_normaliser(loss_type, kwa
     assert values(logps.grad) == approx([x for row in expected for x in row])
 
 
+# Two ranks of one optimizer step, with the per-token loss -A at ratio 1 (aggregate's input) by hand.
+# Rank 0: one sequence, A = 1, 3 tokens -> per-token [-1, -1, -1], sum -3. Rank 1: A = -2, 1 token -> [2], sum 2.
+RANK0_LOSS, RANK0_MASK = torch.tensor([[-1.0, -1.0, -1.0]]), torch.tensor([[1, 1, 1]])
+RANK1_LOSS, RANK1_MASK = torch.tensor([[2.0, 0.0, 0.0]]), torch.tensor([[1, 0, 0]])
+
+
+def test_bnpo_counts_the_micro_batch_over_all_processes():
+    """DDP averages the ranks' gradients, so the step's loss is the mean of the ranks' losses. With the
+    micro-batch's global count (4 tokens) / 2 processes as each rank's normaliser it is (-3 + 2) / 4 = -0.25,
+    the bnpo loss of one process holding both sequences; TRL's local counts would give (-3/3 + 2/1) / 2 = 0.5."""
+    per_rank = [aggregate(loss, mask, "bnpo", num_items_in_batch=4, num_processes=2)
+                for loss, mask in ((RANK0_LOSS, RANK0_MASK), (RANK1_LOSS, RANK1_MASK))]
+    assert [x.item() for x in per_rank] == approx([-3 / 2, 2 / 2])
+    assert ((per_rank[0] + per_rank[1]) / 2).item() == approx(-0.25)
+    one_process = aggregate(torch.cat([RANK0_LOSS, RANK1_LOSS]), torch.cat([RANK0_MASK, RANK1_MASK]), "bnpo")
+    assert one_process.item() == approx(-0.25)
+    local = [aggregate(loss, mask, "bnpo") for loss, mask in ((RANK0_LOSS, RANK0_MASK), (RANK1_LOSS, RANK1_MASK))]
+    assert ((local[0] + local[1]) / 2).item() == approx(0.5)
+
+
+def test_dapo_counts_the_whole_optimizer_step_over_all_processes():
+    """Two ranks x two accumulated micro-batches; rank 0 holds the hand example above twice, rank 1 holds
+    it once and then a micro-batch of one 2-token sequence with A = 0.5 (per-token [-0.5, -0.5], sum -1).
+    Step tokens: 4 + 4 + 4 + 2 = 14, each micro-batch's normaliser 14 / 2. The trainer undoes the Trainer's
+    division by the 2 accumulation steps for dapo, so each rank's gradient is the sum of its micro-batch
+    losses, and DDP's mean over ranks gives (sum of all per-token losses) / 14 = (-1 - 1 - 1 - 1) / 14."""
+    pair_loss, pair_mask = torch.cat([RANK0_LOSS, RANK1_LOSS]), torch.cat([RANK0_MASK, RANK1_MASK])
+    short_loss, short_mask = torch.tensor([[-0.5, -0.5, 0.0]]), torch.tensor([[1, 1, 0]])
+    ranks = [[(pair_loss, pair_mask), (pair_loss, pair_mask)], [(pair_loss, pair_mask), (short_loss, short_mask)]]
+    step = sum(aggregate(loss, mask, "dapo", num_items_in_batch=14, num_processes=2)
+               for micro_batches in ranks for loss, mask in micro_batches) / 2
+    assert step.item() == approx(-4 / 14)
+    everything = aggregate(torch.cat([pair_loss, pair_loss, pair_loss, short_loss]),
+                           torch.cat([pair_mask, pair_mask, pair_mask, short_mask]), "dapo")
+    assert everything.item() == approx(-4 / 14)
+
+
 def test_rollout_is_weights_scale_the_gradient():
     logps, old = _at_ratio_one(requires_grad=True)
     w = torch.tensor([[0.5, 1.0, 2.0], [1.5, 7.0, 7.0]])

@@ -1,6 +1,8 @@
 """`swiftlike rlhf --rlhf_type grpo`: arguments -> model, reference, rollout engine, rewards -> GrpoTrainer -> run dir."""
 from __future__ import annotations
 
+import os
+import sys
 import time
 from pathlib import Path
 
@@ -10,6 +12,7 @@ from ..model import default_device, load_tokenizer, resolve_model
 from ..template import get_template
 from ..train.checkpoint import latest_checkpoint
 from ..train.data import EncodeStats, ListDataset
+from ..train.launch import relaunch_with_torchrun, wants_torchrun
 from ..train.outputs import JsonlLog, save_args
 from ..train.run_setup import checkpoint_args_writer, load_train_val_rows, shared_run_dir, training_arguments
 from ..train.sft import TrainResult
@@ -56,11 +59,16 @@ def train_grpo(args: RlhfArguments) -> TrainResult:
     tokenizer = load_tokenizer(resolved)
     template = get_template(args.template or resolved.meta.template, tokenizer, args.system)
     rows = _prompt_rows(load_train_val_rows(args)[0])
-    gen_prompts = args.per_device_train_batch_size * args.steps_per_generation // args.num_generations
-    if len(rows) < gen_prompts:
-        raise ValueError(f"{len(rows)} prompts, fewer than the {gen_prompts} one generation batch needs")
 
     training_args = training_arguments(args, Path(args.output_dir or "output"), has_eval=False)
+    gen_prompts = (args.per_device_train_batch_size * args.steps_per_generation // args.num_generations
+                   * training_args.world_size)
+    if len(rows) < gen_prompts:
+        raise ValueError(f"{len(rows)} prompts, fewer than the {gen_prompts} one generation batch needs "
+                         f"over {training_args.world_size} process(es)")
+    if args.use_vllm and args.vllm_mode == "server" and training_args.world_size > 1:
+        raise ValueError("--vllm_mode server with several trainer processes is not built yet (every rank would "
+                         "push its weights to the servers); train in one process, which can use several servers")
     run_dir = shared_run_dir(args, training_args, resolved)
     training_args.output_dir = str(run_dir)
     training_args.include_num_input_tokens_seen = "no"  # batches are rollouts, not input_ids the Trainer can count
@@ -87,8 +95,16 @@ def train_grpo(args: RlhfArguments) -> TrainResult:
                        elapsed_s=time.time() - start, train_tokens_per_second=None, data=stats)
 
 
-def rlhf_main(argv: list[str] | None = None) -> TrainResult:
+def rlhf_main(argv: list[str] | None = None) -> TrainResult | None:
+    """With NPROC_PER_NODE > 1 the command reruns itself under torchrun (as `swiftlike sft` does) and
+    returns None here; rank 0 prints the summary."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if wants_torchrun():
+        relaunch_with_torchrun(RlhfArguments.command, argv)
+        return None
     args = parse_args(RlhfArguments, argv)
     result = train_grpo(args)
-    print(result.summary(), flush=True)
+    # RANK (set by torchrun) rather than the process group: closing a colocated vLLM engine destroys the group
+    if int(os.environ.get("RANK") or 0) == 0:
+        print(result.summary(), flush=True)
     return result

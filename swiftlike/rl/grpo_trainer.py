@@ -4,7 +4,9 @@ The Trainer keeps the optimizer, scheduler, checkpoints and logging; everything 
 math of `swiftlike.rl` called from here. Batching follows TRL: the dataloader yields a *generation batch*
 (per_device_train_batch_size * steps_per_generation rows, each prompt repeated num_generations times in a
 row), repeated steps_per_generation * num_iterations times; the first time it arrives it is generated and
-scored, then it is served back one micro-batch slice at a time.
+scored, then it is served back one micro-batch slice at a time. With several processes each rank gets its
+share of the global generation batch in whole prompt groups (`RepeatSampler`); the bnpo/dapo token counts
+and the logged metrics are combined over ranks (`distributed.py`).
 
 With `--async_generate` each generation batch also carries the rows of the next one, which are sent to the
 rollout servers right after this batch's weight sync: they generate while this batch trains, one policy
@@ -26,6 +28,7 @@ from ..train.outputs import PLOTTED
 from ..train.trainer import SwiftlikeTrainer
 from .advantages import group_advantages, groups_with_signal, select_groups
 from .correction import mismatch_metrics, off_policy_sequence_mask, rollout_is_weights
+from .distributed import concat_across_processes, reduce_metrics, sum_across_processes
 from .losses import policy_loss
 from .rewards import combine_rewards
 from .rollout import Rollout, RolloutWorker
@@ -37,24 +40,41 @@ GRPO_PLOTTED = (*PLOTTED, "reward", "reward_std", "rewards/*/mean", "completions
 
 
 class RepeatSampler(Sampler):
-    """Shuffled prompts, `per_batch` per generation batch, each repeated `num_generations` times in a row,
-    the whole batch yielded `repeat` times (steps_per_generation * num_iterations)."""
+    """This process's share of shuffled generation batches: `per_batch` prompts, each repeated
+    `num_generations` times in a row, the whole share yielded `repeat` times (steps_per_generation *
+    num_iterations).
 
-    def __init__(self, n_rows: int, num_generations: int, per_batch: int, repeat: int, seed: int):
+    Every process draws the same permutation (same seed, same epoch) and cuts the same global generation
+    batch of `per_batch * num_processes` prompts, the batch one process with a P-times larger
+    per_device_train_batch_size would draw. Each rank takes whole prompts, so a group's completions stay on
+    one rank and its advantages are exact without communication. The prompts are dealt round-robin in units
+    of `prompts_per_unit`: with one micro-batch's prompts per unit, rank r's micro-batch s is the r-th slice
+    of that single process's micro-batch s, so a normaliser summed over ranks per micro-batch (bnpo) counts
+    the same tokens. When a group is larger than a micro-batch, the unit is the whole share (`per_batch`).
+    """
+
+    def __init__(self, n_rows: int, num_generations: int, per_batch: int, repeat: int, seed: int,
+                 num_processes: int = 1, process_index: int = 0, prompts_per_unit: int | None = None):
         self.n, self.g, self.per_batch, self.repeat, self.seed = n_rows, num_generations, per_batch, repeat, seed
+        self.num_processes, self.process_index = num_processes, process_index
+        self.unit = prompts_per_unit or per_batch
+        if per_batch % self.unit:
+            raise ValueError(f"{per_batch} prompts per generation batch are not whole units of {self.unit}")
         self.epoch = 0
 
     def __iter__(self):
         gen = torch.Generator().manual_seed(self.seed + self.epoch)
         self.epoch += 1
         order = torch.randperm(self.n, generator=gen).tolist()
-        for start in range(0, self.n - self.per_batch + 1, self.per_batch):
-            chunk = order[start:start + self.per_batch]
+        global_batch = self.per_batch * self.num_processes
+        for start in range(0, self.n - global_batch + 1, global_batch):
+            units = [order[i:i + self.unit] for i in range(start, start + global_batch, self.unit)]
+            share = [i for unit in units[self.process_index::self.num_processes] for i in unit]
             for _ in range(self.repeat):
-                yield from (i for i in chunk for _ in range(self.g))
+                yield from (i for i in share for _ in range(self.g))
 
     def __len__(self) -> int:
-        return (self.n // self.per_batch) * self.per_batch * self.g * self.repeat
+        return (self.n // (self.per_batch * self.num_processes)) * self.per_batch * self.g * self.repeat
 
 
 class GenerationRows(list):
@@ -98,7 +118,8 @@ class GrpoTrainer(SwiftlikeTrainer):
         self._calls = 0
         self._last_synced_step = -1
         self._metrics: dict[str, list[float]] = defaultdict(list)
-        self._resample_gen = torch.Generator().manual_seed(self.args.seed + 1)
+        # each rank draws its own extra prompts
+        self._resample_gen = torch.Generator().manual_seed(self.args.seed + 1 + self.args.process_index)
         self._pending: tuple[list, object] | None = None  # (rows, future) of the batch generating in background
         self.nonfinite = NonFiniteGuard(grpo_args.on_nonfinite)
         self.add_callback(self.nonfinite)
@@ -109,10 +130,14 @@ class GrpoTrainer(SwiftlikeTrainer):
 
     # ------------------------------------------------------------------ data
     def get_train_dataloader(self) -> DataLoader:
-        spg = self.g.steps_per_generation
-        gen_batch = self.args.per_device_train_batch_size * spg
-        sampler = RepeatSampler(len(self.train_dataset), self.g.num_generations, gen_batch // self.g.num_generations,
-                                spg * self.g.num_iterations, self.args.seed)
+        """This process's generation batches (see RepeatSampler). Not `accelerator.prepare`d: the sampler
+        already yields only this rank's share, cut at group boundaries, which accelerate's sharding is not."""
+        spg, micro, g = self.g.steps_per_generation, self.args.per_device_train_batch_size, self.g.num_generations
+        gen_batch = micro * spg
+        sampler = RepeatSampler(len(self.train_dataset), g, gen_batch // g, spg * self.g.num_iterations,
+                                self.args.seed, num_processes=self.args.world_size,
+                                process_index=self.args.process_index,
+                                prompts_per_unit=micro // g if micro % g == 0 else None)
         if self.g.async_generate:
             return DataLoader(self.train_dataset, batch_sampler=LookaheadBatches(sampler, gen_batch), num_workers=0,
                               collate_fn=lambda rows: GenerationRows(rows[:gen_batch], rows[gen_batch:]))
@@ -169,7 +194,7 @@ class GrpoTrainer(SwiftlikeTrainer):
         rewards, per_func = self._timed_rewards(rollouts)
         if self.g.dynamic_sample:
             rollouts, rewards, per_func = self._dynamic_sample(rollouts, rewards, per_func)
-        advantages, group_std = group_advantages(rewards, self.g.num_generations, self.g.scale_rewards)
+        advantages, group_std = self._advantages(rewards)
         self._log_rollout_metrics(rollouts, rewards, per_func, group_std)
         if self.g.log_completions and self.run_dir is not None and self.accelerator.is_main_process:
             self._write_completions(rollouts, rewards, advantages)
@@ -194,14 +219,26 @@ class GrpoTrainer(SwiftlikeTrainer):
                 model.train()
             batches.append(batch)
         self._timed("logps", t)
-        # dapo: the normaliser is the completion-token count of one optimizer step's micro-batches
+        # The token-count normalisers (see `aggregate`), summed over processes: bnpo counts the micro-batch's
+        # completion tokens on every rank, dapo those of the whole optimizer step (its accumulation window).
+        tokens = sum_across_processes([int(b["completion_mask"].sum()) for b in batches], self.args.device)
         ga = self.args.gradient_accumulation_steps
-        for start in range(0, len(batches), ga):
-            window = batches[start:start + ga]
-            tokens = sum(int(b["completion_mask"].sum()) for b in window)
-            for b in window:
-                b["num_items_in_batch"] = tokens
+        for s, b in enumerate(batches):
+            if self.g.loss_type == "bnpo":
+                b["num_items_in_batch"] = tokens[s]
+            elif self.g.loss_type == "dapo":
+                b["num_items_in_batch"] = sum(tokens[s - s % ga:s - s % ga + ga])
         return batches
+
+    def _advantages(self, rewards: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Group advantages of this rank's rows. Groups never straddle ranks, so only `--scale_rewards batch`
+        needs the others: its std is over the global batch's rewards, as in one process."""
+        if self.g.scale_rewards != "batch" or self.accelerator.num_processes == 1:
+            return group_advantages(rewards, self.g.num_generations, self.g.scale_rewards)
+        global_rewards, mine = concat_across_processes(rewards.to(self.args.device))
+        advantages, group_std = group_advantages(global_rewards.cpu(), self.g.num_generations, "batch")
+        groups = slice(mine.start // self.g.num_generations, mine.stop // self.g.num_generations)
+        return advantages[mine], group_std[groups]
 
     def _needs_old_logps(self, batch: dict) -> bool:
         g = self.g
@@ -341,11 +378,13 @@ class GrpoTrainer(SwiftlikeTrainer):
                                    ensure_ascii=False) + "\n")
 
     def log(self, logs: dict, start_time: float | None = None) -> None:
-        if "loss" in logs:  # a training log: attach the averaged GRPO metrics since the last one
+        """A training log gets the GRPO metrics since the last one, averaged over time here and then combined
+        over processes (`reduce_metrics`); every rank calls this at the same steps, as the Trainer does. The
+        non-finite check reads the combined values, so every rank stops (or drops a metric) alike."""
+        if "loss" in logs:
             step = self.state.global_step
-            for k, vals in self._metrics.items():
-                if vals and self.nonfinite.check_metric(step, k, sum(vals) / len(vals)):
-                    logs[k] = sum(vals) / len(vals)
+            local = {k: sum(vals) / len(vals) for k, vals in self._metrics.items() if vals}
+            logs.update({k: v for k, v in reduce_metrics(local).items() if self.nonfinite.check_metric(step, k, v)})
             self._metrics.clear()
             logs.update(self.nonfinite.metrics())
             for k in ("loss", "grad_norm"):

@@ -76,31 +76,35 @@ def aggregate(per_token_loss: torch.Tensor, mask: torch.Tensor, loss_type: LossT
     - grpo: mean over each sequence's tokens, then mean over sequences. Every sequence weighs
       the same, so a token of a short answer counts more than one of a long answer (the length
       bias DAPO and Dr. GRPO point out).
-    - bnpo: sum over all completion tokens / number of completion tokens in this batch. Every
-      token weighs the same, within this micro-batch.
+    - bnpo: sum / the completion-token count of this micro-batch. Every token of a micro-batch weighs
+      the same; a micro-batch with fewer tokens gets larger per-token weights.
     - dr_grpo: sum / (batch * max_completion_length). A constant denominator, so no length bias
       at all and no dependence on what else is in the batch.
-    - dapo: sum / the token count of the whole global batch. `num_items_in_batch` is that count
-      (summed over all processes and over the micro-batches of one optimizer step), divided
-      here by `num_processes` because DDP averages gradients over processes: the effective
-      denominator of the step is then the global token count, so every token of the step weighs
-      the same however tokens are spread over ranks and accumulation steps. bnpo normalises
-      per micro-batch instead, so a short micro-batch's tokens weigh more. In one process with
-      one micro-batch, and with `num_items_in_batch` left None (the local token count is
-      used), dapo equals bnpo. The caller must not divide the dapo loss by the accumulation
-      steps again; for the other types that division is the caller's job, as in TRL.
+    - dapo: sum / the token count of the whole optimizer step, so every token of the step weighs
+      the same however tokens are spread over ranks and accumulation steps.
+
+    bnpo and dapo take that count as `num_items_in_batch`, summed over all processes (for dapo also
+    over the micro-batches of the optimizer step), and divide it here by `num_processes` because DDP
+    averages gradients over processes: the effective denominator is then the global count. With
+    `num_items_in_batch` left None the local count of `mask` is used (one process, and dapo with one
+    micro-batch, then equals bnpo). The caller must not divide the dapo loss by the accumulation steps
+    again; for the other types that division is the caller's job, as in TRL.
+
+    bnpo deliberately deviates from TRL here: TRL normalises by the *local* micro-batch's tokens, so
+    with several processes each rank's tokens weigh by that rank's own count and the update depends on
+    how the global batch happens to be split across ranks; it cannot match one process training on the
+    same batch. Counting the micro-batch's tokens on all ranks gives the update of one process whose
+    micro-batch is the union of the ranks' micro-batches (which the trainer's sampler arranges).
     """
     mask = mask.bool()
     summed = _masked_fill_zero(per_token_loss, mask)
     if loss_type == "grpo":
         return (summed.sum(-1) / mask.sum(-1).clamp(min=1)).mean()
-    if loss_type == "bnpo":
-        return summed.sum() / mask.sum().clamp(min=1)
     if loss_type == "dr_grpo":
         if max_completion_length is None:
             raise ValueError("loss_type='dr_grpo' needs max_completion_length")
         return summed.sum() / (per_token_loss.shape[0] * max_completion_length)
-    if loss_type == "dapo":
+    if loss_type in ("bnpo", "dapo"):
         if num_items_in_batch is None:
             normaliser = mask.sum().clamp(min=1)
         else:

@@ -1,0 +1,84 @@
+"""Runs `swiftlike rlhf` once per GRPO loss type on recorded rollouts; launched by tests/test_grpo_ddp.py.
+
+Plain `python tests/grpo_ddp_worker.py` is the one-process run; under `torch.distributed.run` every rank runs
+it. The only test hook is `InjectedRolloutTrainer`, a GrpoTrainer subclass put in place of GrpoTrainer before
+`rlhf_main` builds its trainer: `_collect_rollouts` serves the completions the test recorded with the real pt
+engine (sampling is random, and the one- and two-process runs must train on the same rollouts), and it keeps
+copies of what the test compares (parameters before and after, each rank's prompts and local metrics).
+Drawing the PNG curves is skipped, for time.
+Rewards, advantages, old/reference log-probs, the loss and its normalisers, DDP and the optimizer step are
+all the real code.
+
+Environment: DDP_TEST_ROLLOUTS (the recorded rollouts, JSON), DDP_TEST_OUT (results directory),
+DDP_TEST_ARGS (JSON: {run name: extra CLI arguments}), DDP_TEST_COMMON (JSON: the arguments of every run).
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import torch
+
+import swiftlike.rl.grpo_trainer as grpo_trainer
+import swiftlike.train.trainer as train_trainer
+from swiftlike.rl.grpo import rlhf_main
+from swiftlike.rl.rewards import register_reward
+from swiftlike.rl.rollout import Rollout
+
+RECORDED: dict[str, list[dict]] = json.loads(Path(os.environ["DDP_TEST_ROLLOUTS"]).read_text())
+OUT = Path(os.environ["DDP_TEST_OUT"])
+RANK = int(os.environ.get("RANK", "0"))
+
+
+@register_reward("text_length")
+def text_length(completions, **kwargs):
+    """A reward with spread on a random model, so advantages are not all zero."""
+    return [len(c) / 100 for c in completions]
+
+
+class InjectedRolloutTrainer(grpo_trainer.GrpoTrainer):
+    """GrpoTrainer whose rollouts are the recorded ones for the prompts the sampler gave this rank."""
+
+    last: InjectedRolloutTrainer | None = None
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.params_before = {n: p.detach().clone() for n, p in self.model.named_parameters()}
+        self.prompts_seen: list[str] = []
+        self.local_metrics: list[dict[str, float]] = []
+        InjectedRolloutTrainer.last = self
+
+    def _collect_rollouts(self, rows):
+        g = self.g.num_generations
+        out = []
+        for start in range(0, len(rows), g):
+            group = rows[start:start + g]
+            prompt = group[0]["messages"][-1]["content"]
+            assert all(r["messages"][-1]["content"] == prompt for r in group), "a group split across rows"
+            self.prompts_seen.append(prompt)
+            out += [Rollout(**{**rec, "row": row}) for rec, row in zip(RECORDED[prompt], group, strict=True)]
+        return out
+
+    def log(self, logs, start_time=None):
+        if "loss" in logs:  # this rank's own values, before GrpoTrainer.log combines them over ranks
+            self.local_metrics.append({k: sum(v) / len(v) for k, v in self._metrics.items() if v})
+        super().log(logs, start_time)
+
+
+def main() -> None:
+    grpo_trainer.GrpoTrainer = InjectedRolloutTrainer  # rlhf_main imports it from the module at call time
+    train_trainer.plot_curves = lambda *a, **kw: []  # the PNG curves are not under test and cost ~15 s a run here
+    common = json.loads(os.environ["DDP_TEST_COMMON"])
+    for name, extra in json.loads(os.environ["DDP_TEST_ARGS"]).items():
+        result = rlhf_main([*common, "--output_dir", str(OUT / name), *extra])
+        trainer = InjectedRolloutTrainer.last
+        (OUT / f"{name}.rank{RANK}.json").write_text(json.dumps(
+            {"prompts": trainer.prompts_seen, "metrics": trainer.local_metrics, "run_dir": str(result.run_dir)}))
+        if RANK == 0:
+            after = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+            torch.save({"before": trainer.params_before, "after": after}, OUT / f"{name}.params.pt")
+
+
+if __name__ == "__main__":
+    main()

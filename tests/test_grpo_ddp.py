@@ -1,0 +1,252 @@
+"""GRPO with several processes (gloo on CPU): two ranks must train exactly like one process on the same batch.
+
+The rollouts are recorded once with the real pt engine and served to both runs by tests/grpo_ddp_worker.py
+(see there for the one hook); everything from rewards to the optimizer step is the real code. One process
+trains with per_device_train_batch_size 4, two with 2 each: the same global batch of 8 prompts x 2
+completions, 4 micro-batches per generation batch, 2 accumulated per optimizer step, 2 steps (the second
+reuses the batch, so the ratio, clipping and the KL to the reference are live). SGD without clipping makes
+the update proportional to the gradient, so the parameter comparison checks the gradient's scale too.
+"""
+import json
+import os
+import subprocess
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+
+from swiftlike.train.outputs import read_log
+
+TINY = "tiny-random/qwen2_5"
+REPO = Path(__file__).resolve().parent.parent
+WORKER = Path(__file__).resolve().parent / "grpo_ddp_worker.py"
+NUM_GENERATIONS = 2
+PROMPTS = [f"What is {a} + {b}?" for a, b in [(1, 2), (3, 4), (5, 6), (7, 8), (9, 10), (11, 12), (13, 14), (15, 16)]]
+COMMON = ["--rlhf_type", "grpo", "--model", TINY, "--reward_funcs", "text_length", "--tuner_type", "full",
+          "--num_generations", str(NUM_GENERATIONS), "--gradient_accumulation_steps", "2",
+          "--steps_per_generation", "4", "--max_completion_length", "12", "--max_steps", "2", "--logging_steps", "1",
+          "--save_steps", "100", "--report_to", "none", "--gradient_checkpointing", "false",
+          "--torch_dtype", "float32", "--use_vllm", "false", "--optim", "sgd", "--learning_rate", "0.5",
+          "--max_grad_norm", "1e9", "--log_rollout_offpolicy_metrics", "true"]
+RUNS = {
+    "grpo": ["--loss_type", "grpo", "--beta", "0.04"],
+    "bnpo": ["--loss_type", "bnpo", "--beta", "0.04"],
+    "dr_grpo": ["--loss_type", "dr_grpo", "--beta", "0"],
+    "dapo": ["--loss_type", "dapo", "--beta", "0.04"],
+    "gspo": ["--loss_type", "grpo", "--importance_sampling_level", "sequence", "--beta", "0.04"],
+    # the reward std of the whole global batch, not of each rank's half
+    "batch_std": ["--loss_type", "grpo", "--scale_rewards", "batch", "--beta", "0"],
+}
+RTOL = 1e-5
+
+
+def test_sampler_shares_are_whole_groups_of_the_single_process_batch():
+    from swiftlike.rl.grpo_trainer import RepeatSampler
+    # 12 prompts, groups of 2, micro-batch 2 per rank (one prompt), 2 micro-batches per generation batch,
+    # each generation batch served twice; one process would take micro-batch 4 (two prompts)
+    one = list(RepeatSampler(12, 2, 4, 2, seed=0, prompts_per_unit=2))
+    ranks = [RepeatSampler(12, 2, 2, 2, seed=0, num_processes=2, process_index=r, prompts_per_unit=1)
+             for r in (0, 1)]
+    shares = [list(r) for r in ranks]
+    assert len(one) == 3 * 4 * 2 * 2 == 2 * len(ranks[0]) == 2 * len(shares[0])  # 3 generation batches
+    # micro-batch by micro-batch (2 rows per rank, 4 in one process) the ranks' rows make up one process's
+    assert one == [i for k in range(0, len(shares[0]), 2) for share in shares for i in share[k:k + 2]]
+    assert not set(shares[0]) & set(shares[1])
+    # a group larger than a micro-batch (unit: the whole share): contiguous halves of the global batch
+    one = list(RepeatSampler(8, 4, 2, 1, seed=3))
+    shares = [list(RepeatSampler(8, 4, 1, 1, seed=3, num_processes=2, process_index=r)) for r in (0, 1)]
+    assert one == [i for g in range(0, len(one), 8) for share in shares for i in share[g // 2:g // 2 + 4]]
+
+
+def _reduce_on_rank(rank: int, port: int, out: str) -> None:
+    import torch.distributed as dist
+
+    from swiftlike.rl.distributed import reduce_metrics, sum_across_processes
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    local = {"reward": [0.5, 1.5][rank], "timing/generate": [3.0, 2.0][rank],
+             "completions/max_length": [7.0, 9.0][rank], "rollout_correction/log_ppl_diff_min": [-0.1, -0.3][rank]}
+    if rank == 1:
+        local["staleness/mean"] = 4.0  # only this rank logged it
+    result = {"metrics": reduce_metrics(local), "tokens": sum_across_processes([[3, 1], [2, 5]][rank])}
+    dist.destroy_process_group()
+    Path(out, f"rank{rank}.json").write_text(json.dumps(result))
+
+
+def test_metric_reduction_under_a_two_process_gloo_group(tmp_path):
+    import torch.multiprocessing as mp
+
+    from swiftlike.train.launch import _free_port
+    mp.spawn(_reduce_on_rank, args=(_free_port(), str(tmp_path)), nprocs=2)
+    for rank in (0, 1):
+        result = json.loads((tmp_path / f"rank{rank}.json").read_text())
+        assert result["tokens"] == [5, 6]
+        assert result["metrics"] == {"reward": 1.0, "timing/generate": 3.0, "completions/max_length": 9.0,
+                                     "rollout_correction/log_ppl_diff_min": -0.3, "staleness/mean": 4.0}
+
+
+def record_rollouts(path: Path) -> None:
+    """NUM_GENERATIONS real pt-engine samples per prompt, each cut to a prefix of a different length.
+
+    The random tiny model never stops by itself, so uncut every completion would have the same length and
+    every token-count normaliser would be the same constant; prefixes of real samples keep the rollouts
+    genuine while giving the ranks and micro-batches different token counts.
+    """
+    import torch
+
+    from swiftlike.arguments import RlhfArguments
+    from swiftlike.model import load_model, load_tokenizer, resolve_model
+    from swiftlike.rl.rollout import RolloutWorker
+    from swiftlike.template import get_template
+    resolved = resolve_model(TINY)
+    tokenizer = load_tokenizer(resolved)
+    args = RlhfArguments(model=TINY, dataset=["unused"], reward_funcs=["format"], num_generations=NUM_GENERATIONS,
+                         per_device_train_batch_size=NUM_GENERATIONS, max_completion_length=12, use_vllm=False)
+    worker = RolloutWorker(args, resolved, get_template(resolved.meta.template, tokenizer),
+                           load_model(resolved, "float32", "cpu"))
+    rows = [{"messages": [{"role": "user", "content": p}]} for p in PROMPTS for _ in range(NUM_GENERATIONS)]
+    torch.manual_seed(0)  # the same rollouts on every test run
+    recorded: dict[str, list[dict]] = {p: [] for p in PROMPTS}
+    for i, rollout in enumerate(worker.generate(rows)):
+        keep = 2 + (7 * i) % 11  # 2..12 tokens
+        ids = rollout.completion_ids[:keep]
+        record = {**asdict(rollout), "completion_ids": ids, "rollout_logps": rollout.rollout_logps[:keep],
+                  "text": tokenizer.decode(ids), "finish_reason": "length" if keep == 12 else "stop"}
+        del record["row"]
+        recorded[rollout.row["messages"][0]["content"]].append(record)
+    path.write_text(json.dumps(recorded))
+
+
+def launch(out: Path, rollouts: Path, dataset: Path, processes: int) -> None:
+    micro = 2 * NUM_GENERATIONS // processes
+    env = {**os.environ, "SWIFTLIKE_OFFLINE": "1", "OMP_NUM_THREADS": "1", "DDP_TEST_ROLLOUTS": str(rollouts),
+           "DDP_TEST_OUT": str(out), "DDP_TEST_ARGS": json.dumps(RUNS),
+           "DDP_TEST_COMMON": json.dumps([*COMMON, "--dataset", str(dataset),
+                                          "--per_device_train_batch_size", str(micro)]),
+           "PYTHONPATH": os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    env.pop("NPROC_PER_NODE", None)
+    launcher = ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}"] if processes > 1 else []
+    result = subprocess.run([sys.executable, *launcher, str(WORKER)], env=env, capture_output=True, text=True,
+                            timeout=600)
+    assert result.returncode == 0, result.stderr[-6000:]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """{processes: directory of the worker's results} for one and two processes."""
+    base = tmp_path_factory.mktemp("ddp")
+    rollouts, dataset = base / "rollouts.json", base / "prompts.jsonl"
+    record_rollouts(rollouts)
+    dataset.write_text("".join(json.dumps({"messages": [{"role": "user", "content": p}]}) + "\n" for p in PROMPTS))
+    out = {}
+    for processes in (1, 2):
+        out[processes] = base / f"p{processes}"
+        out[processes].mkdir()
+        launch(out[processes], rollouts, dataset, processes)
+    return out
+
+
+def rel_diff(a, b) -> float:
+    return abs(a - b) / max(abs(a), abs(b), 1e-12)
+
+
+def train_logs(out: Path, name: str) -> list[dict]:
+    run_dir = Path(json.loads((out / f"{name}.rank0.json").read_text())["run_dir"])
+    return [e for e in read_log(run_dir) if "loss" in e]
+
+
+@pytest.mark.parametrize("name", list(RUNS))
+def test_two_processes_match_one_process(runs, name):
+    import torch
+    one, two = train_logs(runs[1], name), train_logs(runs[2], name)
+    assert [e["step"] for e in one] == [e["step"] for e in two] == [1, 2]
+    for a, b in zip(one, two):
+        for key in ("loss", "grad_norm"):
+            assert rel_diff(a[key], b[key]) < RTOL, (name, a["step"], key, a[key], b[key])
+    assert one[0]["grad_norm"] > 0 and one[1]["loss"] != one[0]["loss"]
+    if "--beta" in RUNS[name] and RUNS[name][RUNS[name].index("--beta") + 1] != "0":
+        assert one[1]["kl"] > 0  # the second step's policy has moved away from the reference
+
+    p1, p2 = torch.load(runs[1] / f"{name}.params.pt"), torch.load(runs[2] / f"{name}.params.pt")
+    assert all(torch.equal(p1["before"][n], p2["before"][n]) for n in p1["before"])
+    # the update of each weight tensor, compared in L2: elementwise, fp32 rounding of the gradient sums
+    # (batched in one process, split and averaged over two) reaches ~1e-5 of a tensor's largest entry
+    updates = {n: (p1["after"][n] - p1["before"][n], p2["after"][n] - p2["before"][n]) for n in p1["after"]}
+    assert sum(int(d1.any()) for d1, _ in updates.values()) > len(updates) // 2
+    worst = max(float((d1 - d2).norm() / d1.norm()) for d1, d2 in updates.values() if d1.any())
+    worst_entry = max(float((d1 - d2).abs().max() / d1.abs().max()) for d1, d2 in updates.values() if d1.any())
+    assert worst < RTOL, (name, worst)
+    print(f"{name}: loss rel diff {max(rel_diff(a['loss'], b['loss']) for a, b in zip(one, two)):.1e}, "
+          f"grad_norm {max(rel_diff(a['grad_norm'], b['grad_norm']) for a, b in zip(one, two)):.1e}, "
+          f"parameter update (L2 per tensor) {worst:.1e}, largest entry difference / tensor max {worst_entry:.1e}")
+
+
+def test_ranks_split_the_batch_in_whole_groups(runs):
+    one = json.loads((runs[1] / "grpo.rank0.json").read_text())["prompts"]
+    ranks = [json.loads((runs[2] / f"grpo.rank{r}.json").read_text())["prompts"] for r in (0, 1)]
+    assert sorted(one) == sorted(PROMPTS)  # one generation batch: every prompt once
+    assert len(ranks[0]) == len(ranks[1]) == 4 and not set(ranks[0]) & set(ranks[1])
+    # one prompt per micro-batch per rank, dealt in turn: the single process's micro-batch s is
+    # rank 0's micro-batch s followed by rank 1's
+    assert one == [p for pair in zip(*ranks) for p in pair]
+
+
+MAX_KEYS = {"completions/max_length", "rollout_correction/log_ppl_diff_max"}
+MIN_KEYS = {"completions/min_length", "rollout_correction/log_ppl_diff_min"}
+
+
+def test_logged_metrics_are_reduced_across_ranks(runs):
+    """What rank 0 logs is the two ranks' own values combined: maxima, minima and timings by max / min,
+    everything else (reward, kl, entropy, clip ratios, rollout_correction/*) by the mean."""
+    ranks = [json.loads((runs[2] / f"grpo.rank{r}.json").read_text())["metrics"] for r in (0, 1)]
+    logged = train_logs(runs[2], "grpo")
+    differing = set()
+    for step, entry in enumerate(logged):
+        r0, r1 = ranks[0][step], ranks[1][step]
+        assert set(r0) == set(r1) and set(r0) <= set(entry)
+        assert any(k.startswith("rollout_correction/") for k in r0) and "kl" in r0
+        for key in r0:
+            if key in MAX_KEYS or key.startswith("timing/"):
+                expected = max(r0[key], r1[key])
+            elif key in MIN_KEYS:
+                expected = min(r0[key], r1[key])
+            else:
+                expected = (r0[key] + r1[key]) / 2
+            assert entry[key] == pytest.approx(expected, rel=1e-6, abs=1e-12), (step, key)
+            if r0[key] != r1[key]:
+                differing.add(key)
+    # the ranks really measured different things
+    assert {"reward", "entropy", "kl", "completions/mean_length", "rollout_correction/training_log_ppl"} <= differing
+    # per-completion averages over the same global batch equal the single process's
+    one = train_logs(runs[1], "grpo")
+    for key in ("reward", "completions/mean_length", "completions/max_length", "completions/min_length"):
+        assert logged[0][key] == pytest.approx(one[0][key], rel=1e-6), key
+
+
+def test_cli_relaunches_under_torchrun_and_rank_0_writes_the_run(tmp_path):
+    """`NPROC_PER_NODE=2 swiftlike rlhf` end to end: dapo on the pt engine, real sampling, 2 steps."""
+    plugin = tmp_path / "plugin.py"
+    plugin.write_text("from swiftlike.rl.rewards import register_reward\n\n"
+                      "@register_reward('text_length')\ndef text_length(completions, **kwargs):\n"
+                      "    return [len(c) / 100 for c in completions]\n")
+    env = {**os.environ, "SWIFTLIKE_OFFLINE": "1", "NPROC_PER_NODE": "2", "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    argv = ["rlhf", "--rlhf_type", "grpo", "--model", TINY, "--dataset", "swiftlike/arithmetic#16",
+            "--reward_funcs", "format_hash", "text_length", "--external_plugins", str(plugin), "--loss_type", "dapo",
+            "--num_generations", "4", "--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "2",
+            "--max_completion_length", "8", "--max_steps", "2", "--logging_steps", "1", "--save_steps", "2",
+            "--report_to", "none", "--gradient_checkpointing", "false", "--torch_dtype", "float32",
+            "--use_vllm", "false", "--output_dir", str(tmp_path / "out")]
+    result = subprocess.run([sys.executable, "-m", "swiftlike.cli.main", *argv], env=env, capture_output=True,
+                            text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-6000:]
+    assert "torch.distributed.run" in result.stderr and result.stdout.count("training finished") == 1
+    (run_dir,) = (tmp_path / "out").iterdir()  # one run directory, named by rank 0
+    steps = [e for e in read_log(run_dir) if "loss" in e]
+    assert [e["step"] for e in steps] == [1, 2]
+    assert all(e["grad_norm"] > 0 and "reward" in steps[0] and "kl" in e for e in steps)
+    (ckpt,) = run_dir.glob("checkpoint-*")
+    assert (ckpt / "rng_state_0.pth").is_file() and (ckpt / "rng_state_1.pth").is_file()
+    state = json.loads((ckpt / "trainer_state.json").read_text())
+    # a step is 2 ranks x 2 prompts (8 completions each): 2 steps covered 8 of the 16 prompts
+    assert state["global_step"] == 2 and state["log_history"][-1]["epoch"] == pytest.approx(0.5)
