@@ -152,6 +152,12 @@ def report(out_dir: str, run_dir: str) -> bool:
               f"{formatted(rows['base'])}/{n})")
     print(f"greedy, before GRPO:       {right['before']}/{n}   ('#### N': {formatted(rows['before'])}/{n})")
     print(f"greedy, after GRPO:        {right['after']}/{n}   ('#### N': {formatted(rows['after'])}/{n})")
+    g_before, g_after = [v[0] for v in greedy["before"]], [v[0] for v in greedy["after"]]
+    lost = sum(1 for b, a in zip(g_before, g_after) if b and not a)
+    gained = sum(1 for b, a in zip(g_before, g_after) if a and not b)
+    g_diff, g_lo, g_hi = paired_bootstrap_diff(g_before, g_after)
+    print(f"greedy, after - before:    {right['after'] - right['before']:+d}/{n} ({lost} right -> wrong, {gained} wrong "
+          f"-> right); as a share {g_diff:+.3f}, paired 95% CI [{g_lo:+.3f}, {g_hi:+.3f}]")
     for s, name in (("before", "before GRPO"), ("after", "after GRPO")):
         print(f"mean@{k}, {name + ':':<15} {mean_at_k(sampled[s]):.3f}  95% CI [{ci[s][0]:.3f}, {ci[s][1]:.3f}] "
               f"(bootstrap over prompts)")
