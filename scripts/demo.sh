@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The main job: GRPO with LoRA on SmolLM2-135M-Instruct, rollouts from a colocated vLLM engine on CPU, on the
-# built-in verifiable arithmetic task, with greedy accuracy on held-out questions before and after.
+# built-in verifiable arithmetic task, with held-out accuracy before and after: greedy, and mean@8 (8 samples
+# a prompt at the training temperature) with a 95% bootstrap interval.
 #
 # At temperature 1 the base model almost never writes the asked '#### N' last line (about 1 in 128 samples,
-# none of them right), so GRPO would have no reward signal to start from. A short SFT warm-up on 100 worked
+# none of them right), so GRPO would have no reward signal to start from. A short SFT warm-up on worked
 # answers teaches the format (ms-swift's usual SFT-then-RL recipe); GRPO then trains the merged result with
 # the accuracy reward alone. (A format reward on top teaches a 135M model to print the prompt's example
 # '#### 42' without working: it pays for the format and is the easiest reward to get.)
@@ -13,49 +14,76 @@ OUT=output/demo
 MODEL=HuggingFaceTB/SmolLM2-135M-Instruct
 # The packaged (4-bit GGUF origin) weights, even where a hub is reachable: the demo is the same everywhere.
 export SWIFTLIKE_OFFLINE=1 VLLM_CPU_KVCACHE_SPACE=2
-SWIFTLIKE=.venv/bin/swiftlike
-PY=.venv/bin/python
+# This checkout's code, whichever checkout the venv was installed from.
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+PY=${DEMO_PYTHON:-.venv/bin/python}
+SWIFTLIKE="$PY -m swiftlike.cli.main"
+SEED=42
+N_SFT=${DEMO_N_SFT:-100}     # SFT warm-up rows (worked answers)
+N_HELD=64                    # held-out prompts, disjoint from the SFT rows and from GRPO's dataset
+K=8                          # samples a held-out prompt at the training temperature (mean@K)
+TEMP=1.0                     # GRPO's sampling temperature, and the one mean@K is measured at
+STEPS=${DEMO_STEPS:-8}
 rm -rf "$OUT" && mkdir -p "$OUT"
 START=$(date +%s)
-$PY scripts/demo_report.py split "$OUT"
-evaluate() {  # evaluate <result file> <model args...>: greedy answers to the 64 held-out questions
-  # pt engine: with an adapter, vllm-cpu's LoRA kernels make vLLM the slower engine here
-  local result=$1; shift
-  $SWIFTLIKE infer "$@" --infer_backend pt --max_batch_size 64 --val_dataset "$OUT/held_out.jsonl" \
-    --temperature 0 --max_new_tokens 64 --result_path "$result"
+lap() { echo "--- $1: $(( $(date +%s) - START )) s since start"; }
+$PY scripts/demo_report.py split "$OUT" "$N_SFT" "$N_HELD"
+
+evaluate() {  # evaluate <stage> <model args...>: greedy, then K samples at $TEMP, on the held-out prompts
+  # vLLM (prefix caching: the K samples of a prompt share its prefill). A LoRA checkpoint is merged first:
+  # vllm-cpu's LoRA kernels make the adapter path several times slower than the plain model.
+  local stage=$1; shift
+  local common=(--infer_backend vllm --vllm_enable_prefix_caching true --val_dataset "$OUT/held_out.jsonl"
+                --max_new_tokens 64 --seed "$SEED")
+  $SWIFTLIKE infer "$@" "${common[@]}" --temperature 0 --result_path "$OUT/${stage}_greedy.jsonl"
+  if [ "$stage" != base ]; then
+    # at most 32 sequences in flight: seeded sampling on vllm-cpu fails once a prompt's prefill is split
+    # over two scheduler steps (docs/infer.md), and 32 x ~63 prompt tokens stays under the 4096-token step
+    $SWIFTLIKE infer "$@" "${common[@]}" --temperature "$TEMP" --num_return_sequences "$K" \
+      --vllm_max_num_seqs 32 --result_path "$OUT/${stage}_sampled.jsonl"
+  fi
 }
 
-echo "=== 1/5 base model on the held-out questions ==="
-evaluate "$OUT/base.jsonl" --model "$MODEL"
+echo "=== 1/6 base model on the held-out questions (greedy) ==="
+evaluate base --model "$MODEL"
+lap "base evaluated"
 
-echo "=== 2/5 SFT warm-up: 25 LoRA steps on 100 worked answers (format '#### N') ==="
+echo "=== 2/6 SFT warm-up: LoRA on $N_SFT worked answers (format '#### N'), merged ==="
 $SWIFTLIKE sft --model "$MODEL" --dataset "$OUT/warmup_sft.jsonl" --num_train_epochs 1 \
   --per_device_train_batch_size 4 --gradient_accumulation_steps 1 --learning_rate 2e-4 \
   --lora_rank 16 --lora_alpha 32 --gradient_checkpointing false --save_steps 1000 --logging_steps 5 \
-  --report_to none --output_dir "$OUT/sft"
+  --report_to none --seed "$SEED" --output_dir "$OUT/sft"
 SFT_CKPT=$(ls -d "$OUT"/sft/v*-*/checkpoint-* | tail -n 1)
 # Merged, so GRPO trains a fresh adapter on top and its KL reference is the warmed-up model, not the base.
 $SWIFTLIKE export --adapters "$SFT_CKPT" --merge_lora true
 WARM="$SFT_CKPT-merged"
-evaluate "$OUT/before_grpo.jsonl" --model "$WARM"
+lap "warm-up trained and merged"
 
-echo "=== 3/5 GRPO on the warmed-up model: LoRA, colocated vLLM, merged-weight sync; reward: accuracy ==="
-# 8 prompts x 4 completions per step: more questions per step, so the reward follows their difficulty less;
-# a KL term to the warmed-up model (beta 0.04) holds the drift. Merged-weight sync rather than
-# --vllm_enable_lora: vllm-cpu's LoRA kernels generate several times slower than the plain model
-# (docs/rlhf.md), and generation is a large part of a CPU step.
+echo "=== 3/6 the warmed-up model (GRPO's start) on the held-out questions: greedy and mean@$K ==="
+evaluate before --model "$WARM"
+lap "before-GRPO evaluated"
+
+echo "=== 4/6 GRPO on the warmed-up model: LoRA, colocated vLLM, merged-weight sync; reward: accuracy ==="
+# 12 prompts x 4 completions a step (48 samples), so a step's reward averages over enough questions to show
+# a trend; a constant learning rate, as there are few steps; a KL term to the warmed-up model (beta 0.04).
+# Merged-weight sync rather than --vllm_enable_lora: vllm-cpu's LoRA kernels generate several times slower
+# than the plain model (docs/rlhf.md), and generation is a large part of a CPU step.
 $SWIFTLIKE rlhf --rlhf_type grpo --model "$WARM" --dataset swiftlike/arithmetic \
   --reward_funcs accuracy \
-  --num_generations 4 --per_device_train_batch_size 16 --gradient_accumulation_steps 2 \
-  --max_completion_length 40 --temperature 1.0 --beta 0.04 --learning_rate 2e-4 \
-  --max_steps 12 --save_steps 12 --logging_steps 1 \
+  --num_generations 4 --per_device_train_batch_size 16 --gradient_accumulation_steps 3 \
+  --max_completion_length 40 --temperature "$TEMP" --beta 0.04 --learning_rate ${DEMO_LR:-2e-4} \
+  --lr_scheduler_type constant --lora_dropout 0 \
+   --max_steps "$STEPS" --save_steps "$STEPS" --logging_steps 1 --seed "$SEED" \
   --use_vllm true --gradient_checkpointing false --torch_dtype float32 --report_to none \
   --log_completions true --output_dir "$OUT/grpo"
 RUN_DIR=$(ls -d "$OUT"/grpo/v*-* | tail -n 1)
+$SWIFTLIKE export --adapters "$RUN_DIR/checkpoint-$STEPS" --merge_lora true
+lap "GRPO trained and merged"
 
-echo "=== 4/5 after GRPO on the held-out questions ==="
-evaluate "$OUT/after_grpo.jsonl" --adapters "$RUN_DIR/checkpoint-12"
+echo "=== 5/6 after GRPO on the held-out questions: greedy and mean@$K ==="
+evaluate after --model "$RUN_DIR/checkpoint-$STEPS-merged"
+lap "after-GRPO evaluated"
 
-echo "=== 5/5 report ==="
-$PY scripts/demo_report.py report "$OUT/base.jsonl" "$OUT/before_grpo.jsonl" "$OUT/after_grpo.jsonl" "$RUN_DIR"
+echo "=== 6/6 report ==="
+$PY scripts/demo_report.py report "$OUT" "$RUN_DIR"
 echo "demo took $(( ($(date +%s) - START) / 60 )) min $(( ($(date +%s) - START) % 60 )) s"
