@@ -71,21 +71,47 @@ def test_dropout_is_off_by_default_so_the_first_ratio_is_one(tmp_path, disable):
         assert first_use["clip_ratio/region_mean"] > 0.05, first_use
 
 
+# A reward that is infinite for every completion of the second generation batch (step 2), as a buggy reward
+# function can be: the advantages, and so the loss, of that step are NaN, while generation stays healthy.
+EXPLODING_REWARD = """
+from swiftlike.rl.rewards import register_reward
+
+calls = 0
+
+@register_reward("explodes_at_step_2")
+def explodes_at_step_2(completions, **kwargs):
+    global calls
+    calls += 1
+    return [float("inf") if calls == 2 else len(c) / 100 for c in completions]
+"""
+
+
+def exploding_run(tmp_path, *extra):
+    plugin = tmp_path / "exploding.py"
+    plugin.write_text(EXPLODING_REWARD)
+    return run_rlhf(tmp_path, "--use_vllm", "false", "--reward_funcs", "explodes_at_step_2",
+                    "--external_plugins", str(plugin), *extra, steps=3)
+
+
 def test_a_non_finite_loss_stops_the_run_naming_the_step(tmp_path):
-    """A learning rate of 1e30 makes the first update overflow the weights, so step 2's loss is NaN."""
-    result = run_rlhf(tmp_path, "--use_vllm", "false", "--learning_rate", "1e30", steps=3)
+    result = exploding_run(tmp_path)
     assert result.returncode == 1, result.stderr[-3000:]
-    error = result.stderr.strip().splitlines()[-1]
-    assert error.startswith("swiftlike rlhf: error: step 2: the loss is nan"), error
-    assert "--on_nonfinite skip" in error
+    errors = [line[line.index("swiftlike rlhf: error:"):] for line in result.stderr.splitlines()
+              if "swiftlike rlhf: error:" in line]
+    assert errors and errors[0].startswith("swiftlike rlhf: error: step 2: the loss is nan"), result.stderr[-3000:]
+    assert "--on_nonfinite skip" in errors[0]
 
 
-def test_skip_mode_drops_the_updates_and_counts_them(tmp_path):
-    steps, _ = rlhf(tmp_path, "--use_vllm", "false", "--learning_rate", "1e30", "--on_nonfinite", "skip", steps=3)
+def test_skip_mode_drops_the_update_and_counts_it(tmp_path):
+    result = exploding_run(tmp_path, "--on_nonfinite", "skip", "--output_dir", str(tmp_path / "out"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    from swiftlike.train.outputs import read_log
+    steps = [e for e in read_log(next((tmp_path / "out").glob("v0-*"))) if "loss" in e]
     assert [e["step"] for e in steps] == [1, 2, 3]
-    assert math.isfinite(steps[0]["loss"]) and steps[0]["nonfinite/skipped_steps"] == 0
-    assert steps[-1]["nonfinite/skipped_steps"] == 2
+    assert [e["nonfinite/skipped_steps"] for e in steps] == [0, 1, 1]
     assert math.isnan(steps[1]["loss"])  # logged as back-propagated, not replaced by an average
+    assert "reward" not in steps[1] and steps[1]["nonfinite/dropped_metrics"] >= 1  # the inf reward is held back
+    assert math.isfinite(steps[2]["loss"]) and steps[2]["grad_norm"] > 0  # training goes on
 
 
 def test_guard_unit():

@@ -390,6 +390,10 @@ class GrpoTrainer(SwiftlikeTrainer):
             for k in ("loss", "grad_norm"):
                 if k in logs and logs[k] is not None:
                     self.nonfinite.check_metric(step, k, float(logs[k]))
+            # The Trainer resets its loss accumulator by subtracting it from itself, which leaves a NaN a NaN:
+            # after one skipped step every later logged loss would read NaN.
+            if not bool(torch.isfinite(self._tr_loss).all()):
+                self._tr_loss.zero_()
         super().log(logs, start_time)
 
 
