@@ -71,7 +71,7 @@ echo "=== 4/6 GRPO on the warmed-up model: LoRA, colocated vLLM, merged-weight s
 $SWIFTLIKE rlhf --rlhf_type grpo --model "$WARM" --dataset swiftlike/arithmetic \
   --reward_funcs accuracy \
   --num_generations 4 --per_device_train_batch_size 16 --gradient_accumulation_steps 3 \
-  --max_completion_length 40 --temperature "$TEMP" --beta 0.04 --learning_rate ${DEMO_LR:-2e-4} \
+  --max_completion_length 40 --temperature "$TEMP" --beta 0.04 --learning_rate ${DEMO_LR:-1e-4} \
   --lr_scheduler_type constant --lora_dropout 0 \
    --max_steps "$STEPS" --save_steps "$STEPS" --logging_steps 1 --seed "$SEED" \
   --use_vllm true --gradient_checkpointing false --torch_dtype float32 --report_to none \
