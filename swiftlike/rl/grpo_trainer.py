@@ -386,10 +386,7 @@ class GrpoTrainer(SwiftlikeTrainer):
             local = {k: sum(vals) / len(vals) for k, vals in self._metrics.items() if vals}
             logs.update({k: v for k, v in reduce_metrics(local).items() if self.nonfinite.check_metric(step, k, v)})
             self._metrics.clear()
-            logs.update(self.nonfinite.metrics())
-            for k in ("loss", "grad_norm"):
-                if k in logs and logs[k] is not None:
-                    self.nonfinite.check_metric(step, k, float(logs[k]))
+            logs.update(self.nonfinite.metrics())  # loss and grad norm were checked where they were computed
             # The Trainer resets its loss accumulator by subtracting it from itself, which leaves a NaN a NaN:
             # after one skipped step every later logged loss would read NaN.
             if not bool(torch.isfinite(self._tr_loss).all()):

@@ -11,12 +11,8 @@
 # VLLM_ARGS / SGLANG_ARGS / LMDEPLOY_ARGS, extra deploy flags per backend (defaults favour a quick start).
 set -u
 
-cd "$(dirname "$0")/../.." || exit 2
-
-if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L 2>/dev/null | grep -q "^GPU"; then
-    echo "run_gpu_checks.sh: no NVIDIA GPU found (nvidia-smi lists none); these checks need one. Nothing was run." >&2
-    exit 2
-fi
+# shellcheck source=tests/gpu/require_gpu.sh
+source "$(dirname "$0")/require_gpu.sh"
 
 PYTHON=${PYTHON:-.venv/bin/python}
 BACKENDS=${BACKENDS:-"vllm sglang lmdeploy"}

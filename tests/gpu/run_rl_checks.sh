@@ -10,12 +10,8 @@
 #   MODELS="tiny-random/qwen2_5" SYNCS="lora" K3_MAX=0.02 tests/gpu/run_rl_checks.sh
 set -u
 
-cd "$(dirname "$0")/../.." || exit 2
-
-if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L 2>/dev/null | grep -q "^GPU"; then
-    echo "run_rl_checks.sh: no NVIDIA GPU found (nvidia-smi lists none); these checks need one. Nothing was run." >&2
-    exit 2
-fi
+# shellcheck source=tests/gpu/require_gpu.sh
+source "$(dirname "$0")/require_gpu.sh"
 
 PYTHON=${PYTHON:-.venv/bin/python}
 MODELS=${MODELS:-"tiny-random/qwen2_5 HuggingFaceTB/SmolLM2-135M-Instruct"}
