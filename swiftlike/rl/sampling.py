@@ -130,15 +130,16 @@ def selected_logps(logits: torch.Tensor, token_ids: torch.Tensor, temperature: f
     ids = token_ids.long().reshape(-1, 1)
     greedy = temperature < SAMPLING_EPS
     scaled = flat if greedy else flat / temperature
-    unfiltered_all = scaled.log_softmax(dim=-1)
     keep = None if greedy else _kept_set(scaled, top_k, top_p)
     if keep is None:
-        all_logps = unfiltered_all
+        all_logps = scaled.log_softmax(dim=-1)
+        unfiltered_all = all_logps
         forced = torch.zeros(ids.shape[0], dtype=torch.bool, device=flat.device)
     else:
         forced = ~keep.gather(-1, ids).squeeze(-1)
         keep = keep.scatter(-1, ids, True)
         all_logps = scaled.masked_fill(~keep, float("-inf")).log_softmax(dim=-1)
+        unfiltered_all = scaled.log_softmax(dim=-1) if with_unfiltered else None  # a vocab-wide pass: only on demand
     out_shape = token_ids.shape
     chosen = all_logps.gather(-1, ids).reshape(out_shape)
     unfiltered = unfiltered_all.gather(-1, ids).reshape(out_shape) if with_unfiltered else None
