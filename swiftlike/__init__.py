@@ -1,37 +1,53 @@
 """swiftlike: fine-tune, RL post-train, evaluate and serve LLMs from one CLI and Python API.
 
-Layer order (no lower layer imports a higher one):
-cli -> arguments -> registries (model, template, dataset) -> engines / trainers -> outputs.
+Every CLI command has a Python twin here: `<command>_main` (taking the command's arguments object or a
+CLI-style list) and its arguments class, named as in ms-swift (`from swift.llm import rlhf_main, RLHFArguments`
+becomes `from swiftlike import rlhf_main, RLHFArguments`). The layer order is in docs/architecture.md.
 Heavy modules load lazily so `swiftlike --help` and argument parsing stay fast.
 """
-__version__ = "0.1.0"
+from .version import __version__ as __version__
 
 _LAZY = {
-    "InferArguments": "swiftlike.arguments",
+    # commands
+    "infer_main": "swiftlike.commands.infer",
+    "sft_main": "swiftlike.commands.train",
+    "pt_main": "swiftlike.commands.train",
+    "rlhf_main": "swiftlike.commands.rlhf",
+    "rollout_main": "swiftlike.commands.rollout",
+    "deploy_main": "swiftlike.commands.deploy",
+    "eval_main": "swiftlike.commands.eval",
+    "export_main": "swiftlike.commands.export",
+    "app_main": "swiftlike.commands.app",
+    # their arguments
     "BaseArguments": "swiftlike.arguments",
+    "InferArguments": "swiftlike.arguments",
     "TrainArguments": "swiftlike.arguments",
     "PtArguments": "swiftlike.arguments",
+    "RlhfArguments": "swiftlike.arguments",
+    "RolloutServerArguments": "swiftlike.arguments",
+    "DeployArguments": "swiftlike.arguments",
+    "EvalArguments": "swiftlike.arguments",
     "ExportArguments": "swiftlike.arguments",
-    "sft_main": "swiftlike.train",
-    "pt_main": "swiftlike.train",
+    "AppArguments": "swiftlike.arguments",
+    # building blocks
     "train": "swiftlike.train",
-    "export_main": "swiftlike.export",
     "merge_lora": "swiftlike.export",
-    "infer_main": "swiftlike.infer.run",
     "InferRequest": "swiftlike.infer.protocol",
     "RequestConfig": "swiftlike.infer.protocol",
-    "create_engine": "swiftlike.infer.engine",
+    "EngineSpec": "swiftlike.infer.engine",
+    "build_engine": "swiftlike.infer.engine",
     "resolve_model": "swiftlike.model",
     "get_template": "swiftlike.template",
     "load_dataset": "swiftlike.dataset",
 }
+# ms-swift's spellings of the same classes
+_ALIASES = {"RLHFArguments": "RlhfArguments", "RolloutArguments": "RolloutServerArguments"}
 
-__all__ = ["BaseArguments", "ExportArguments", "InferArguments", "InferRequest", "PtArguments", "RequestConfig",
-           "TrainArguments", "create_engine", "export_main", "get_template", "infer_main", "load_dataset",
-           "merge_lora", "pt_main", "resolve_model", "sft_main", "train"]
+__all__ = [*_LAZY, *_ALIASES, "__version__"]  # noqa: PLE0604 (built from the tables above)
 
 
 def __getattr__(name):
+    name = _ALIASES.get(name, name)
     if name in _LAZY:
         import importlib
         return getattr(importlib.import_module(_LAZY[name]), name)

@@ -22,7 +22,7 @@ import torch
 
 import swiftlike.rl.grpo_trainer as grpo_trainer
 import swiftlike.train.trainer as train_trainer
-from swiftlike.rl.grpo import rlhf_main
+from swiftlike.commands.rlhf import rlhf_main
 from swiftlike.rl.rewards import register_reward
 from swiftlike.rl.rollout import Rollout
 

@@ -13,7 +13,6 @@ from servers import ENV
 from swiftlike.arguments import parse_args
 from swiftlike.arguments.deploy_args import DeployArguments
 from swiftlike.deploy.serving import AsyncServing, serving_for
-from swiftlike.infer.engine import create_engine
 from swiftlike.infer.engine import lmdeploy_engine as lmd
 from swiftlike.infer.engine import sglang_engine as sgl
 from swiftlike.infer.engine.async_engine import AsyncInferEngine, LoopThread, collect
@@ -159,7 +158,8 @@ def test_lmdeploy_token_logprobs():
 def test_missing_library_names_the_fix(monkeypatch, backend):
     monkeypatch.setitem(sys.modules, backend, None)  # makes `import <backend>` fail even where it is installed
     with pytest.raises(ValueError, match=rf"pip install 'swiftlike\[{backend}\]'"):
-        create_engine(backend, SimpleNamespace())
+        engine_class = sgl.SglangEngine if backend == "sglang" else lmd.LmdeployEngine
+        engine_class(SimpleNamespace())
 
 
 def test_lmdeploy_deploy_on_cpu_exits_with_a_clear_message():
@@ -170,12 +170,14 @@ def test_lmdeploy_deploy_on_cpu_exits_with_a_clear_message():
 
 
 def test_deploy_arguments_carry_engine_options():
+    assert isinstance(parse_args(DeployArguments, ["--model", "m", "--infer_backend", "sglang"]).engine_spec().options,
+                      sgl.SglangOptions)
     args = parse_args(DeployArguments, ["--model", "m", "--infer_backend", "sglang", "--sglang_tp_size", "2",
                                         "--sglang_mem_fraction_static", "0.7", "--sglang_disable_cuda_graph", "true",
                                         "--lmdeploy_quant_policy", "8", "--lmdeploy_session_len", "4096"])
-    opts = sgl.SglangOptions.from_args(args)
+    opts = args.sglang_options()
     assert (opts.tp_size, opts.mem_fraction_static, opts.disable_cuda_graph, opts.seed) == (2, 0.7, True, 42)
-    lm = lmd.LmdeployOptions.from_args(args)
+    lm = args.lmdeploy_options()
     assert (lm.quant_policy, lm.session_len, lm.cache_max_entry_count) == (8, 4096, 0.8)
     with pytest.raises(SystemExit):
         parse_args(DeployArguments, ["--model", "m", "--lmdeploy_quant_policy", "5"])

@@ -26,7 +26,7 @@ def cli(*argv, env=None, check=True, timeout=600):
 
 
 def run_in_process(*argv, command="sft"):
-    from swiftlike.train import pt_main, sft_main
+    from swiftlike import pt_main, sft_main
     return (sft_main if command == "sft" else pt_main)(list(map(str, argv)))
 
 

@@ -7,10 +7,6 @@ get, and the deploy server's batching, adapters-by-name and limits apply to the 
 """
 from __future__ import annotations
 
-import os
-import time
-
-from ..arguments import parse_args
 from ..arguments.app_args import AppArguments
 from ..utils import get_logger
 
@@ -112,40 +108,3 @@ def build_page(replies: ChatReplies, models: list[str], args: AppArguments):
 
 def loopback(host: str) -> str:
     return "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
-
-
-def app_main(argv: list[str] | None = None) -> None:
-    os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
-    import gradio as gr
-    from fastapi import FastAPI
-
-    from ..deploy.server import build_engine, create_app, serve
-    from ..deploy.serving import serving_for
-    args = parse_args(AppArguments, argv)
-    serving = None
-    if args.base_url:
-        models = endpoint_models(args.base_url, args.api_key)
-        base_url = args.base_url
-        server = FastAPI(title="swiftlike app")
-        server.get("/health")(lambda: {"status": "ok"})
-    else:
-        serving = serving_for(build_engine(args))
-        server = create_app(serving, args)
-        models = [args.served_model_name or serving.engine.model_name, *sorted(serving.engine.adapters)]
-        base_url = f"http://{loopback(args.host)}:{args.port}/v1"
-    replies = ChatReplies(base_url, args.api_key, args)
-    # System fonts: the default theme links Google Fonts, which an offline machine cannot reach.
-    theme = gr.themes.Default(font=["ui-sans-serif", "system-ui", "sans-serif"],
-                              font_mono=["ui-monospace", "monospace"])
-    gr.mount_gradio_app(server, build_page(replies, models, args), path="/", theme=theme, ssr_mode=False,
-                        footer_links=[])
-    where = f"http://{args.host}:{args.port}"
-    api = f"; OpenAI API at {where}/v1" if serving else f"; replies from {base_url}"
-    print(f"swiftlike app ready on {where} (models: {', '.join(models)}{api})", flush=True)
-    started = time.time()
-    try:
-        serve(server, args.host, args.port)
-    finally:
-        if serving is not None:
-            serving.close()
-        print(f"swiftlike app stopped after {time.time() - started:.0f} s, {replies.replies} replies", flush=True)

@@ -1,10 +1,15 @@
 """Typed argument dataclasses, one per command; the CLI, configs and Python API fill them."""
+from .app_args import AppArguments
 from .base import BaseArguments
+from .deploy_args import DeployArguments
+from .eval_args import EvalArguments
 from .export_args import ExportArguments
 from .infer_args import GenerationArguments, InferArguments, VllmArguments
 from .parser import parse_args
 from .rlhf_args import RlhfArguments
+from .rollout_args import RolloutServerArguments
 from .train_args import PtArguments, TrainArguments, TunerArguments
 
-__all__ = ["BaseArguments", "ExportArguments", "GenerationArguments", "InferArguments", "PtArguments", "RlhfArguments",
+__all__ = ["AppArguments", "BaseArguments", "DeployArguments", "EvalArguments", "ExportArguments",
+           "GenerationArguments", "InferArguments", "PtArguments", "RlhfArguments", "RolloutServerArguments",
            "TrainArguments", "TunerArguments", "VllmArguments", "parse_args"]

@@ -51,6 +51,18 @@ class BaseArguments:
         if self.max_length is not None and self.max_length <= 0:
             raise ValueError(f"--max_length must be positive, got {self.max_length}")
 
+    def engine_spec(self, backend: str | None = None):
+        """What `build_engine` needs, from this command's flags. The backend's options are built here, so a
+        bad --vllm_* / --sglang_* / --lmdeploy_* value fails before any model loads."""
+        from ..infer.engine import EngineSpec
+        backend = backend or getattr(self, "infer_backend", "pt")
+        make_options = getattr(self, f"{backend}_options", None)
+        return EngineSpec(backend=backend, model=self.model, model_type=self.model_type, use_hf=self.use_hf,
+                          model_revision=self.model_revision, template=self.template, system=self.system,
+                          torch_dtype=self.torch_dtype, adapters=self.adapter_paths(),
+                          max_batch_size=getattr(self, "max_batch_size", 16),
+                          options=make_options() if make_options else None)
+
     def adapter_paths(self) -> dict[str, str]:
         """`name=path` or bare paths (named after their directory) as {name: path}."""
         out: dict[str, str] = {}

@@ -50,6 +50,16 @@ class VllmArguments:
     vllm_max_lora_rank: int = arg(16, "Largest LoRA rank vLLM accepts.")
     vllm_enable_prefix_caching: bool = arg(False, "Reuse KV cache of shared prompt prefixes.")
 
+    def vllm_options(self):
+        from ..infer.engine.vllm_engine import VllmOptions
+        return VllmOptions(gpu_memory_utilization=self.vllm_gpu_memory_utilization,
+                           max_model_len=self.vllm_max_model_len, tensor_parallel_size=self.vllm_tensor_parallel_size,
+                           max_num_seqs=self.vllm_max_num_seqs, enforce_eager=self.vllm_enforce_eager,
+                           enable_lora=self.vllm_enable_lora or bool(self.adapters),
+                           max_lora_rank=self.vllm_max_lora_rank,
+                           enable_prefix_caching=self.vllm_enable_prefix_caching, torch_dtype=self.torch_dtype,
+                           seed=self.seed)
+
 
 @dataclass
 class SglangArguments:
@@ -68,6 +78,17 @@ class SglangArguments:
     sglang_enable_dp_attention: bool = arg(False, "Data-parallel attention (with --sglang_dp_size, for MoE models).")
     sglang_disable_custom_all_reduce: bool = arg(True, "Use NCCL all-reduce instead of sglang's custom kernel.")
 
+    def sglang_options(self):
+        from ..infer.engine.sglang_engine import SglangOptions
+        return SglangOptions(tp_size=self.sglang_tp_size, pp_size=self.sglang_pp_size, dp_size=self.sglang_dp_size,
+                             ep_size=self.sglang_ep_size, mem_fraction_static=self.sglang_mem_fraction_static,
+                             context_length=self.sglang_context_length,
+                             disable_cuda_graph=self.sglang_disable_cuda_graph, quantization=self.sglang_quantization,
+                             kv_cache_dtype=self.sglang_kv_cache_dtype,
+                             enable_dp_attention=self.sglang_enable_dp_attention,
+                             disable_custom_all_reduce=self.sglang_disable_custom_all_reduce,
+                             torch_dtype=self.torch_dtype, seed=self.seed)
+
 
 @dataclass
 class LmdeployArguments:
@@ -77,6 +98,12 @@ class LmdeployArguments:
     lmdeploy_session_len: int | None = arg(None, "Longest sequence (prompt + answer); None: the model's.")
     lmdeploy_cache_max_entry_count: float = arg(0.8, "Fraction of free GPU memory for the KV cache.")
     lmdeploy_quant_policy: Literal[0, 4, 8] = arg(0, "KV cache quantization: 0 (none), 4 or 8 bits.")
+
+    def lmdeploy_options(self):
+        from ..infer.engine.lmdeploy_engine import LmdeployOptions
+        return LmdeployOptions(tp=self.lmdeploy_tp, session_len=self.lmdeploy_session_len,
+                               cache_max_entry_count=self.lmdeploy_cache_max_entry_count,
+                               quant_policy=self.lmdeploy_quant_policy, torch_dtype=self.torch_dtype)
 
 
 @dataclass

@@ -137,7 +137,7 @@ class TrainArguments(BaseArguments, TunerArguments):
             raise ValueError(f"--report_to {' '.join(unknown)}: choose from tensorboard, wandb, swanlab, none")
 
     def _check_resume_dir(self) -> None:
-        from ..train.checkpoint import check_resumable
+        from ..utils.checkpoint import check_resumable
         check_resumable(self.resume_from_checkpoint)
         run_args = Path(self.resume_from_checkpoint).parent / "args.json"
         if self.model is None and run_args.is_file():

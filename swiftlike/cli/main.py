@@ -4,20 +4,20 @@ from __future__ import annotations
 import importlib
 import sys
 
-from .. import __version__
+from ..version import __version__
 
 # command -> (module:function, status). Commands without a module are not built yet.
 COMMANDS: dict[str, tuple[str | None, str]] = {
-    "infer": ("swiftlike.infer.run:infer_main", "chat on stdin or batch inference, pt / vLLM engines"),
-    "pt": ("swiftlike.train.sft:pt_main", "pre-training on plain text"),
-    "sft": ("swiftlike.train.sft:sft_main", "supervised fine-tuning, full or LoRA"),
-    "rlhf": ("swiftlike.rl.grpo:rlhf_main", "RL post-training: GRPO (GKD and DPO family not built yet)"),
-    "rollout": ("swiftlike.rollout.server:rollout_main", "vLLM rollout server for server-mode RL"),
-    "deploy": ("swiftlike.deploy.server:deploy_main", "OpenAI-compatible server (pt / vLLM engines)"),
-    "eval": ("swiftlike.eval.run:eval_main", "accuracy and pass@k on built-in or local benchmarks"),
-    "export": ("swiftlike.export.merge:export_main", "merge LoRA and export"),
+    "infer": ("swiftlike.commands.infer:infer_main", "chat on stdin or batch inference, pt / vLLM engines"),
+    "pt": ("swiftlike.commands.train:pt_main", "pre-training on plain text"),
+    "sft": ("swiftlike.commands.train:sft_main", "supervised fine-tuning, full or LoRA"),
+    "rlhf": ("swiftlike.commands.rlhf:rlhf_main", "RL post-training: GRPO (GKD and DPO family not built yet)"),
+    "rollout": ("swiftlike.commands.rollout:rollout_main", "vLLM rollout server for server-mode RL"),
+    "deploy": ("swiftlike.commands.deploy:deploy_main", "OpenAI-compatible server (pt / vLLM engines)"),
+    "eval": ("swiftlike.commands.eval:eval_main", "accuracy and pass@k on built-in or local benchmarks"),
+    "export": ("swiftlike.commands.export:export_main", "merge LoRA and export"),
     "web-ui": (None, "Gradio web UI"),
-    "app": ("swiftlike.app.chat_app:app_main", "Gradio chat page over a model or a running deployment"),
+    "app": ("swiftlike.commands.app:app_main", "Gradio chat page over a model or a running deployment"),
 }
 
 

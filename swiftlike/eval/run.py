@@ -15,7 +15,6 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from ..arguments import parse_args
 from ..arguments.eval_args import EvalArguments
 from ..utils import atomic_write_json, atomic_write_jsonl, atomic_write_text, get_logger
 from .data import Question, load_benchmark
@@ -29,17 +28,9 @@ class EngineAnswers:
     """Answers from an engine loaded in this process (pt or vLLM), resolved like every other command."""
 
     def __init__(self, args: EvalArguments):
-        from ..infer.engine import create_engine
-        from ..infer.engine.vllm_engine import VllmOptions
+        from ..infer.engine import build_engine
         from ..infer.protocol import RequestConfig
-        from ..model import load_tokenizer, resolve_model
-        from ..template import get_template
-        resolved = resolve_model(args.model, args.model_type, args.use_hf, args.model_revision)
-        template = get_template(args.template or resolved.meta.template, load_tokenizer(resolved), args.system)
-        options = VllmOptions.from_args(args) if args.infer_backend == "vllm" else None
-        self.engine = create_engine(args.infer_backend, resolved, template, torch_dtype=args.torch_dtype,
-                                    adapters=args.adapter_paths(), max_batch_size=args.max_batch_size,
-                                    vllm_options=options)
+        self.engine = build_engine(args.engine_spec())
         self.adapter = next(iter(self.engine.adapters), None)
         self.config = RequestConfig(max_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
                                     n=args.eval_num_samples)
@@ -141,11 +132,3 @@ def markdown(report: dict) -> str:
                  *(f"{r[key]:.4f}" for key in ks)]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
-
-
-def eval_main(argv: list[str] | None = None) -> dict:
-    args = parse_args(EvalArguments, argv)
-    report = run_eval(args)
-    print("\n" + markdown(report) + f"\nreport: {report['output_dir']}/report.json ({report['elapsed_s']} s)",
-          flush=True)
-    return report

@@ -11,7 +11,6 @@ import shutil
 import time
 from pathlib import Path
 
-from ..arguments import parse_args
 from ..arguments.export_args import ExportArguments
 from ..model import check_adapter_dir, load_tokenizer, pick_dtype, resolve_model
 from ..template import get_template
@@ -60,7 +59,3 @@ def merge_lora(args: ExportArguments) -> Path:
           f"  elapsed     {time.time() - start:.1f} s\n"
           f"  use it      swiftlike infer --model {output_dir} --infer_backend vllm", flush=True)
     return output_dir
-
-
-def export_main(argv: list[str] | None = None) -> Path:
-    return merge_lora(parse_args(ExportArguments, argv))

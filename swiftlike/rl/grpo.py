@@ -1,18 +1,14 @@
 """`swiftlike rlhf --rlhf_type grpo`: arguments -> model, reference, rollout engine, rewards -> GrpoTrainer -> run dir."""
 from __future__ import annotations
 
-import os
-import sys
 import time
 from pathlib import Path
 
-from ..arguments import parse_args
 from ..arguments.rlhf_args import RlhfArguments
 from ..model import default_device, load_tokenizer, resolve_model
 from ..template import get_template
-from ..train.checkpoint import latest_checkpoint
+from ..utils.checkpoint import latest_checkpoint
 from ..train.data import EncodeStats, ListDataset
-from ..train.launch import relaunch_with_torchrun, wants_torchrun
 from ..train.outputs import JsonlLog, save_args
 from ..train.run_setup import checkpoint_args_writer, load_train_val_rows, shared_run_dir, training_arguments
 from ..train.sft import TrainResult
@@ -93,18 +89,3 @@ def train_grpo(args: RlhfArguments) -> TrainResult:
     return TrainResult(run_dir=run_dir, last_checkpoint=latest_checkpoint(run_dir), best_checkpoint=None,
                        global_step=trainer.state.global_step, train_loss=callback.last_train_loss, eval_loss=None,
                        elapsed_s=time.time() - start, train_tokens_per_second=None, data=stats)
-
-
-def rlhf_main(argv: list[str] | None = None) -> TrainResult | None:
-    """With NPROC_PER_NODE > 1 the command reruns itself under torchrun (as `swiftlike sft` does) and
-    returns None here; rank 0 prints the summary."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if wants_torchrun():
-        relaunch_with_torchrun(RlhfArguments.command, argv)
-        return None
-    args = parse_args(RlhfArguments, argv)
-    result = train_grpo(args)
-    # RANK (set by torchrun) rather than the process group: closing a colocated vLLM engine destroys the group
-    if int(os.environ.get("RANK") or 0) == 0:
-        print(result.summary(), flush=True)
-    return result

@@ -71,20 +71,22 @@ class RolloutWorker:
         if args.use_vllm and args.vllm_mode == "server":
             self.engine = _remote_engine(args, template)
         elif args.use_vllm:
-            from ..infer.engine.vllm_engine import VllmEngine, VllmOptions
+            from ..infer.engine import EngineSpec, build_engine
+            from ..infer.engine.vllm_engine import VllmOptions
             max_len = args.vllm_max_model_len or (args.max_length or 1024) + args.max_completion_length
             opts = VllmOptions(gpu_memory_utilization=args.vllm_gpu_memory_utilization, max_model_len=max_len,
                                tensor_parallel_size=self.memory.tensor_parallel_size,
                                enforce_eager=args.vllm_enforce_eager, enable_lora=self.lora_sync,
                                max_lora_rank=args.vllm_max_lora_rank, torch_dtype=args.torch_dtype, seed=args.seed,
-                               logprobs_mode="processed_logprobs", enable_sleep_mode=self.memory.sleep_level > 0)
-            self.engine = VllmEngine(resolved, template, opts)
+                               enable_sleep_mode=self.memory.sleep_level > 0)
+            spec = EngineSpec("vllm", torch_dtype=args.torch_dtype, logprobs_mode="processed_logprobs", options=opts)
+            self.engine = build_engine(spec, resolved=resolved, template=template)
         else:
-            from ..infer.engine.pt_engine import PtEngine
+            from ..infer.engine import EngineSpec, build_engine
             # The training model itself: its weights are the policy's at every step, so no sync is needed.
             # Processed log-probs (after temperature / top-k / top-p), as vLLM reports them to the trainer.
-            self.engine = PtEngine(resolved, template, model=model, max_batch_size=64,
-                                   logprobs_mode="processed_logprobs")
+            spec = EngineSpec("pt", max_batch_size=64, logprobs_mode="processed_logprobs")
+            self.engine = build_engine(spec, resolved=resolved, template=template, model=model)
 
     @property
     def needs_sync(self) -> bool:

@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..infer import openai_api
 from ..infer.protocol import InferRequest, RequestConfig
 from ..utils import get_logger
-from .server import JSON_BODY_LIMIT, RequestTooLarge, RolloutService
+from .service import JSON_BODY_LIMIT, RequestTooLarge, RolloutService
 from .weights import WeightUpdateError
 
 logger = get_logger("swiftlike.rollout")

@@ -48,3 +48,8 @@ def relaunch_with_torchrun(command: str, argv: list[str]) -> None:
     result = subprocess.run(cmd, env=env)
     if result.returncode != 0:
         raise RuntimeError(f"torchrun exited with status {result.returncode}; see the worker output above")
+
+
+def is_rank_zero() -> bool:
+    """RANK (set by torchrun) rather than the process group: closing a colocated vLLM engine destroys the group."""
+    return int(os.environ.get("RANK") or 0) == 0

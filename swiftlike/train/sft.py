@@ -6,14 +6,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..arguments import parse_args
-from ..arguments.train_args import PtArguments, TrainArguments
+from ..arguments.train_args import TrainArguments
 from ..model import default_device, load_tokenizer, resolve_model
 from ..template import get_template
 from ..utils import get_logger
-from .checkpoint import latest_checkpoint
+from ..utils.checkpoint import latest_checkpoint
 from .data import EncodeStats, ListDataset, PackedCollator, PaddingCollator, encode_rows, pack_samples
-from .launch import relaunch_with_torchrun, wants_torchrun
 from .outputs import JsonlLog, save_args
 from .run_setup import checkpoint_args_writer, load_train_val_rows, shared_run_dir, training_arguments
 
@@ -123,25 +121,3 @@ def train(args: TrainArguments) -> TrainResult:
                        best_checkpoint=Path(best) if best else None, global_step=trainer.state.global_step,
                        train_loss=callback.last_train_loss, eval_loss=callback.last_eval_loss,
                        elapsed_s=time.time() - start, train_tokens_per_second=callback.tokens_per_second, data=stats)
-
-
-def _main(cls: type[TrainArguments], argv: list[str] | None) -> TrainResult | None:
-    import sys
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if wants_torchrun():
-        relaunch_with_torchrun(cls.command, argv)
-        return None
-    args = parse_args(cls, argv)
-    result = train(args)
-    import torch.distributed as dist
-    if not dist.is_initialized() or dist.get_rank() == 0:
-        print(result.summary(), flush=True)
-    return result
-
-
-def sft_main(argv: list[str] | None = None) -> TrainResult | None:
-    return _main(TrainArguments, argv)
-
-
-def pt_main(argv: list[str] | None = None) -> TrainResult | None:
-    return _main(PtArguments, argv)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from transformers import Trainer, TrainerCallback
 
-from .checkpoint import CHECKPOINT_PREFIX, STAGING_DIR, publish
+from ..utils.checkpoint import CHECKPOINT_PREFIX, STAGING_DIR, publish
 from .outputs import PLOTTED, JsonlLog, plot_curves
 
 

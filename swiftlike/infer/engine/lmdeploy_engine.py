@@ -53,12 +53,6 @@ class LmdeployOptions:
             raise ValueError("--infer_backend lmdeploy runs float16 or bfloat16 weights; use --torch_dtype auto, "
                              "bfloat16 or float16")
 
-    @classmethod
-    def from_args(cls, args) -> "LmdeployOptions":
-        return cls(tp=args.lmdeploy_tp, session_len=args.lmdeploy_session_len,
-                   cache_max_entry_count=args.lmdeploy_cache_max_entry_count,
-                   quant_policy=args.lmdeploy_quant_policy, torch_dtype=args.torch_dtype)
-
 
 def backend_config(opts: LmdeployOptions, adapters: dict[str, str]) -> tuple[str, dict]:
     """("turbomind" | "pytorch", keyword arguments of its EngineConfig); both configs share these fields."""

@@ -59,16 +59,6 @@ class SglangOptions:
         if self.context_length is not None and self.context_length < 1:
             raise ValueError(f"--sglang_context_length must be >= 1, got {self.context_length}")
 
-    @classmethod
-    def from_args(cls, args) -> "SglangOptions":
-        return cls(tp_size=args.sglang_tp_size, pp_size=args.sglang_pp_size, dp_size=args.sglang_dp_size,
-                   ep_size=args.sglang_ep_size, mem_fraction_static=args.sglang_mem_fraction_static,
-                   context_length=args.sglang_context_length, disable_cuda_graph=args.sglang_disable_cuda_graph,
-                   quantization=args.sglang_quantization, kv_cache_dtype=args.sglang_kv_cache_dtype,
-                   enable_dp_attention=args.sglang_enable_dp_attention,
-                   disable_custom_all_reduce=args.sglang_disable_custom_all_reduce, torch_dtype=args.torch_dtype,
-                   seed=args.seed)
-
 
 def engine_kwargs(model_dir, opts: SglangOptions, adapters: dict[str, str]) -> dict:
     """`sgl.Engine` keyword arguments (sglang's ServerArgs names). Adapters are registered as `name=path`, so

