@@ -5,7 +5,7 @@ Each table lives between a pair of markers in its page and is replaced whole:
     docs/models.md     <!-- models:start -->    ... <!-- models:end -->
     docs/templates.md  <!-- templates:start --> ... <!-- templates:end -->
     docs/datasets.md   <!-- datasets:start -->  ... <!-- datasets:end -->
-    docs/rlhf.md       <!-- args-rollout:start --> ... (RolloutArguments)
+    docs/rlhf.md       <!-- args-rollout:start --> ... (RolloutArguments + VllmArguments)
     docs/rollout.md    <!-- args-rollout-server:start --> ... (RolloutServerArguments + VllmArguments)
     docs/app.md        <!-- args-app:start --> ... (AppArguments' own fields)
 
@@ -114,7 +114,7 @@ TABLES = {
     "models.md": [("models", models_table)],
     "templates.md": [("templates", templates_table)],
     "datasets.md": [("datasets", datasets_table)],
-    "rlhf.md": [("args-rollout", lambda: args_table(RolloutArguments))],
+    "rlhf.md": [("args-rollout", lambda: args_table(RolloutArguments, VllmArguments))],
     "rollout.md": [("args-rollout-server", lambda: args_table(RolloutServerArguments, VllmArguments))],
     "app.md": [("args-app", lambda: args_table(AppArguments))],
 }

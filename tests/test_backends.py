@@ -12,12 +12,12 @@ from servers import ENV
 
 from swiftlike.arguments import parse_args
 from swiftlike.arguments.deploy_args import DeployArguments
-from swiftlike.deploy.serving import AsyncServing, serving_for
 from swiftlike.infer.engine import lmdeploy_engine as lmd
 from swiftlike.infer.engine import sglang_engine as sgl
 from swiftlike.infer.engine.async_engine import AsyncInferEngine, LoopThread, collect
-from swiftlike.infer.protocol import (Choice, InferRequest, InvalidSamplingParam, RequestConfig, StreamDelta,
-                                      TokenLogprob, TopLogprob)
+from swiftlike.infer.engine.base import InferEngine
+from swiftlike.infer.protocol import (Choice, InferRequest, InferResponse, InvalidSamplingParam, RequestConfig,
+                                      StreamDelta, TokenLogprob, TopLogprob, Usage)
 
 
 def decode(ids):
@@ -242,14 +242,11 @@ def test_sync_infer_and_stream_run_on_the_engine_loop(fake):
     assert "".join(d.text for d in fake.stream(InferRequest(input_ids=[7, 8, 9]), RequestConfig())) == "<7><8><9>"
 
 
-def test_async_serving_batches_and_aborts_a_closed_stream(fake):
-    serving = serving_for(fake)
-    assert isinstance(serving, AsyncServing)
-
+def test_async_generation_batches_and_aborts_a_closed_stream(fake):
     async def main():
-        answers = await asyncio.gather(*(serving.generate(InferRequest(input_ids=[i] * 5), RequestConfig())
+        answers = await asyncio.gather(*(fake.generate_async(InferRequest(input_ids=[i] * 5), RequestConfig())
                                          for i in range(8)))
-        stream = serving.stream(InferRequest(input_ids=list(range(50))), RequestConfig(max_tokens=50))
+        stream = fake.stream_async(InferRequest(input_ids=list(range(50))), RequestConfig(max_tokens=50))
         first = await stream.__anext__()
         await stream.aclose()
         return answers, first
@@ -262,6 +259,58 @@ def test_async_serving_batches_and_aborts_a_closed_stream(fake):
     assert fake.cancelled == 1 and fake.active == 0
     with pytest.raises(ValueError, match="unknown adapter"):
         asyncio.run(fake.generate_async(InferRequest(input_ids=[1], adapter="nope"), RequestConfig()))
+
+
+class FakeSyncEngine(InferEngine):
+    """Like the pt engine: synchronous and not thread-safe, so the interface's default async methods must run
+    one request at a time."""
+
+    model_name = "fake-sync"
+
+    def __init__(self):
+        self.active = self.peak = 0
+
+    @property
+    def adapters(self):
+        return {}
+
+    def add_adapter(self, name, path):
+        raise ValueError("no adapters")
+
+    def update_weights(self, named_tensors):
+        raise ValueError("no weights")
+
+    def prompt_ids(self, request):
+        return list(request.input_ids)
+
+    def infer(self, requests, config, use_tqdm=False):
+        return [InferResponse([Choice(0, "".join(d.text for d in self.stream(r, config)), [], "length")],
+                              Usage(1, 1), []) for r in requests]
+
+    def stream(self, request, config):
+        self.active += 1
+        self.peak = max(self.peak, self.active)
+        try:
+            for t in request.input_ids[:config.max_tokens]:
+                time.sleep(0.01)
+                yield StreamDelta(0, f"<{t}>", [t])
+        finally:
+            self.active -= 1
+
+
+def test_default_async_methods_serialise_a_synchronous_engine():
+    engine = FakeSyncEngine()
+
+    async def main():
+        answers = await asyncio.gather(*(engine.generate_async(InferRequest(input_ids=[i] * 3), RequestConfig())
+                                         for i in range(4)))
+        stream = engine.stream_async(InferRequest(input_ids=list(range(100))), RequestConfig(max_tokens=100))
+        first = await stream.__anext__()
+        await stream.aclose()  # returns once the engine thread has stopped
+        return answers, first
+    answers, first = asyncio.run(main())
+    assert [a.text for a in answers] == [f"<{i}>" * 3 for i in range(4)]
+    assert engine.peak == 1 and engine.active == 0 and first.text == "<0>"
 
 
 def test_loop_thread_pause_lets_the_caller_drive_the_loop(fake):

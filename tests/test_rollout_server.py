@@ -105,8 +105,8 @@ def lora_model(model_id: str = TINY):
 
 
 def greedy_logprobs(port: int) -> list[float]:
-    body = {"prompts": [{"messages": [{"role": "user", "content": "What is 2 + 3?"}]}], "max_tokens": 8,
-            "temperature": 0.0}
+    body = {"prompts": [{"messages": [{"role": "user", "content": "What is 2 + 3?"}]}],
+            "config": {"max_tokens": 8, "temperature": 0.0, "logprobs": True}}
     resp = api(port).post("/generate", json=body)
     assert resp.status_code == 200, resp.text
     return resp.json()["results"][0]["choices"][0]["logprobs"]
@@ -142,8 +142,8 @@ def test_server_endpoints_and_openai_client(server):
     assert httpx.get(f"http://127.0.0.1:{server}/health").json()["status"] == "ok"  # health needs no key
     info = client.get("/info").json()
     assert info["model"] == TINY and info["dtype"] == "float32" and info["versions"]["vllm"]
-    body = {"prompts": [{"messages": [{"role": "user", "content": "hi"}]}, {"input_ids": [1, 2, 3]}], "n": 2,
-            "max_tokens": 5, "temperature": 1.0}
+    body = {"prompts": [{"messages": [{"role": "user", "content": "hi"}]}, {"input_ids": [1, 2, 3]}],
+            "config": {"n": 2, "max_tokens": 5, "temperature": 1.0, "logprobs": True}}
     out = client.post("/generate", json=body).json()
     assert len(out["results"]) == 2 and out["results"][1]["prompt_ids"] == [1, 2, 3]
     for res in out["results"]:
@@ -166,10 +166,12 @@ def test_bad_requests_get_4xx_and_previous_weights_keep_serving(server):
     assert httpx.post(f"http://127.0.0.1:{server}/generate", json={"prompts": [{"input_ids": [1]}]}
                       ).status_code == 401
     assert httpx.get(f"http://127.0.0.1:{server}/info", headers={"Authorization": "Bearer wrong"}).status_code == 401
-    bad = client.post("/generate", json={"prompts": [{"input_ids": [1]}], "top_p": 3})
-    assert bad.status_code == 400 and "top_p" in bad.json()["error"]["message"]
+    bad = client.post("/generate", json={"prompts": [{"input_ids": [1]}], "config": {"top_p": 3}})
+    assert bad.status_code == 422 and "top_p" in bad.json()["error"]["message"]
+    flat = client.post("/generate", json={"prompts": [{"input_ids": [1]}], "top_p": 0.5})  # the old flat format
+    assert flat.status_code == 422 and "config" in flat.json()["error"]["message"]
     assert client.post("/generate", json={"prompts": [{"input_ids": [1]}] * 300}).status_code == 413
-    long = client.post("/generate", json={"prompts": [{"input_ids": [1]}], "max_tokens": 5000})
+    long = client.post("/generate", json={"prompts": [{"input_ids": [1]}], "config": {"max_tokens": 5000}})
     assert long.status_code == 400 and "max_model_len" in long.json()["error"]["message"]
     # a weight update whose second bucket has a wrong shape is rejected as a whole, the first bucket included
     from safetensors.torch import save

@@ -1,13 +1,15 @@
 """`swiftlike app`: a Gradio chat page over a model, or over a running OpenAI-compatible endpoint.
 
-The page always talks to an OpenAI API through the `openai` client. With --base_url that is the endpoint the
-user names; with --model it is the `swiftlike deploy` API that this process mounts under /v1 next to the page
+The page always talks to an OpenAI API, through the engine interface's `OpenAIEngine` (the `openai` client
+behind `stream_async`). With --base_url that is the endpoint the user names; with --model it is the `swiftlike deploy` API that this process mounts under /v1 next to the page
 (one server, one port). One path either way, so the page shows exactly what any client of the deployment would
 get, and the deploy server's batching, adapters-by-name and limits apply to the page too.
 """
 from __future__ import annotations
 
 from ..arguments.app_args import AppArguments
+from ..infer.engine import InferEngine
+from ..infer.protocol import InferRequest, RequestConfig
 from ..utils import get_logger
 
 logger = get_logger("swiftlike.app")
@@ -37,49 +39,30 @@ def chat_messages(message: str, history: list[dict], system: str | None) -> list
     return messages + [{"role": "user", "content": message}]
 
 
-def endpoint_models(base_url: str, api_key: str | None) -> list[str]:
-    """The names a --base_url endpoint serves, asked once at start-up so a wrong URL fails early and clearly."""
-    import openai
-    client = openai.OpenAI(base_url=base_url, api_key=api_key or "none", max_retries=0, timeout=10)
-    try:
-        names = [m.id for m in client.models.list().data]
-    except openai.AuthenticationError as e:
-        raise ValueError(f"{base_url} refused the API key ({e.status_code}); pass the server's key with "
-                         "--api_key") from e
-    except openai.APIError as e:
-        raise ValueError(f"no OpenAI-compatible server answers at --base_url {base_url} ({e}); start one with "
-                         "`swiftlike deploy` or fix the URL") from e
-    if not names:
-        raise ValueError(f"{base_url}/models lists no model")
-    return names
-
-
 class ChatReplies:
-    """The page's chat function: streams one reply from the API and counts what it served."""
+    """The page's chat function: streams one reply from the engine and counts what it served."""
 
-    def __init__(self, base_url: str, api_key: str | None, args: AppArguments):
-        import openai
-        self.client = openai.AsyncOpenAI(base_url=base_url, api_key=api_key or "none", max_retries=0)
+    def __init__(self, engine: InferEngine, args: AppArguments):
+        self.engine = engine
         self.args = args
         self.replies = 0
 
     async def reply(self, message: str, history: list[dict], model: str, system: str, temperature: float,
-                       max_tokens: int):
+                    max_tokens: int):
         import gradio as gr
         import openai
-        request = dict(model=model, messages=chat_messages(message, history, system), temperature=temperature,
-                       top_p=self.args.top_p, max_tokens=int(max_tokens))
+        request = InferRequest(messages=chat_messages(message, history, system),
+                               adapter=None if model == self.engine.model_name else model)
+        config = RequestConfig(max_tokens=int(max_tokens), temperature=temperature, top_p=self.args.top_p)
         try:
             if self.args.stream:
                 text = ""
-                async for chunk in await self.client.chat.completions.create(**request, stream=True):
-                    if chunk.choices and chunk.choices[0].delta.content:
-                        text += chunk.choices[0].delta.content
-                        yield text
+                async for delta in self.engine.stream_async(request, config):
+                    text += delta.text
+                    yield text
             else:
-                reply = await self.client.chat.completions.create(**request)
-                yield reply.choices[0].message.content or ""
-        except openai.APIError as e:
+                yield (await self.engine.generate_async(request, config)).text
+        except (openai.APIError, ValueError) as e:
             raise gr.Error(f"the model server answered: {getattr(e, 'message', e)}") from e
         self.replies += 1
 

@@ -30,6 +30,16 @@ class EvalArguments(BaseArguments, VllmArguments):
     max_new_tokens: int = arg(256, "Most tokens per answer.")
     max_batch_size: int = arg(16, "Prompts per forward batch in the pt engine.")
 
+    def engine_spec(self, backend: str | None = None):
+        """--eval_url: the running server behind the engine interface; otherwise --model, loaded here."""
+        if self.eval_url is None:
+            return super().engine_spec(backend)
+        from ..infer.engine import EngineSpec
+        from ..infer.engine.openai_engine import OpenAIOptions
+        return EngineSpec("openai", model=self.eval_model_name,
+                          options=OpenAIOptions(self.eval_url, self.eval_api_key, self.eval_concurrency,
+                                                url_flag="--eval_url", key_flag="--eval_api_key"))
+
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.model is None and self.eval_url is None:

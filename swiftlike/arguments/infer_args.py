@@ -43,11 +43,12 @@ class VllmArguments:
     vllm_gpu_memory_utilization: float = arg(0.9, "Fraction of GPU memory for vLLM; ignored on CPU, where "
                                              "VLLM_CPU_KVCACHE_SPACE (GiB) sizes the KV cache.")
     vllm_max_model_len: int | None = arg(None, "Longest sequence vLLM plans for; defaults to the model's.")
-    vllm_tensor_parallel_size: int = arg(1, "GPUs per vLLM engine (tensor parallel).")
+    vllm_tensor_parallel_size: int = arg(1, "GPUs per vLLM engine (tensor parallel); on CPU always 1.")
     vllm_max_num_seqs: int = arg(256, "Most sequences vLLM schedules at once.")
     vllm_enforce_eager: bool = arg(False, "Disable CUDA graphs (always on for CPU).")
-    vllm_enable_lora: bool = arg(False, "Enable LoRA in vLLM (implied by --adapters).")
-    vllm_max_lora_rank: int = arg(16, "Largest LoRA rank vLLM accepts.")
+    vllm_enable_lora: bool = arg(False, "Enable LoRA in vLLM (implied by --adapters); in rlhf, sync only the LoRA "
+                                 "adapter to vLLM instead of the merged weights.")
+    vllm_max_lora_rank: int = arg(16, "Largest LoRA rank vLLM accepts (>= --lora_rank when rlhf syncs adapters).")
     vllm_enable_prefix_caching: bool = arg(False, "Reuse KV cache of shared prompt prefixes.")
 
     def vllm_options(self):

@@ -5,6 +5,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from .base import arg
+from .infer_args import VllmArguments
 from .train_args import TrainArguments
 
 
@@ -63,7 +64,8 @@ class GrpoArguments:
 
 @dataclass
 class RolloutArguments:
-    """Where completions come from: the training model (pt) or a colocated vLLM engine, and mismatch handling."""
+    """Where completions come from: the training model (pt), a colocated vLLM engine or rollout servers, how
+    weights reach them, and mismatch handling. The vLLM engine's own settings are the shared `--vllm_*` group."""
 
     use_vllm: bool = arg(False, "Generate with vLLM; false = the training model's own generate().")
     vllm_mode: Literal["colocate", "server"] = arg("colocate", "colocate: vLLM in the trainer's process; "
@@ -84,11 +86,6 @@ class RolloutArguments:
     async_generate: bool = arg(False, "Server mode: generate the next batch while the trainer learns on this "
                                "one (one step stale; each sample records its policy version, and the rollout "
                                "correction applies).")
-    vllm_enable_lora: bool = arg(False, "With LoRA training, sync only the adapter to vLLM (else merged weights).")
-    vllm_max_lora_rank: int = arg(16, "Largest LoRA rank vLLM accepts (>= --lora_rank).")
-    vllm_gpu_memory_utilization: float = arg(0.9, "Fraction of GPU memory for vLLM (ignored on CPU).")
-    vllm_max_model_len: int | None = arg(None, "Longest sequence vLLM plans for; default the model's.")
-    vllm_enforce_eager: bool = arg(False, "Disable CUDA graphs (always on for CPU).")
     rollout_importance_sampling_mode: Literal["token_truncate", "token_mask", "sequence_truncate",
                                               "sequence_mask"] | None = arg(
         None, "Reweight the loss by pi_train / pi_rollout, bounded by the threshold; default off.")
@@ -99,8 +96,6 @@ class RolloutArguments:
     off_policy_sequence_mask_delta: float | None = arg(
         None, "DeepSeek-V3.2 off-policy sequence mask: drop from the loss negative-advantage sequences whose mean "
         "(rollout logp - current logp) exceeds this many nats; default off.")
-    vllm_tensor_parallel_size: int = arg(1, "Tensor-parallel size of the colocated vLLM engine (GPU only; on CPU "
-                                         "the engine always runs with 1).")
     sleep_level: Literal[0, 1, 2] = arg(0, "Put the colocated vLLM engine to sleep during training (vLLM sleep "
                                         "mode, CUDA only): 1 frees the KV cache and offloads weights, 2 also "
                                         "drops the weights (needs merged-weight sync, not --vllm_enable_lora).")
@@ -111,7 +106,7 @@ class RolloutArguments:
 
 
 @dataclass
-class RlhfArguments(TrainArguments, GrpoArguments, RolloutArguments):
+class RlhfArguments(TrainArguments, GrpoArguments, RolloutArguments, VllmArguments):
     """swiftlike rlhf: RL post-training; --rlhf_type grpo samples groups of completions and scores them."""
 
     command = "rlhf"

@@ -4,11 +4,11 @@ from __future__ import annotations
 import os
 import time
 
-from ..app.chat_app import ChatReplies, build_page, endpoint_models, loopback
+from ..app.chat_app import ChatReplies, build_page, loopback
 from ..arguments.app_args import AppArguments
 from ..deploy.server import create_app, serve
-from ..deploy.serving import serving_for
-from ..infer.engine import build_engine
+from ..infer.engine import EngineSpec, build_engine
+from ..infer.engine.openai_engine import OpenAIEngine, OpenAIOptions
 from . import arguments_of
 
 
@@ -18,30 +18,35 @@ def app_main(args: AppArguments | list[str] | None = None) -> None:
     from fastapi import FastAPI
 
     args = arguments_of(AppArguments, args)
-    serving = None
+    # The page always talks to an OpenAI API through the same engine type: the --base_url endpoint, or the
+    # deploy API this process mounts under /v1 (not up yet, so its model names are passed in).
+    engine = None
     if args.base_url:
-        models = endpoint_models(args.base_url, args.api_key)
         base_url = args.base_url
+        page_engine = build_engine(EngineSpec("openai", options=OpenAIOptions(base_url, args.api_key)))
+        models = page_engine.served_models
         server = FastAPI(title="swiftlike app")
         server.get("/health")(lambda: {"status": "ok"})
     else:
-        serving = serving_for(build_engine(args.engine_spec()))
-        server = create_app(serving, args)
-        models = [args.served_model_name or serving.engine.model_name, *sorted(serving.engine.adapters)]
+        engine = build_engine(args.engine_spec())
+        server = create_app(engine, args)
+        models = [args.served_model_name or engine.model_name, *sorted(engine.adapters)]
         base_url = f"http://{loopback(args.host)}:{args.port}/v1"
-    replies = ChatReplies(base_url, args.api_key, args)
+        page_engine = OpenAIEngine(OpenAIOptions(base_url, args.api_key), served_models=models)
+    replies = ChatReplies(page_engine, args)
     # System fonts: the default theme links Google Fonts, which an offline machine cannot reach.
     theme = gr.themes.Default(font=["ui-sans-serif", "system-ui", "sans-serif"],
                               font_mono=["ui-monospace", "monospace"])
     gr.mount_gradio_app(server, build_page(replies, models, args), path="/", theme=theme, ssr_mode=False,
                         footer_links=[])
     where = f"http://{args.host}:{args.port}"
-    api = f"; OpenAI API at {where}/v1" if serving else f"; replies from {base_url}"
+    api = f"; OpenAI API at {where}/v1" if engine is not None else f"; replies from {base_url}"
     print(f"swiftlike app ready on {where} (models: {', '.join(models)}{api})", flush=True)
     started = time.time()
     try:
         serve(server, args.host, args.port)
     finally:
-        if serving is not None:
-            serving.close()
+        page_engine.close()
+        if engine is not None:
+            engine.close()
         print(f"swiftlike app stopped after {time.time() - started:.0f} s, {replies.replies} replies", flush=True)

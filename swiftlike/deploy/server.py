@@ -15,6 +15,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from ..arguments.deploy_args import DeployArguments
 from ..infer import openai_api
+from ..infer.engine import InferEngine
 from ..infer.protocol import InferRequest, RequestConfig
 from ..utils import get_logger
 
@@ -28,9 +29,9 @@ def _error(status: int, message: str, kind: str = "invalid_request_error") -> JS
                         status_code=status)
 
 
-def create_app(serving, args: DeployArguments) -> FastAPI:
+def create_app(engine: InferEngine, args: DeployArguments) -> FastAPI:
+    """The OpenAI routes over `engine`, whose `generate_async` / `stream_async` serve concurrent requests."""
     app = FastAPI(title="swiftlike deploy")
-    engine = serving.engine
     base_name = args.served_model_name or engine.model_name
     limit = asyncio.Semaphore(args.max_concurrency)
 
@@ -77,10 +78,10 @@ def create_app(serving, args: DeployArguments) -> FastAPI:
         model = body.get("model") or base_name
         if body.get("stream"):
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-            return StreamingResponse(_sse(serving, limit, req, config, model, chat, include_usage),
+            return StreamingResponse(_sse(engine, limit, req, config, model, chat, include_usage),
                                      media_type="text/event-stream")
         async with limit:
-            resp = await serving.generate(req, config)
+            resp = await engine.generate_async(req, config)
         return (openai_api.chat_response if chat else openai_api.completion_response)(resp, model)
 
     @app.post("/v1/chat/completions")
@@ -96,20 +97,20 @@ def create_app(serving, args: DeployArguments) -> FastAPI:
     return app
 
 
-async def _sse(serving, limit, req: InferRequest, config: RequestConfig, model: str, chat: bool,
+async def _sse(engine: InferEngine, limit, req: InferRequest, config: RequestConfig, model: str, chat: bool,
                include_usage: bool):
     """Server-sent events in OpenAI's chunk format; the last data line is [DONE]."""
     kind, prefix = ("chat.completion.chunk", "chatcmpl") if chat else ("text_completion", "cmpl")
     base = {"id": f"{prefix}-{uuid.uuid4().hex}", "object": kind, "created": int(time.time()), "model": model}
     completion_tokens = 0
-    prompt_tokens = len(serving.engine.prompt_ids(req))
+    prompt_tokens = len(engine.prompt_ids(req))
     async with limit:
         if chat:
             first = [{"index": i, "delta": {"role": "assistant", "content": ""}, "finish_reason": None,
                       "logprobs": None} for i in range(config.n)]
             yield f"data: {json.dumps({**base, 'choices': first})}\n\n"
         try:
-            async for chunk in serving.stream(req, config):
+            async for chunk in engine.stream_async(req, config):
                 completion_tokens += len(chunk.token_ids)
                 choice = openai_api.stream_choice(chunk, chat)
                 yield f"data: {json.dumps({**base, 'choices': [choice]})}\n\n"

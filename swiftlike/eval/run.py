@@ -10,7 +10,6 @@ through the same engines and registries as every other command.
 from __future__ import annotations
 
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from tqdm import tqdm
@@ -25,16 +24,17 @@ CHUNK = 32  # prompts per progress step
 
 
 class EngineAnswers:
-    """Answers from an engine loaded in this process (pt or vLLM), resolved like every other command."""
+    """Answers from an engine: loaded in this process (pt or vLLM), resolved like every other command, or a
+    running OpenAI-compatible server (--eval_url) behind the same interface, `eval_concurrency` at a time."""
 
     def __init__(self, args: EvalArguments):
         from ..infer.engine import build_engine
         from ..infer.protocol import RequestConfig
         self.engine = build_engine(args.engine_spec())
-        self.adapter = next(iter(self.engine.adapters), None)
+        self.adapter = None if args.eval_url else next(iter(self.engine.adapters), None)
         self.config = RequestConfig(max_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
                                     n=args.eval_num_samples)
-        self.name = args.model if self.adapter is None else f"{args.model} + {self.adapter}"
+        self.name = self.engine.model_name if self.adapter is None else f"{args.model} + {self.adapter}"
 
     def answer(self, prompts: list[str], desc: str) -> list[list[str]]:
         from ..infer.protocol import InferRequest
@@ -52,34 +52,6 @@ class EngineAnswers:
         self.engine.close()
 
 
-class UrlAnswers:
-    """Answers from a running OpenAI-compatible server (`swiftlike deploy`, vLLM, ...), `concurrency` at a time."""
-
-    def __init__(self, args: EvalArguments):
-        import openai
-        self.client = openai.OpenAI(base_url=args.eval_url, api_key=args.eval_api_key or "none", max_retries=2)
-        try:
-            self.name = args.eval_model_name or self.client.models.list().data[0].id
-        except openai.APIConnectionError:
-            raise ValueError(f"--eval_url {args.eval_url}: no server answers there; start one with "
-                             "`swiftlike deploy`") from None
-        self.args = args
-
-    def _one(self, prompt: str) -> list[str]:
-        a = self.args
-        resp = self.client.chat.completions.create(model=self.name, messages=[{"role": "user", "content": prompt}],
-                                                   n=a.eval_num_samples, temperature=a.temperature, top_p=a.top_p,
-                                                   max_tokens=a.max_new_tokens)
-        return [c.message.content or "" for c in sorted(resp.choices, key=lambda c: c.index)]
-
-    def answer(self, prompts: list[str], desc: str) -> list[list[str]]:
-        with ThreadPoolExecutor(self.args.eval_concurrency) as pool:
-            return list(tqdm(pool.map(self._one, prompts), total=len(prompts), desc=desc, unit="q"))
-
-    def close(self) -> None:
-        self.client.close()
-
-
 def score(question: Question, text: str) -> tuple[bool, str | None]:
     if question.kind == "mcq":
         found = extract_choice(text, len(question.choices or []))
@@ -89,7 +61,7 @@ def score(question: Question, text: str) -> tuple[bool, str | None]:
 
 def run_eval(args: EvalArguments) -> dict:
     start = time.time()
-    answers = UrlAnswers(args) if args.eval_url else EngineAnswers(args)
+    answers = EngineAnswers(args)
     k = args.eval_num_samples
     benchmarks, predictions = {}, []
     try:

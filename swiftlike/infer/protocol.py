@@ -130,3 +130,4 @@ class StreamDelta:
     text: str
     token_ids: list[int]
     finish_reason: FinishReason | None = None
+    logprobs: list[TokenLogprob] | None = None  # of this piece's tokens, when the request asked for them

@@ -72,13 +72,11 @@ class RolloutWorker:
             self.engine = _remote_engine(args, template)
         elif args.use_vllm:
             from ..infer.engine import EngineSpec, build_engine
-            from ..infer.engine.vllm_engine import VllmOptions
-            max_len = args.vllm_max_model_len or (args.max_length or 1024) + args.max_completion_length
-            opts = VllmOptions(gpu_memory_utilization=args.vllm_gpu_memory_utilization, max_model_len=max_len,
-                               tensor_parallel_size=self.memory.tensor_parallel_size,
-                               enforce_eager=args.vllm_enforce_eager, enable_lora=self.lora_sync,
-                               max_lora_rank=args.vllm_max_lora_rank, torch_dtype=args.torch_dtype, seed=args.seed,
-                               enable_sleep_mode=self.memory.sleep_level > 0)
+            opts = args.vllm_options()
+            opts.max_model_len = args.vllm_max_model_len or (args.max_length or 1024) + args.max_completion_length
+            opts.tensor_parallel_size = self.memory.tensor_parallel_size
+            opts.enable_lora = self.lora_sync
+            opts.enable_sleep_mode = self.memory.sleep_level > 0
             spec = EngineSpec("vllm", torch_dtype=args.torch_dtype, logprobs_mode="processed_logprobs", options=opts)
             self.engine = build_engine(spec, resolved=resolved, template=template)
         else:
@@ -97,7 +95,7 @@ class RolloutWorker:
         """Weights versions pushed so far (what a sample generated now would carry); None for pt."""
         if not self.args.use_vllm:
             return None
-        return getattr(self.engine, "policy_version", self._syncs)
+        return self.engine.policy_version if self.engine.policy_version is not None else self._syncs
 
     def submit(self, rows: list[dict]) -> Future:
         """Generate in the background (server mode): the trainer learns meanwhile and collects it later."""
@@ -191,7 +189,7 @@ def _remote_engine(args, template):
                for host, port in args.server_addresses()]
     transport = make_transport(args.weight_transport, args.weight_bucket_mb, args.weight_sync_path)
     engine = RemoteEngine(clients, template, transport)
-    if args.vllm_enable_lora and not engine.enable_lora:
+    if args.vllm_enable_lora and not engine.supports_lora:
         engine.close()
         raise ValueError("--vllm_enable_lora true syncs only the LoRA adapter, but a rollout server was started "
                          "without LoRA; restart it with `swiftlike rollout ... --vllm_enable_lora true "

@@ -44,17 +44,12 @@ class Prompt(BaseModel):
 
 
 class GenerateBody(BaseModel):
+    """The trainer -> server wire format: prompts, an adapter name, and the engines' own `RequestConfig`
+    (validated by its own rules, so the sampling fields are declared once, in infer/protocol.py)."""
     model_config = ConfigDict(extra="forbid")
     prompts: list[Prompt] = Field(min_length=1)
-    n: int = 1
-    max_tokens: int = 256
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = -1
-    repetition_penalty: float = 1.0
-    stop: list[str] = []
-    logprobs: bool = True
     adapter: str | None = None
+    config: RequestConfig = Field(default_factory=RequestConfig)
 
 
 class UpdateId(BaseModel):
@@ -140,9 +135,7 @@ def create_app(service: RolloutService) -> FastAPI:
 
     @app.post("/generate")
     async def generate(body: GenerateBody):
-        config = RequestConfig(max_tokens=body.max_tokens, temperature=body.temperature, top_p=body.top_p,
-                               top_k=body.top_k, repetition_penalty=body.repetition_penalty, n=body.n,
-                               stop=body.stop, logprobs=body.logprobs)
+        config = body.config
         requests = [InferRequest(messages=p.messages, input_ids=p.input_ids, adapter=body.adapter)
                     for p in body.prompts]
         responses = await service.on_engine(service.generate, requests, config)

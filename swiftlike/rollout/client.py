@@ -4,6 +4,8 @@ know (or care) where generation happens or how weights travel.
 """
 from __future__ import annotations
 
+from dataclasses import asdict
+
 import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -97,12 +99,13 @@ class RemoteEngine(InferEngine):
         self.transport = transport
         infos = [c.get("/info") for c in clients]  # waits (up to the timeout) for servers still starting
         self.model_name = infos[0]["model"]
-        self.dtype = infos[0]["dtype"]
+        self._dtype = infos[0]["dtype"]
+        self._max_model_len = min(int(i["max_model_len"]) for i in infos)
         models = {i["model_dir"] for i in infos}
         if len(models) > 1:
             raise RolloutServerError(f"the rollout servers serve different models ({sorted(models)}); start them "
                                      "all with the trainer's --model")
-        self.enable_lora = all(i["enable_lora"] for i in infos)
+        self._supports_lora = all(i["enable_lora"] for i in infos)
         self._base_versions = [i["policy_version"] for i in infos]
         self.policy_version = 0
         self._adapters: dict[str, str] = {}
@@ -113,6 +116,19 @@ class RemoteEngine(InferEngine):
     @property
     def adapters(self) -> dict[str, str]:
         return dict(self._adapters)
+
+    @property
+    def dtype(self) -> str:
+        return self._dtype
+
+    @property
+    def max_model_len(self) -> int:
+        """The smallest of the servers' limits: a batch may land on any of them."""
+        return self._max_model_len
+
+    @property
+    def supports_lora(self) -> bool:
+        return self._supports_lora
 
     def infer(self, requests: list[InferRequest], config: RequestConfig, use_tqdm: bool = False) -> list[InferResponse]:
         for r in requests:
@@ -126,10 +142,8 @@ class RemoteEngine(InferEngine):
         out: list[InferResponse | None] = [None] * len(requests)
         for adapter in dict.fromkeys(r.adapter for r in requests):  # one call per adapter
             group = [i for i, r in enumerate(requests) if r.adapter == adapter]
-            body = {"prompts": [{"input_ids": self.prompt_ids(requests[i])} for i in group], "n": config.n,
-                    "max_tokens": config.max_tokens, "temperature": config.temperature, "top_p": config.top_p,
-                    "top_k": config.top_k, "repetition_penalty": config.repetition_penalty, "stop": config.stop,
-                    "logprobs": config.logprobs, "adapter": adapter}
+            body = {"prompts": [{"input_ids": self.prompt_ids(requests[i])} for i in group], "adapter": adapter,
+                    "config": asdict(config)}
             result = self.clients[server].post("/generate", json=body)
             for i, res in zip(group, result["results"]):
                 choices = [Choice(k, c["text"], c["token_ids"], c["finish_reason"],

@@ -57,7 +57,7 @@ class RolloutService:
 
     @property
     def dtype(self) -> str:
-        return str(self.engine.llm.llm_engine.model_config.dtype).removeprefix("torch.")
+        return self.engine.dtype
 
     def info(self) -> dict:
         import torch
@@ -67,14 +67,14 @@ class RolloutService:
         return {"model": self.engine.model_name, "model_dir": str(self.resolved.model_dir),
                 "dtype": self.dtype, "policy_version": self.version, "adapters": sorted(self.engine.adapters),
                 "samples_generated": self.samples_generated,
-                "max_model_len": self.max_model_len, "enable_lora": self.engine.options.enable_lora,
+                "max_model_len": self.max_model_len, "enable_lora": self.engine.supports_lora,
                 "weights": {"fingerprint": self.weights.fingerprint, "layout": self.weights.layout,
                             "tensors": len(self.weights.digests), "full_update_version": self.full_update_version},
                 "versions": {"swiftlike": __version__, "vllm": vllm.__version__, "torch": torch.__version__}}
 
     @property
     def max_model_len(self) -> int:
-        return int(self.engine.llm.llm_engine.model_config.max_model_len)
+        return int(self.engine.max_model_len)
 
     # ------------------------------------------------------------------ generation
     def check_generate(self, requests: list[InferRequest], config: RequestConfig) -> None:

@@ -180,7 +180,7 @@ class AsyncInferEngine(InferEngine):
         self.check_adapter(request)
         return await asyncio.wrap_future(self._submit(self._agenerate(request, config)))
 
-    async def stream_async(self, request: InferRequest, config: RequestConfig) -> AsyncIterator[LoggedDelta]:
+    async def stream_async(self, request: InferRequest, config: RequestConfig) -> AsyncIterator[StreamDelta]:
         """`_astream` iterated from any other event loop; closing the iterator early aborts the request."""
         self.check_adapter(request)
         caller = asyncio.get_running_loop()
@@ -188,8 +188,9 @@ class AsyncInferEngine(InferEngine):
 
         async def pump():
             try:
-                async for item in self._astream(request, config):
-                    caller.call_soon_threadsafe(sink.put_nowait, item)
+                async for delta, logprobs in self._astream(request, config):
+                    delta.logprobs = logprobs
+                    caller.call_soon_threadsafe(sink.put_nowait, delta)
             except Exception as e:
                 caller.call_soon_threadsafe(sink.put_nowait, e)
             caller.call_soon_threadsafe(sink.put_nowait, _END)

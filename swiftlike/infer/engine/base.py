@@ -1,12 +1,16 @@
-"""The engine interface shared by infer, deploy, eval, rollout and RL.
+"""The engine interface shared by infer, deploy, eval, the app, the rollout server and RL.
 
-Small on purpose (after ms-swift's and LLaMA-Factory's): generate a batch, stream one
-request, manage LoRA adapters, replace weights, and release memory between phases.
+Small on purpose (after ms-swift's and LLaMA-Factory's): generate a batch, stream one request, serve
+concurrent requests from an event loop, manage LoRA adapters, replace weights, release memory between
+phases, and say what is served (dtype, context limit, policy version). Callers use only this; nothing
+outside an engine's module touches its members.
 """
 from __future__ import annotations
 
+import asyncio
+import threading
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator
 
 from ...template import Template
 from ..protocol import InferRequest, InferResponse, RequestConfig, StreamDelta
@@ -15,6 +19,27 @@ from ..protocol import InferRequest, InferResponse, RequestConfig, StreamDelta
 class InferEngine(ABC):
     template: Template
     model_name: str
+    # Weight updates applied, where the engine itself counts them (a rollout server does); None otherwise,
+    # and then the caller that pushes the weights counts.
+    policy_version: int | None = None
+
+    @property
+    def dtype(self) -> str:
+        """The served weights' dtype, as torch names it without the prefix ("float32", "bfloat16")."""
+        return "unknown"
+
+    @property
+    def max_model_len(self) -> int | None:
+        """The longest prompt + answer the engine serves, in tokens; None if it sets no limit."""
+        return None
+
+    @property
+    def supports_lora(self) -> bool:
+        """Whether `add_adapter` can load LoRA adapters into this engine."""
+        return True
+
+    def reset_prefix_cache(self) -> None:
+        """Drop cached prompt prefixes (computed with weights that just changed); engines without one: no-op."""
 
     @property
     def tokenizer(self):
@@ -51,6 +76,49 @@ class InferEngine(ABC):
     @abstractmethod
     def update_weights(self, named_tensors: Iterable[tuple[str, "object"]]) -> None:
         """Replace base-model weights in place (HF parameter names)."""
+
+    async def generate_async(self, request: InferRequest, config: RequestConfig) -> InferResponse:
+        """One request from an event loop (an HTTP server's). The default runs `infer` on a worker thread, one
+        request at a time, for engines that are not thread-safe (pt); engines that batch concurrent
+        requests themselves (vLLM, SGLang, LMDeploy) override it."""
+        self.check_adapter(request)
+        return (await asyncio.to_thread(self._one_at_a_time, self.infer, [request], config))[0]
+
+    async def stream_async(self, request: InferRequest, config: RequestConfig) -> AsyncIterator[StreamDelta]:
+        """One request's deltas from an event loop; closing the iterator early stops generating for it."""
+        if config.n != 1 or config.logprobs:  # `stream` yields one answer without log-probs
+            response = await self.generate_async(request, config)
+            for c in response.choices:
+                yield StreamDelta(c.index, c.text, c.token_ids, c.finish_reason, c.logprobs)
+            return
+        self.check_adapter(request)
+        loop = asyncio.get_running_loop()
+        sink: asyncio.Queue = asyncio.Queue()
+        stop = threading.Event()
+
+        def pump():
+            try:
+                for delta in self.stream(request, config):
+                    loop.call_soon_threadsafe(sink.put_nowait, delta)
+                    if stop.is_set():
+                        break
+            except Exception as e:
+                loop.call_soon_threadsafe(sink.put_nowait, e)
+            loop.call_soon_threadsafe(sink.put_nowait, None)
+        worker = asyncio.ensure_future(asyncio.to_thread(self._one_at_a_time, pump))
+        try:
+            while (item := await sink.get()) is not None:
+                if isinstance(item, Exception):
+                    raise item
+                yield item
+        finally:
+            stop.set()
+            await asyncio.shield(worker)
+
+    def _one_at_a_time(self, fn, *args):
+        lock = self.__dict__.setdefault("_serial_lock", threading.Lock())
+        with lock:
+            return fn(*args)
 
     def sleep(self, level: int = 1) -> None:
         """Free accelerator memory while a trainer runs; engines without that ability keep it."""

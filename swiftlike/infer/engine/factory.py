@@ -15,7 +15,7 @@ from .base import InferEngine
 
 logger = get_logger("swiftlike.infer")
 
-BACKENDS = ("pt", "vllm", "sglang", "lmdeploy")
+BACKENDS = ("pt", "vllm", "sglang", "lmdeploy", "openai")  # openai: a running OpenAI-compatible server
 GPU_ONLY_BACKENDS = ("sglang", "lmdeploy")
 
 
@@ -35,7 +35,8 @@ class EngineSpec:
     max_batch_size: int = 16
     # vLLM's names: "processed_logprobs" (after temperature / top-k / top-p) is what RL rollout scores
     logprobs_mode: str = "raw_logprobs"
-    # the chosen backend's options (VllmOptions, SglangOptions or LmdeployOptions); None: its defaults
+    # the chosen backend's options (VllmOptions, SglangOptions, LmdeployOptions or, required for openai,
+    # OpenAIOptions); None: its defaults
     options: object | None = None
 
 
@@ -56,6 +57,9 @@ def build_engine(spec: EngineSpec, *, resolved: ResolvedModel | None = None, tem
     rollout engine must encode prompts exactly as the trainer does), and for pt the training model itself,
     whose weights are then the policy's at every step."""
     check_backend(spec.backend)
+    if spec.backend == "openai":  # nothing to load: the model runs behind options.base_url
+        from .openai_engine import OpenAIEngine
+        return OpenAIEngine(spec.options, spec.model)
     if resolved is None:
         resolved = resolve_model(spec.model, spec.model_type, spec.use_hf, spec.model_revision)
     if template is None:
