@@ -103,6 +103,35 @@ def test_bad_requests_get_4xx_and_the_server_keeps_answering(deploy):
     assert c.chat.completions.create(model=TINY, messages=HELLO, max_tokens=3).usage.completion_tokens > 0
 
 
+def test_openai_schema_parts_penalties_and_refused_fields(deploy):
+    """Requests are checked against the openai package's request types; fields that are not built are refused
+    by name rather than ignored, and vLLM applies OpenAI's penalties."""
+    c = client(deploy[0])
+    parts = c.chat.completions.create(model=TINY, max_tokens=8, temperature=0, messages=[
+        {"role": "developer", "content": [{"type": "text", "text": "Be brief."}]},
+        {"role": "user", "content": [{"type": "text", "text": "What is 2"}, {"type": "text", "text": " + 3?"}]}])
+    same = c.chat.completions.create(model=TINY, max_tokens=8, temperature=0, messages=[
+        {"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2 + 3?"}])
+    assert parts.choices[0].message.content == same.choices[0].message.content
+    tool = {"type": "function", "function": {"name": "add", "parameters": {"type": "object", "properties": {}}}}
+    with pytest.raises(openai.BadRequestError, match="`tools` is not supported"):
+        c.chat.completions.create(model=TINY, messages=HELLO, tools=[tool])
+    with pytest.raises(openai.BadRequestError, match="`response_format`"):
+        c.chat.completions.create(model=TINY, messages=HELLO, response_format={"type": "json_object"})
+    with pytest.raises(openai.BadRequestError, match="image_url part is not supported"):
+        c.chat.completions.create(model=TINY, messages=[{"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}])
+    with pytest.raises(openai.BadRequestError, match=r"messages\.0"):
+        c.chat.completions.create(model=TINY, messages=[{"role": "wizard", "content": "hi"}])
+    with pytest.raises(openai.BadRequestError, match="presence_penalty must be in"):
+        c.chat.completions.create(model=TINY, messages=HELLO, presence_penalty=5)
+    # a penalty vLLM applies: a strong frequency penalty changes a long greedy answer
+    plain = c.chat.completions.create(model=TINY, messages=HELLO, max_tokens=40, temperature=0)
+    penalised = c.chat.completions.create(model=TINY, messages=HELLO, max_tokens=40, temperature=0,
+                                          frequency_penalty=2.0)
+    assert penalised.choices[0].message.content != plain.choices[0].message.content
+
+
 def test_gpu_only_backends_exit_with_a_clear_message():
     r = subprocess.run([sys.executable, "-m", "swiftlike.cli.main", "deploy", "--model", TINY, "--infer_backend",
                         "sglang"], env=ENV, capture_output=True, text=True, timeout=300)
@@ -137,6 +166,8 @@ def test_pt_backend_streams_token_by_token(tmp_path):
         chunks = [ch.choices[0].delta.content for ch in c.chat.completions.create(
             model=TINY, messages=HELLO, max_tokens=8, temperature=0, stream=True) if ch.choices]
         assert len([x for x in chunks if x]) > 1 and "".join(x or "" for x in chunks) == whole.choices[0].message.content
+        with pytest.raises(openai.BadRequestError, match="presence_penalty is not supported by the PtEngine"):
+            c.chat.completions.create(model=TINY, messages=HELLO, max_tokens=4, presence_penalty=1.0)
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(60) == 0

@@ -75,6 +75,7 @@ def create_app(engine: InferEngine, args: DeployArguments) -> FastAPI:
     async def answer(body: dict, req: InferRequest, chat: bool):
         req.adapter = adapter_for(body)
         config = openai_api.request_config({**body, "stream": False}, args.max_new_tokens)
+        engine.check_config(config)
         model = body.get("model") or base_name
         if body.get("stream"):
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))

@@ -1,19 +1,31 @@
 """OpenAI request/response shapes <-> our InferRequest / RequestConfig / InferResponse.
 
-Pure conversions, shared by every server that speaks the OpenAI API (the rollout server's debugging
-endpoints now, `swiftlike deploy` next), so both answer the same way and report bad fields by their
-OpenAI names.
+Shared by every server that speaks the OpenAI API (`swiftlike deploy`, the rollout server's debugging
+routes), so both answer the same way and report bad fields by their OpenAI names. Request bodies are
+validated against the `openai` package's own request types (the maintained schema of the API: roles,
+list-of-parts content, field types), through pydantic. A field that would change the answer and that is
+not built here (tools, structured output, logit_bias, ...) is refused with a 400 naming it, never ignored.
 """
 from __future__ import annotations
 
 import json
 import time
 import uuid
+from functools import cache
 
 from .protocol import InferRequest, InferResponse, RequestConfig
 
-SAMPLING_FIELDS = ("max_tokens", "temperature", "top_p", "top_k", "repetition_penalty", "n", "seed", "stop",
-                   "logprobs", "top_logprobs")
+SAMPLING_FIELDS = ("max_tokens", "temperature", "top_p", "top_k", "repetition_penalty", "presence_penalty",
+                   "frequency_penalty", "n", "seed", "stop", "logprobs", "top_logprobs")
+
+# Fields of OpenAI's request schema that change the answer and are not built: refused (HTTP 400) when set.
+NOT_BUILT = {
+    "tools": "tool calling", "tool_choice": "tool calling", "functions": "function calling",
+    "function_call": "function calling", "logit_bias": "logit_bias", "audio": "audio output",
+    "modalities": "non-text output", "prediction": "predicted outputs", "web_search_options": "web search",
+    "reasoning_effort": "reasoning effort", "verbosity": "verbosity control", "best_of": "best_of",
+    "echo": "echo", "suffix": "suffix (insertion)",
+}
 
 
 class OpenAIRequestError(ValueError):
@@ -47,19 +59,91 @@ def request_config(body: dict, default_max_tokens: int) -> RequestConfig:
         raise OpenAIRequestError(f"bad sampling field: {e}") from None
 
 
+@cache
+def _schemas():
+    from openai.types import completion_create_params
+    from openai.types.chat import completion_create_params as chat_params
+    from pydantic import TypeAdapter
+    return TypeAdapter(chat_params.CompletionCreateParamsBase), TypeAdapter(completion_create_params.CompletionCreateParamsBase)
+
+
+def _problem(error, where: str) -> OpenAIRequestError:
+    """One readable message from pydantic's errors: a union (a message's kinds, by role) reports every kind's
+    complaint, so say which roles exist when the role fits none, else the most specific complaint."""
+    errors = [{**e, "loc": e["loc"][1:] if e["loc"] and isinstance(e["loc"][0], int) else e["loc"]}
+              for e in error.errors()]  # an iterator's errors start with the item's index, already in `where`
+    roles = [e for e in errors if e["loc"] and e["loc"][-1] == "role" and e["type"] == "literal_error"]
+    if roles and {e["loc"][0] for e in roles} == {e["loc"][0] for e in errors if e["loc"]}:
+        names = ", ".join(sorted({str(e["ctx"]["expected"]).strip("'") for e in roles}))
+        return OpenAIRequestError(f"invalid request: `{where}`: role {roles[0]['input']!r} is not one of {names}")
+    deepest = max(errors, key=lambda e: len(e["loc"]))
+    inner = ".".join(str(p) for p in deepest["loc"] if not str(p)[:1].isupper())  # drop union member names
+    return OpenAIRequestError(f"invalid request: `{'.'.join(p for p in (where, inner) if p)}`: {deepest['msg']}")
+
+
+def _materialised(value, where: str = ""):
+    """The openai types declare lists as Iterable, which pydantic validates lazily: walk them now, so a bad
+    item is reported here, by its place in the body, rather than half-way through generation."""
+    from pydantic import ValidationError
+    if isinstance(value, dict):
+        return {k: _materialised(v, f"{where}.{k}".lstrip(".")) for k, v in value.items()}
+    if isinstance(value, (str, bytes, int, float, bool)) or value is None:
+        return value
+    out, iterator = [], iter(value)
+    while True:
+        try:
+            item = next(iterator)
+        except StopIteration:
+            return out
+        except ValidationError as e:
+            raise _problem(e, f"{where}.{len(out)}") from None
+        out.append(_materialised(item, f"{where}.{len(out)}"))
+
+
+def validated(body: dict, chat: bool) -> dict:
+    """`body` checked against OpenAI's request schema, with every not-built field refused by name."""
+    from pydantic import ValidationError
+    for name, what in NOT_BUILT.items():
+        if body.get(name) is not None:
+            raise OpenAIRequestError(f"`{name}` is not supported by this server ({what} is not built); "
+                                     "leave it out")
+    response_format = body.get("response_format")
+    if response_format is not None and response_format != {"type": "text"}:
+        raise OpenAIRequestError(f"`response_format` {json.dumps(response_format)[:80]} is not supported by this "
+                                 "server (structured output is not built); only {\"type\": \"text\"}")
+    try:
+        # `model` may be left out here: the server answers with its base model
+        checked = _schemas()[0 if chat else 1].validate_python({"model": "", **body})
+    except ValidationError as e:
+        raise _problem(e, "") from None
+    return {**body, **_materialised(checked)}
+
+
+def _text_of(content, index: int) -> str:
+    """A message's content as text: a string, or OpenAI's list of parts, whose text parts are joined."""
+    if isinstance(content, str) or content is None:
+        return content or ""
+    texts = []
+    for part in content:
+        if part.get("type") != "text":
+            raise OpenAIRequestError(f"`messages.{index}.content`: a {part.get('type')} part is not supported "
+                                     "(this server serves text models); send text parts only")
+        texts.append(part["text"])
+    return "".join(texts)
+
+
 def chat_request(body: dict) -> InferRequest:
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
+    body = validated(body, chat=True)
+    if not body["messages"]:
         raise OpenAIRequestError("`messages` must be a non-empty list of {role, content} objects")
-    for m in messages:
-        if not isinstance(m, dict) or m.get("role") not in ("system", "user", "assistant", "tool") \
-                or not isinstance(m.get("content"), str):
-            raise OpenAIRequestError(f"bad message {str(m)[:100]}: each needs a role (system, user, assistant, "
-                                     "tool) and a string content")
-    return InferRequest(messages=[{"role": m["role"], "content": m["content"]} for m in messages])
+    # "developer" is the newer name of the system role
+    messages = [{"role": "system" if m["role"] == "developer" else m["role"],
+                 "content": _text_of(m.get("content"), i)} for i, m in enumerate(body["messages"])]
+    return InferRequest(messages=messages)
 
 
 def completion_request(body: dict, tokenizer) -> InferRequest:
+    validated(body, chat=False)
     prompt = body.get("prompt")
     if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
         return InferRequest(input_ids=prompt)

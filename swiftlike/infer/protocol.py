@@ -29,6 +29,8 @@ class RequestConfig:
     top_p: float = 1.0
     top_k: int = -1
     repetition_penalty: float = 1.0
+    presence_penalty: float = 0.0  # OpenAI's: subtracted from a token's logit once it has appeared
+    frequency_penalty: float = 0.0  # OpenAI's: subtracted once per earlier occurrence
     n: int = 1
     seed: int | None = None
     stop: list[str] = field(default_factory=list)
@@ -43,6 +45,8 @@ class RequestConfig:
             ("top_p", 0 < self.top_p <= 1, "must be in (0, 1]"),
             ("top_k", self.top_k == -1 or self.top_k >= 1, "must be -1 (all tokens) or >= 1"),
             ("n", self.n >= 1, "must be >= 1"),
+            ("presence_penalty", -2 <= self.presence_penalty <= 2, "must be in [-2, 2]"),
+            ("frequency_penalty", -2 <= self.frequency_penalty <= 2, "must be in [-2, 2]"),
             ("top_logprobs", self.top_logprobs is None or 0 <= self.top_logprobs <= 20, "must be in [0, 20]"),
         ]
         for name, ok, rule in checks:

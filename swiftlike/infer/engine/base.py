@@ -38,6 +38,18 @@ class InferEngine(ABC):
         """Whether `add_adapter` can load LoRA adapters into this engine."""
         return True
 
+    @property
+    def supports_penalties(self) -> bool:
+        """Whether OpenAI's presence_penalty / frequency_penalty are applied (vLLM); others refuse them."""
+        return False
+
+    def check_config(self, config: RequestConfig) -> None:
+        """A sampling setting this engine would silently ignore is an error instead."""
+        for name in ("presence_penalty", "frequency_penalty"):
+            if getattr(config, name) != 0 and not self.supports_penalties:
+                raise ValueError(f"{name} is not supported by the {type(self).__name__} backend; leave it at 0 "
+                                 "or serve with --infer_backend vllm")
+
     def reset_prefix_cache(self) -> None:
         """Drop cached prompt prefixes (computed with weights that just changed); engines without one: no-op."""
 

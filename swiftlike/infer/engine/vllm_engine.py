@@ -114,6 +114,10 @@ class VllmEngine(InferEngine):
     def supports_lora(self) -> bool:
         return self.options.enable_lora
 
+    @property
+    def supports_penalties(self) -> bool:
+        return True
+
     def add_adapter(self, name: str, path: str) -> None:
         from vllm.lora.request import LoRARequest
         if not self.options.enable_lora:
@@ -141,7 +145,8 @@ class VllmEngine(InferEngine):
         from vllm.sampling_params import RequestOutputKind
         kwargs = dict(n=config.n, max_tokens=config.max_tokens, temperature=config.temperature,
                       top_p=config.top_p, top_k=config.top_k if config.top_k > 0 else 0,
-                      repetition_penalty=config.repetition_penalty, seed=config.seed, stop=config.stop or None,
+                      repetition_penalty=config.repetition_penalty, presence_penalty=config.presence_penalty,
+                      frequency_penalty=config.frequency_penalty, seed=config.seed, stop=config.stop or None,
                       stop_token_ids=self.template.stop_token_ids, skip_special_tokens=True)
         if config.logprobs:
             kwargs["logprobs"] = config.top_logprobs or 0
