@@ -127,9 +127,17 @@ def test_openai_conversions():
         openai_api.request_config({"stream": True}, 99)
     with pytest.raises(ValueError, match="top_p must be in"):
         openai_api.request_config({"top_p": 2}, 99)
-    with pytest.raises(openai_api.OpenAIRequestError, match="each needs a role"):
+    with pytest.raises(openai_api.OpenAIRequestError, match=r"`messages.0`: role 'robot' is not one of assistant, "):
         openai_api.chat_request({"messages": [{"role": "robot", "content": "x"}]})
+    with pytest.raises(openai_api.OpenAIRequestError, match=r"`messages.1.content.0.text`: Field required"):
+        openai_api.chat_request({"messages": [{"role": "user", "content": "x"},
+                                              {"role": "user", "content": [{"type": "text"}]}]})
+    with pytest.raises(openai_api.OpenAIRequestError, match="`tools` is not supported"):
+        openai_api.chat_request({"messages": [{"role": "user", "content": "x"}], "tools": []})
     assert openai_api.chat_request({"messages": [{"role": "user", "content": "x"}]}).messages[0]["content"] == "x"
+    parts = openai_api.chat_request({"messages": [{"role": "developer", "content": "be brief"}, {
+        "role": "user", "content": [{"type": "text", "text": "2 +"}, {"type": "text", "text": " 3?"}]}]})
+    assert parts.messages == [{"role": "system", "content": "be brief"}, {"role": "user", "content": "2 + 3?"}]
 
 
 def test_fingerprint_definition_by_hand():

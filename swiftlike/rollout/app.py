@@ -18,6 +18,7 @@ Routes:
 """
 from __future__ import annotations
 
+import dataclasses
 import hmac
 import json
 from pathlib import Path
@@ -110,6 +111,9 @@ def create_app(service: RolloutService) -> FastAPI:
     @app.exception_handler(RequestValidationError)
     async def invalid_body(request: Request, exc: RequestValidationError):
         problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()[:5])
+        sampling = {f.name for f in dataclasses.fields(RequestConfig)}
+        if any(e["type"] == "extra_forbidden" and e["loc"][-1] in sampling for e in exc.errors()):
+            problems += " (sampling settings go in the body's `config` object, the engines' RequestConfig)"
         return _error(422, f"invalid request body for {request.url.path}: {problems}")
 
     @app.exception_handler(RequestTooLarge)

@@ -39,11 +39,11 @@ class RolloutService:
         self.args = args
         self._engine_thread = ThreadPoolExecutor(1, thread_name_prefix="swiftlike-engine")
         # vLLM is created on the thread that will drive it
-        self.engine, self.resolved = self._engine_thread.submit(engine_factory).result()
-        self.stager = WeightStager(checkpoint_shapes(self.resolved.model_dir))
+        self.engine = self._engine_thread.submit(engine_factory).result()
+        self.stager = WeightStager(checkpoint_shapes(self.engine.model_dir))
         self.version = 0
         start = time.time()
-        self.weights = checkpoint_fingerprint(self.resolved.model_dir, self.dtype)
+        self.weights = checkpoint_fingerprint(self.engine.model_dir, self.dtype)
         logger.info("base weights fingerprint %s (%d tensors, %.1f s)", self.weights.fingerprint[:12],
                     len(self.weights.digests), time.time() - start)
         self.full_update_version: int | None = None  # the policy version of the last full update; None: checkpoint
@@ -64,7 +64,7 @@ class RolloutService:
         import vllm
 
         from ..version import __version__
-        return {"model": self.engine.model_name, "model_dir": str(self.resolved.model_dir),
+        return {"model": self.engine.model_name, "model_dir": str(self.engine.model_dir),
                 "dtype": self.dtype, "policy_version": self.version, "adapters": sorted(self.engine.adapters),
                 "samples_generated": self.samples_generated,
                 "max_model_len": self.max_model_len, "enable_lora": self.engine.supports_lora,

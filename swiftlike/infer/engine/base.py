@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from abc import ABC, abstractmethod
+from pathlib import Path
 from collections.abc import AsyncIterator, Iterable, Iterator
 
 from ...template import Template
@@ -19,6 +20,7 @@ from ..protocol import InferRequest, InferResponse, RequestConfig, StreamDelta
 class InferEngine(ABC):
     template: Template
     model_name: str
+    model_dir: Path | None = None  # the served checkpoint's local directory, where there is one
     # Weight updates applied, where the engine itself counts them (a rollout server does); None otherwise,
     # and then the caller that pushes the weights counts.
     policy_version: int | None = None

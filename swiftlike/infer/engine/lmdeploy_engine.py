@@ -97,6 +97,7 @@ class LmdeployEngine(AsyncInferEngine):
                  options: LmdeployOptions | None = None, adapters: dict[str, str] | None = None):
         self._lmdeploy = import_backend("lmdeploy", "lmdeploy")
         self.model_name = resolved.model_id
+        self.model_dir = resolved.model_dir
         self.template = template or get_template(resolved.meta.template, load_tokenizer(resolved))
         self.options = options or LmdeployOptions()
         self._adapters = {name: str(check_adapter_dir(path)) for name, path in (adapters or {}).items()}

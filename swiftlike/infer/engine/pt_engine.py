@@ -36,6 +36,7 @@ class PtEngine(InferEngine):
             raise ValueError(f"logprobs_mode must be 'raw_logprobs' or 'processed_logprobs', got {logprobs_mode!r}")
         self.logprobs_mode = logprobs_mode
         self.model_name = resolved.model_id
+        self.model_dir = resolved.model_dir
         self.template = template or get_template(resolved.meta.template, load_tokenizer(resolved))
         self.model = model if model is not None else load_model(resolved, torch_dtype, device)
         self.max_batch_size = max_batch_size

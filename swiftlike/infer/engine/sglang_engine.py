@@ -173,6 +173,7 @@ class SglangEngine(AsyncInferEngine):
                  options: SglangOptions | None = None, adapters: dict[str, str] | None = None):
         sgl = import_backend("sglang", "sglang")
         self.model_name = resolved.model_id
+        self.model_dir = resolved.model_dir
         self.template = template or get_template(resolved.meta.template, load_tokenizer(resolved))
         self.options = options or SglangOptions()
         self._adapters = {name: str(check_adapter_dir(path)) for name, path in (adapters or {}).items()}

@@ -86,6 +86,7 @@ class VllmEngine(InferEngine):
         from vllm import LLM
 
         self.model_name = resolved.model_id
+        self.model_dir = resolved.model_dir
         self.template = template or get_template(resolved.meta.template, load_tokenizer(resolved))
         self.options = options or VllmOptions()
         if adapters and not self.options.enable_lora:
