@@ -72,7 +72,7 @@ def templates_table() -> str:
             code(meta.name),
             ", ".join(code(t) for t in used_by.get(meta.name, [])) or "-",
             system,
-            ", ".join(code(w) for w in meta.stop_words),
+            ", ".join(code(w) for w in meta.stop_words) or "-",
             "yes" if meta.thinking else "no",
             cell(meta.description),
         ])

@@ -39,6 +39,7 @@ _LAZY = {
     "resolve_model": "swiftlike.model",
     "get_template": "swiftlike.template",
     "load_dataset": "swiftlike.dataset",
+    "iter_dataset": "swiftlike.dataset",
 }
 # ms-swift's spellings of the same classes
 _ALIASES = {"RLHFArguments": "RlhfArguments", "RolloutArguments": "RolloutServerArguments"}

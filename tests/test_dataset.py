@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import collections
 import importlib.util
+import itertools
 import json
 import re
 import sys
@@ -11,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from swiftlike.dataset import DATASET_REGISTRY, DatasetRowError, load_dataset, normalize_row, split_dataset
+from swiftlike.dataset import (DATASET_REGISTRY, DatasetRowError, iter_dataset, load_dataset, normalize_row,
+                               split_dataset)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 NAMES = {"model_name": ["小黄", "Xiao Huang"], "model_author": ["魔搭", "ModelScope"]}
@@ -371,9 +373,42 @@ def test_unsupported_file_type(tmp_path):
         load_dataset([str(path)])
 
 
-def test_streaming_is_refused():
-    with pytest.raises(ValueError, match="--streaming is not supported yet"):
-        load_dataset(["swiftlike/alpaca-mini"], streaming=True)
+def test_streaming_reads_rows_only_as_far_as_consumed(tmp_path):
+    """A bad row 40 fails load_dataset at once, but a stream yields the rows before it and fails on reaching it."""
+    rows = [{"query": f"q{i}", "response": f"r{i}"} for i in range(60)]
+    path = tmp_path / "big.jsonl"
+    lines = [json.dumps(row) for row in rows]
+    lines[39] = "{not json"
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(DatasetRowError, match="line 40"):
+        load_dataset([str(path)])
+    stream = iter_dataset([f"{path}#3", "swiftlike/alpaca-mini#2"])
+    first = next(stream)
+    assert first["messages"][0]["content"] == "q0"
+    assert [row["messages"][0]["content"] for row in stream][:2] == ["q1", "q2"]  # #3 takes the first three
+    again = iter_dataset([str(path)])
+    assert [row["messages"][1]["content"] for row in itertools.islice(again, 39)][-1] == "r38"
+    with pytest.raises(DatasetRowError, match="line 40"):
+        next(again)
+
+
+def test_streaming_fails_before_reading_on_a_missing_file_or_identity(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        iter_dataset([str(tmp_path / "missing.jsonl")])
+    with pytest.raises(ValueError, match="needs --model_name and --model_author"):
+        iter_dataset(["swiftlike/self-cognition"])
+
+
+def test_streaming_hub_id_asks_the_hub_library_for_a_stream(monkeypatch):
+    calls = []
+
+    def fake_load(dataset_id: str, split: str, streaming: bool = False):
+        calls.append(streaming)
+        return iter([{"query": "a", "response": "b"}])
+    monkeypatch.delenv("SWIFTLIKE_OFFLINE", raising=False)
+    monkeypatch.setitem(sys.modules, "datasets", types.SimpleNamespace(load_dataset=fake_load))
+    assert list(iter_dataset(["someone/some-data"], use_hf=True)) == [{"messages": [user("a"), assistant("b")]}]
+    assert calls == [True]
 
 
 # --- hub ids (offline: only the error path) ----------------------------------------------------
@@ -387,7 +422,7 @@ def test_offline_hub_fails_at_once_with_advice(monkeypatch, use_hf, hub):
 
 
 def test_hub_library_failure_is_wrapped(monkeypatch):
-    def refuse(dataset_id: str, split: str):
+    def refuse(dataset_id: str, split: str, streaming: bool = False):
         raise ConnectionError("no route to host")
     monkeypatch.delenv("SWIFTLIKE_OFFLINE", raising=False)
     monkeypatch.setitem(sys.modules, "datasets", types.SimpleNamespace(load_dataset=refuse))
@@ -398,7 +433,7 @@ def test_hub_library_failure_is_wrapped(monkeypatch):
 
 
 def test_hub_rows_are_normalized_with_null_columns_as_absent(monkeypatch):
-    def fake_load(dataset_id: str, split: str) -> list[dict]:
+    def fake_load(dataset_id: str, split: str, streaming: bool = False) -> list[dict]:
         return [{"query": "a", "response": "b", "chosen": None}]
     monkeypatch.delenv("SWIFTLIKE_OFFLINE", raising=False)
     monkeypatch.setitem(sys.modules, "datasets", types.SimpleNamespace(load_dataset=fake_load))

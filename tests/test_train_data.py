@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from swiftlike.template.base import IGNORE_INDEX
-from swiftlike.train.data import EncodeStats, PackedCollator, PaddingCollator, encode_rows, pack_samples
+from swiftlike.train.data import EncodeStats, PackedCollator, PaddingCollator, RowEncoder, encode_rows, pack_samples
 
 
 def chat(question, answer):
@@ -15,8 +15,7 @@ ROWS = [chat("Hi", "Hello there."), chat("Count", "one two three four five six s
 
 
 def encode(template, strategy, max_length, pt=False, rows=ROWS):
-    return encode_rows(rows, template, max_length=max_length, truncation_strategy=strategy,
-                       loss_on_all_tokens=pt)
+    return encode_rows(rows, RowEncoder(template, max_length, strategy, loss_on_all_tokens=pt))
 
 
 def test_sft_labels_only_on_answers(tiny_template):

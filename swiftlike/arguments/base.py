@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from ..model.loader import ATTN_IMPLS
 from .parser import check_choices
 
 
@@ -32,6 +33,10 @@ class BaseArguments:
     use_hf: bool = arg(False, "Download models and datasets from the Hugging Face hub instead of ModelScope.")
     torch_dtype: Literal["auto", "float32", "bfloat16", "float16"] = arg(
         "auto", "Weights dtype; auto = float32 on CPU, bfloat16 on GPU.")
+    attn_impl: str | None = arg(None, f"Attention implementation where transformers runs the model (training, the "
+                                f"pt engine): {', '.join(ATTN_IMPLS)} (flash_attn = flash_attention_2; on a "
+                                "machine without CUDA a flash request runs as sdpa, with a warning). Default: "
+                                "config.json's choice.")
     template: str | None = arg(None, "Chat template name; defaults to the model type's template.")
     system: str | None = arg(None, "Default system prompt, as text or the path of a text file. "
                              "A system message in the data takes precedence.")
@@ -47,6 +52,8 @@ class BaseArguments:
 
     def __post_init__(self) -> None:
         check_choices(self)
+        if self.attn_impl is not None and self.attn_impl not in ATTN_IMPLS:
+            raise ValueError(f"--attn_impl {self.attn_impl!r}: choose from {', '.join(ATTN_IMPLS)}")
         self._fill_from_checkpoint()
         if self.max_length is not None and self.max_length <= 0:
             raise ValueError(f"--max_length must be positive, got {self.max_length}")
@@ -59,7 +66,7 @@ class BaseArguments:
         make_options = getattr(self, f"{backend}_options", None)
         return EngineSpec(backend=backend, model=self.model, model_type=self.model_type, use_hf=self.use_hf,
                           model_revision=self.model_revision, template=self.template, system=self.system,
-                          torch_dtype=self.torch_dtype, adapters=self.adapter_paths(),
+                          torch_dtype=self.torch_dtype, attn_impl=self.attn_impl, adapters=self.adapter_paths(),
                           max_batch_size=getattr(self, "max_batch_size", 16),
                           options=make_options() if make_options else None)
 

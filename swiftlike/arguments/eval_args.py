@@ -13,6 +13,8 @@ class EvalArguments(BaseArguments, VllmArguments):
     """swiftlike eval: accuracy and pass@k of a model, or of a running OpenAI-compatible endpoint."""
 
     command = "eval"
+    eval_backend: str = arg("Native", "Evaluation backend, as ms-swift spells it; swiftlike has Native only (its "
+                            "built-in benchmarks and .jsonl files), not OpenCompass or VLMEvalKit.")
     eval_dataset: list[str] = arg(["math"], "Benchmarks: built-in `math` (word problems, checked with math-verify) "
                                   "and `mcq` (four-choice), or local .jsonl files of {question, answer} or "
                                   "{question, choices, answer-letter} rows.")
@@ -42,6 +44,10 @@ class EvalArguments(BaseArguments, VllmArguments):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.eval_backend != "Native":
+            raise ValueError(f"--eval_backend {self.eval_backend}: swiftlike supports Native only (the built-in "
+                             "benchmarks math and mcq, and .jsonl files); OpenCompass and VLMEvalKit are not "
+                             "available")
         if self.model is None and self.eval_url is None:
             raise ValueError("give --model (evaluated in-process) or --eval_url (a running OpenAI-compatible "
                              "server)")

@@ -118,6 +118,18 @@ class RlhfArguments(TrainArguments, GrpoArguments, RolloutArguments, VllmArgumen
         if self.steps_per_generation is None:
             self.steps_per_generation = self.gradient_accumulation_steps
 
+    def _check_data_flags(self) -> None:
+        """Before sft's own checks of these flags, whose advice (--max_steps for --streaming, ...) misleads here."""
+        batch_flags = [f"--{name}" for name in ("streaming", "lazy_tokenize", "padding_free", "packing")
+                       if getattr(self, name)]
+        if batch_flags:
+            raise ValueError(f"{', '.join(batch_flags)}: not built for GRPO, whose batches are rollouts generated "
+                             "at every step, not encoded dataset samples")
+        if self.loss_scale == "all":
+            raise ValueError("--loss_scale all: GRPO's loss is on the sampled completions only (what default and "
+                             "last_round both mean here)")
+        super()._check_data_flags()
+
     def _check_grpo(self) -> None:
         if not self.reward_funcs and not self.reward_model:
             raise ValueError("--reward_funcs is required for grpo, e.g. --reward_funcs accuracy format "

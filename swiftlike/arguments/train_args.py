@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from ..template.base import check_loss_scale
 from .base import BaseArguments, arg
 
 DEEPSPEED_PRESETS = ("zero0", "zero1", "zero2", "zero3", "zero2_offload", "zero3_offload")
@@ -33,7 +34,24 @@ class TunerArguments:
 
 
 @dataclass
-class TrainArguments(BaseArguments, TunerArguments):
+class TrainDataArguments:
+    """How training rows become batches: encoding processes, cache, lazy or streamed reading, loss tokens."""
+
+    dataset_num_proc: int = arg(1, "Processes that encode the rows up front.")
+    load_from_cache_file: bool = arg(False, "Reuse the encoded rows of an earlier run with the same rows, tokenizer, "
+                                     "template and encoding flags ($SWIFTLIKE_CACHE/encoded), or store them there "
+                                     "for the next run.")
+    lazy_tokenize: bool = arg(False, "Encode a row when the Trainer reads it instead of all rows up front.")
+    streaming: bool = arg(False, "Read the datasets row by row as training consumes them, encoding as it goes "
+                          "(needs --max_steps; #N takes the first N rows; rows come in file order).")
+    padding_free: bool = arg(False, "Flatten each batch into one row without padding; position_ids restart at "
+                             "every sample, so attention stays within it.")
+    loss_scale: str = arg("default", "Tokens that carry loss: default (every assistant turn), last_round (the "
+                          "assistant turns after the last user turn), all (every token).")
+
+
+@dataclass
+class TrainArguments(BaseArguments, TunerArguments, TrainDataArguments):
     """swiftlike sft: supervised fine-tuning on chat data, loss on the assistant turns."""
 
     command = "sft"
@@ -67,6 +85,8 @@ class TrainArguments(BaseArguments, TunerArguments):
     packing: bool = arg(False, "Pack several samples into each --max_length row (no padding; attention stays "
                         "within each sample).")
     gradient_checkpointing: bool = arg(True, "Recompute activations in the backward pass to save memory.")
+    use_liger_kernel: bool = arg(False, "Liger's fused Triton kernels (CUDA only; on a machine without a GPU "
+                                 "training runs without them, with a warning).")
     dataloader_num_workers: int = arg(0, "Data-loader worker processes.")
     report_to: list[str] = arg(["tensorboard"], "Where metrics go besides logging.jsonl: tensorboard, wandb, "
                                "swanlab or none.")
@@ -128,6 +148,7 @@ class TrainArguments(BaseArguments, TunerArguments):
             raise ValueError(f"--lora_dropout must be in [0, 1), got {self.lora_dropout}")
         if self.packing and self.max_length is None:
             raise ValueError("--packing true needs --max_length (the length of each packed row)")
+        self._check_data_flags()
         if self.max_steps <= 0 and self.num_train_epochs <= 0:
             raise ValueError("set --max_steps > 0 or --num_train_epochs > 0")
         if self.tuner_type == "full" and self.adapters:
@@ -135,6 +156,19 @@ class TrainArguments(BaseArguments, TunerArguments):
         unknown = [r for r in self.report_to if r not in ("tensorboard", "wandb", "swanlab", "none")]
         if unknown:
             raise ValueError(f"--report_to {' '.join(unknown)}: choose from tensorboard, wandb, swanlab, none")
+
+    def _check_data_flags(self) -> None:
+        check_loss_scale(self.loss_scale)
+        if self.dataset_num_proc < 1:
+            raise ValueError(f"--dataset_num_proc must be >= 1, got {self.dataset_num_proc}")
+        if self.streaming and self.max_steps <= 0:
+            raise ValueError("--streaming true needs --max_steps: a stream has no length to count epochs in")
+        if self.streaming and self.split_dataset_ratio > 0:
+            raise ValueError("--split_dataset_ratio needs the whole dataset; with --streaming true give "
+                             "--val_dataset instead")
+        if self.packing and (self.lazy_tokenize or self.streaming):
+            raise ValueError("--packing true needs every sample's length up front; it cannot be combined with "
+                             "--lazy_tokenize or --streaming (use --padding_free true instead)")
 
     def _check_resume_dir(self) -> None:
         from ..utils.checkpoint import check_resumable
@@ -180,6 +214,13 @@ class PtArguments(TrainArguments):
     """swiftlike pt: continued pre-training on plain text, loss on every token."""
 
     command = "pt"
+    loss_scale: str = arg("all", "Tokens that carry loss; pt learns plain text, so every token (all).")
+
+    def _check_data_flags(self) -> None:
+        super()._check_data_flags()
+        if self.loss_scale != "all":
+            raise ValueError(f"--loss_scale {self.loss_scale}: swiftlike pt learns plain text with no chat "
+                             "turns, so every token carries loss (all); use swiftlike sft for turn-based loss")
 
     @property
     def loss_on_all_tokens(self) -> bool:

@@ -1,13 +1,15 @@
 """Resolve `--dataset` specs to normalized rows, the way ms-swift reads them.
 
 A spec is a local `.jsonl`/`.json`/`.csv` file, a registered built-in name, or an `owner/name`
-hub id, optionally followed by `#N` to take N rows. Files are read whole into lists: the
-datasets this platform trains on fit in memory, and lists keep every step deterministic.
+hub id, optionally followed by `#N` to take N rows. `load_dataset` reads sources whole into lists
+(every row checked before `#N` sampling, and every step deterministic); `iter_dataset` reads them
+row by row as they are consumed, for `--streaming`.
 """
 from __future__ import annotations
 
 import copy
 import csv
+import itertools
 import json
 import math
 import random
@@ -66,17 +68,19 @@ def _csv_rows(path: Path, label: str) -> Iterator[LocatedRow]:
             yield where, {key: value for key, value in row.items() if value is not None}
 
 
-def _file_rows(path: Path, label: str) -> list[LocatedRow]:
+def _file_rows(path: Path, label: str) -> Iterator[LocatedRow]:
+    """`.jsonl` and `.csv` are read line by line; a `.json` file is read whole (an array parses only whole)."""
     suffix = path.suffix.lower()
     if suffix == ".csv":
-        return list(_csv_rows(path, label))
-    text = path.read_text(encoding="utf-8")
-    if suffix == ".json":
-        return list(_json_rows(text, label))
-    return list(_jsonl_rows(text.splitlines(), label))
+        yield from _csv_rows(path, label)
+    elif suffix == ".json":
+        yield from _json_rows(path.read_text(encoding="utf-8"), label)
+    else:
+        with path.open(encoding="utf-8") as f:
+            yield from _jsonl_rows(f, label)
 
 
-def _hub_rows(dataset_id: str, use_hf: bool) -> list[LocatedRow]:
+def _hub_rows(dataset_id: str, use_hf: bool, streaming: bool) -> Iterator[LocatedRow]:
     hub = "the Hugging Face hub" if use_hf else "ModelScope"
     advice = "download it and pass the local .jsonl/.json/.csv file to --dataset instead"
     if switch := offline_variable():
@@ -84,24 +88,23 @@ def _hub_rows(dataset_id: str, use_hf: bool) -> list[LocatedRow]:
     try:
         if use_hf:
             import datasets
-            rows = datasets.load_dataset(dataset_id, split="train")
+            rows = datasets.load_dataset(dataset_id, split="train", streaming=streaming)
         else:
             from modelscope import MsDataset
-            rows = MsDataset.load(dataset_id, split="train")
-        return [(f"{dataset_id} row {index + 1}", dict(row)) for index, row in enumerate(rows)]
+            rows = MsDataset.load(dataset_id, split="train", use_streaming=streaming)
+        for index, row in enumerate(rows):
+            yield f"{dataset_id} row {index + 1}", dict(row)
     except Exception as error:
         raise RuntimeError(f"could not load dataset {dataset_id!r} from {hub} "
                            f"({type(error).__name__}: {error}); {advice}") from error
 
 
-def _normalize_all(located: list[LocatedRow]) -> list[dict]:
+def _normalize(located: Iterable[LocatedRow]) -> Iterator[dict]:
     """The first row fixes the format every other row of the same source must have."""
     expected: RowFormat | None = None
-    normalized = []
     for where, row in located:
         expected = expected or detect_format(row, where)
-        normalized.append(normalize_row(row, where, expected=expected))
-    return normalized
+        yield normalize_row(row, where, expected=expected)
 
 
 def _pick_name(names: list[str], lang: str) -> str:
@@ -118,31 +121,30 @@ def _check_identity(dataset: str, model_name: list[str] | None, model_author: li
             raise ValueError(f"{flag} takes one or two values (Chinese, then English), got {len(names)}")
 
 
-def _fill_identity(rows: list[dict], model_name: list[str], model_author: list[str]) -> list[dict]:
+def _fill_identity(row: dict, model_name: list[str], model_author: list[str]) -> dict:
     """Replace the placeholders; the hidden `lang` column picks the name's language and is dropped."""
-    for row in rows:
-        lang = row.pop("lang", "en")
-        values = (_pick_name(model_name, lang), _pick_name(model_author, lang))
-        for message in row["messages"]:
-            for placeholder, value in zip(_PLACEHOLDERS, values, strict=True):
-                message["content"] = message["content"].replace(placeholder, value)
-    return rows
+    lang = row.pop("lang", "en")
+    values = (_pick_name(model_name, lang), _pick_name(model_author, lang))
+    for message in row["messages"]:
+        for placeholder, value in zip(_PLACEHOLDERS, values, strict=True):
+            message["content"] = message["content"].replace(placeholder, value)
+    return row
 
 
 def _builtin_rows(meta: DatasetMeta, model_name: list[str] | None,
-                  model_author: list[str] | None) -> list[dict]:
-    self_cognition = SELF_COGNITION_TAG in meta.tags
-    if self_cognition:
-        _check_identity(meta.name, model_name, model_author)
-    rows = _normalize_all(_file_rows(meta.file, meta.file.name))
-    return _fill_identity(rows, model_name, model_author) if self_cognition else rows
+                  model_author: list[str] | None) -> Iterator[dict]:
+    rows = _normalize(_file_rows(meta.file, meta.file.name))
+    if SELF_COGNITION_TAG not in meta.tags:
+        return rows
+    _check_identity(meta.name, model_name, model_author)
+    return (_fill_identity(row, model_name, model_author) for row in rows)
 
 
 def _is_hub_id(source: str) -> bool:
     return bool(_HUB_ID.match(source)) and not source.lower().endswith(FILE_SUFFIXES)
 
 
-def _local_rows(source: str) -> list[dict]:
+def _local_rows(source: str) -> Iterator[dict]:
     path = Path(source).expanduser()
     if not path.is_file():
         raise FileNotFoundError(f"dataset file not found: {source} (built-in datasets: "
@@ -150,15 +152,16 @@ def _local_rows(source: str) -> list[dict]:
     if path.suffix.lower() not in FILE_SUFFIXES:
         raise ValueError(f"dataset file {source}: unsupported type {path.suffix!r}; "
                          "use .jsonl, .json or .csv")
-    return _normalize_all(_file_rows(path, source))
+    return _normalize(_file_rows(path, source))
 
 
 def _source_rows(source: str, *, model_name: list[str] | None, model_author: list[str] | None,
-                 use_hf: bool) -> list[dict]:
+                 use_hf: bool, streaming: bool) -> Iterator[dict]:
+    """The source's rows, read as they are consumed; what can be checked without reading is checked now."""
     if source in DATASET_REGISTRY:
         return _builtin_rows(DATASET_REGISTRY[source], model_name, model_author)
     if _is_hub_id(source) and not Path(source).expanduser().exists():
-        return _normalize_all(_hub_rows(source, use_hf))
+        return _normalize(_hub_rows(source, use_hf, streaming))
     return _local_rows(source)
 
 
@@ -184,23 +187,37 @@ def _sample_rows(rows: list[dict], count: int, seed: int) -> list[dict]:
 
 
 def load_dataset(datasets: list[str], *, seed: int = 42, model_name: list[str] | None = None,
-                 model_author: list[str] | None = None, use_hf: bool = False,
-                 streaming: bool = False) -> list[dict]:
+                 model_author: list[str] | None = None, use_hf: bool = False) -> list[dict]:
     """Load every spec and concatenate the normalized rows, in spec order.
 
     Each row is checked in full before `#N` sampling, so a bad row fails the run whatever
-    the sample. `streaming` is accepted for ms-swift compatibility but not supported yet.
+    the sample.
     """
-    if streaming:
-        raise ValueError("--streaming is not supported yet; datasets are loaded into memory")
     rows: list[dict] = []
     for spec in datasets:
         source, count = _parse_spec(spec)
-        loaded = _source_rows(source, model_name=model_name, model_author=model_author, use_hf=use_hf)
+        loaded = list(_source_rows(source, model_name=model_name, model_author=model_author, use_hf=use_hf,
+                                   streaming=False))
         if not loaded:
             raise ValueError(f"dataset {source!r} has no rows")
         rows += loaded if count is None else _sample_rows(loaded, count, seed)
     return rows
+
+
+def iter_dataset(datasets: list[str], *, model_name: list[str] | None = None,
+                 model_author: list[str] | None = None, use_hf: bool = False) -> Iterator[dict]:
+    """The rows of every spec one at a time, each source read only as far as it is consumed (--streaming).
+
+    A stream cannot be sampled without reading it whole, so `#N` takes the first N rows (as ms-swift
+    does when streaming), and a bad row fails when it is reached. Missing files, bad specs and missing
+    self-cognition names fail here, before any row is read; hub ids stream through the hub library.
+    """
+    sources = []
+    for spec in datasets:
+        source, count = _parse_spec(spec)
+        sources.append((_source_rows(source, model_name=model_name, model_author=model_author, use_hf=use_hf,
+                                     streaming=True), count))
+    return itertools.chain.from_iterable(itertools.islice(rows, count) for rows, count in sources)
 
 
 def split_dataset(rows: list[dict], ratio: float, seed: int) -> tuple[list[dict], list[dict]]:

@@ -3,9 +3,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..utils import get_logger, warn_once
 from .resolve import ResolvedModel
 
+logger = get_logger("swiftlike.model")
+
 DTYPES = ("auto", "float32", "bfloat16", "float16")
+# --attn_impl values: ms-swift's spellings of transformers' attention implementations
+ATTN_IMPLS = ("sdpa", "eager", "flex_attention", "flash_attn", "flash_attention_2", "flash_attention_3",
+              "flash_attention_4")
 
 
 def pick_dtype(torch_dtype: str, device: str):
@@ -14,6 +20,26 @@ def pick_dtype(torch_dtype: str, device: str):
     if torch_dtype == "auto":
         return torch.float32 if device == "cpu" else torch.bfloat16
     return getattr(torch, torch_dtype)
+
+
+def attn_implementation(attn_impl: str | None, device: str) -> str | None:
+    """transformers' `attn_implementation` for --attn_impl on `device`; None keeps config.json's choice.
+
+    FlashAttention kernels exist only for CUDA. On a machine without one a flash request runs as sdpa,
+    which computes the same attention, with one warning: ms-swift command lines (which ask for
+    flash_attn with --packing / --padding_free) then run unchanged, and packed samples stay apart
+    because transformers builds their mask from the restarting position_ids.
+    """
+    if attn_impl is None:
+        return None
+    if attn_impl not in ATTN_IMPLS:
+        raise ValueError(f"--attn_impl {attn_impl!r}: choose from {', '.join(ATTN_IMPLS)}")
+    impl = "flash_attention_2" if attn_impl == "flash_attn" else attn_impl
+    if impl.startswith("flash_attention") and device != "cuda":
+        warn_once(logger, f"--attn_impl {attn_impl}: FlashAttention needs a CUDA GPU, which this machine lacks; "
+                          "using sdpa (the same attention, without the fused kernel)")
+        return "sdpa"
+    return impl
 
 
 def default_device() -> str:
@@ -29,10 +55,12 @@ def load_tokenizer(resolved: ResolvedModel):
     return tok
 
 
-def load_model(resolved: ResolvedModel, torch_dtype: str = "auto", device: str | None = None):
+def load_model(resolved: ResolvedModel, torch_dtype: str = "auto", device: str | None = None,
+               attn_impl: str | None = None):
     from transformers import AutoModelForCausalLM
     device = device or default_device()
-    model = AutoModelForCausalLM.from_pretrained(resolved.model_dir, dtype=pick_dtype(torch_dtype, device))
+    model = AutoModelForCausalLM.from_pretrained(resolved.model_dir, dtype=pick_dtype(torch_dtype, device),
+                                                 attn_implementation=attn_implementation(attn_impl, device))
     return model.to(device).eval()
 
 

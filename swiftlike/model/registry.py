@@ -48,7 +48,9 @@ def guess_model_type(hf_model_type: str, name: str, special_tokens: set[str]) ->
     """Pick a registered type from a directory's config and tokenizer when the id is not known.
 
     Several registered types share one HF architecture (llama3 and smollm2 are both `llama`),
-    so the tokenizer's special tokens and keywords in the name break the tie.
+    so the tokenizer's special tokens and keywords in the name break the tie. A `llama` model with
+    neither family's tokens (Llama 2, TinyLlama chat, ...) is neither: None lets its tokenizer's own
+    chat template serve.
     """
     candidates = [m for m in MODEL_REGISTRY.values() if m.hf_model_type == hf_model_type]
     if not candidates:
@@ -62,6 +64,7 @@ def guess_model_type(hf_model_type: str, name: str, special_tokens: set[str]) ->
             return "llama3"
         if "<|im_start|>" in special_tokens:
             return "smollm2"
+        return None
     return candidates[0].model_type
 
 

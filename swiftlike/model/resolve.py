@@ -13,6 +13,7 @@ from functools import lru_cache
 from pathlib import Path
 from urllib.parse import urlparse
 
+from ..template import TOKENIZER_TEMPLATE
 from ..utils import get_logger
 from ..utils.hub import offline_variable
 from .packaged import find_packaged, materialize_packaged, read_marker
@@ -112,7 +113,21 @@ def resolve_model(model: str, model_type: str | None = None, use_hf: bool = Fals
         raise ValueError(f"--model {model!r}: no such directory, and not a hub id of the form owner/name")
 
     detected = model_type or find_model_type_by_id(model) or _detect_model_type(model_dir, model)
-    if detected is None:
-        raise ValueError(f"cannot tell the model type of {model!r}; pass --model_type "
-                         f"(one of: {', '.join(sorted(MODEL_REGISTRY))})")
-    return ResolvedModel(model_id=model, model_dir=Path(model_dir), meta=get_model_meta(detected), source=source)
+    config = json.loads((Path(model_dir) / "config.json").read_text())
+    # an unregistered type is also what a checkpoint of such a model records as its --model_type
+    if detected is None or (detected not in MODEL_REGISTRY and detected == config.get("model_type")):
+        meta = _unregistered_meta(config, model)
+    else:
+        meta = get_model_meta(detected)  # an unknown --model_type fails here, naming the registered ones
+    return ResolvedModel(model_id=model, model_dir=Path(model_dir), meta=meta, source=source)
+
+
+def _unregistered_meta(config: dict, model: str) -> ModelMeta:
+    """Any causal LM transformers can load is usable; its tokenizer's chat template stands in for a
+    registered template (get_template says what to pass when the tokenizer has none)."""
+    hf_type = config.get("model_type") or "unknown"
+    architecture = (config.get("architectures") or ["?"])[0]
+    logger.info("%s: model type %r is not registered; using its tokenizer's chat template (--template %s)",
+                model, hf_type, TOKENIZER_TEMPLATE)
+    return ModelMeta(hf_type, architecture, TOKENIZER_TEMPLATE, hf_type,
+                     description="not registered: the tokenizer's chat template")

@@ -55,6 +55,9 @@ def train_grpo(args: RlhfArguments) -> TrainResult:
     tokenizer = load_tokenizer(resolved)
     template = get_template(args.template or resolved.meta.template, tokenizer, args.system)
     rows = _prompt_rows(load_train_val_rows(args)[0])
+    if args.dataset_num_proc > 1 or args.load_from_cache_file:
+        logger.info("--dataset_num_proc / --load_from_cache_file: GRPO encodes prompts at rollout time, so "
+                    "there is nothing to encode up front or cache")
 
     training_args = training_arguments(args, Path(args.output_dir or "output"), has_eval=False)
     gen_prompts = (args.per_device_train_batch_size * args.steps_per_generation // args.num_generations

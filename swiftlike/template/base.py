@@ -8,12 +8,21 @@ piece boundaries and drift from what the model saw in pre-training.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 IGNORE_INDEX = -100
 
 Message = dict  # {"role": "system"|"user"|"assistant", "content": str}
+
+# ms-swift's three base strategies for --loss_scale; its agent and think-block variants are not built.
+LOSS_SCALES = {
+    "default": "every assistant turn",
+    "last_round": "the assistant turns after the last user turn",
+    "all": "every token, prompt included",
+}
 
 
 @dataclass(frozen=True)
@@ -59,6 +68,21 @@ def read_system(system: str | None) -> str | None:
         if path.is_file():
             return path.read_text(encoding="utf-8").rstrip("\n")
     return system
+
+
+def check_loss_scale(loss_scale: str) -> None:
+    if loss_scale not in LOSS_SCALES:
+        supported = "; ".join(f"{name} ({meaning})" for name, meaning in LOSS_SCALES.items())
+        raise ValueError(f"--loss_scale {loss_scale!r} is not supported; swiftlike implements ms-swift's base "
+                         f"strategies: {supported}")
+
+
+def trained_turns(messages: list[Message], loss_scale: str) -> list[int]:
+    """Indices of the assistant messages that carry loss under `loss_scale` (ms-swift's meaning)."""
+    check_loss_scale(loss_scale)
+    last_user = max((i for i, m in enumerate(messages) if m["role"] == "user"), default=-1)
+    first = last_user + 1 if loss_scale == "last_round" else 0
+    return [i for i, m in enumerate(messages) if m["role"] == "assistant" and i >= first]
 
 
 def validate_messages(messages: list[Message]) -> None:
@@ -108,10 +132,21 @@ class Template:
             return "<think>\n" + reasoning.strip("\n") + "\n</think>\n\n" + content.lstrip("\n")
         return content
 
+    def fingerprint(self) -> str:
+        """Everything the token ids and labels depend on, so encoded data can be reused only when it would
+        come out the same (--load_from_cache_file)."""
+        tokenizer = self.tokenizer
+        vocab = tokenizer.backend_tokenizer.to_str() if hasattr(tokenizer, "backend_tokenizer") else \
+            json.dumps(tokenizer.get_vocab(), sort_keys=True)
+        parts = [json.dumps(asdict(self.meta), sort_keys=True), str(self.default_system), vocab,
+                 json.dumps(tokenizer.special_tokens_map, sort_keys=True, default=str)]
+        return hashlib.sha256("\0".join(parts).encode()).hexdigest()
+
     def render(self, messages: list[Message], add_generation_prompt: bool = False,
-               enable_thinking: bool = True) -> tuple[str, list[tuple[int, int]]]:
+               enable_thinking: bool = True, loss_scale: str = "default") -> tuple[str, list[tuple[int, int]]]:
         """Render the conversation; return the text and the character spans that carry loss."""
         validate_messages(messages)
+        trained = set(trained_turns(messages, loss_scale))
         meta = self.meta
         parts: list[str] = [meta.bos]
         spans: list[tuple[int, int]] = []
@@ -124,6 +159,7 @@ class Template:
             parts.append(text)
             pos += len(text)
 
+        system_turns = 1 if messages[0]["role"] == "system" else 0  # `body` indices are shifted by this
         body = list(messages)
         if body[0]["role"] == "system":
             emit(meta.system_format.format(content=self._content(body.pop(0)["content"])))
@@ -136,20 +172,22 @@ class Template:
             else:
                 final = i > last_user and i == len(body) - 1
                 emit(meta.assistant_prefix)
-                emit(self._assistant_body(m["content"], final) + meta.assistant_suffix, trainable=True)
+                emit(self._assistant_body(m["content"], final) + meta.assistant_suffix,
+                     trainable=i + system_turns in trained)
                 emit(meta.turn_separator)
         if add_generation_prompt:
             emit(meta.assistant_prefix)
             if meta.thinking and not enable_thinking:
                 emit("<think>\n\n</think>\n\n")
-        return "".join(parts), spans
+        text = "".join(parts)
+        return text, [(0, len(text))] if loss_scale == "all" else spans
 
     def encode(self, messages: list[Message], add_generation_prompt: bool = False,
-               enable_thinking: bool = True) -> Encoded:
-        """Token ids plus labels; labels are IGNORE_INDEX outside assistant answers."""
+               enable_thinking: bool = True, loss_scale: str = "default") -> Encoded:
+        """Token ids plus labels; labels are IGNORE_INDEX outside the spans `loss_scale` trains."""
         if add_generation_prompt and messages and messages[-1]["role"] == "assistant":
             raise ValueError("add_generation_prompt needs a conversation that ends with a user turn")
-        text, spans = self.render(messages, add_generation_prompt, enable_thinking)
+        text, spans = self.render(messages, add_generation_prompt, enable_thinking, loss_scale)
         enc = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
         ids = list(enc["input_ids"])
         labels = [IGNORE_INDEX] * len(ids)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from ..utils.registry import Registry
 from .base import Template, TemplateMeta
+from .tokenizer_template import TOKENIZER_TEMPLATE, TOKENIZER_TEMPLATE_META, TokenizerTemplate
 
 TEMPLATE_REGISTRY: Registry[TemplateMeta] = Registry("template", "--template")
 
@@ -16,6 +17,9 @@ def get_template_meta(name: str) -> TemplateMeta:
 
 
 def get_template(name: str, tokenizer, system: str | None = None) -> Template:
+    """A registered format, or with `tokenizer` the tokenizer's own chat template."""
+    if name == TOKENIZER_TEMPLATE:
+        return TokenizerTemplate(tokenizer, system, registered=tuple(sorted(set(TEMPLATE_REGISTRY) - {name})))
     return Template(get_template_meta(name), tokenizer, system)
 
 
@@ -76,6 +80,7 @@ _LLAMA3_JINJA = (
 
 
 def _register_builtin() -> None:
+    register_template(TOKENIZER_TEMPLATE_META)
     register_template(_chatml("chatml", None, "plain ChatML, no default system prompt"))
     register_template(_chatml("qwen", "You are a helpful assistant.", "Qwen2 ChatML"))
     register_template(_chatml(

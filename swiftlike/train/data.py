@@ -1,7 +1,8 @@
 """From dataset rows to training batches: encode, enforce --max_length, pack, collate.
 
-Encoding goes through the chat template (sft) or plain text (pt) once, up front, so the
-counts of truncated and dropped samples are known and logged before the first step.
+Encoding goes through the chat template (sft) or plain text (pt); by default once, up front, so
+the counts of truncated and dropped samples are known and logged before the first step
+(`prepare.py` also encodes on access or as a stream, with the same `RowEncoder`).
 Packing is written here rather than taken from TRL because it must keep our labels
 (loss only on assistant turns) and our truncation rules; the attention separation itself
 is transformers' own: with `position_ids` restarting at 0 and no attention mask, its
@@ -10,9 +11,11 @@ mask builder keeps each packed sample attending only to itself.
 from __future__ import annotations
 
 import bisect
+import json
 from dataclasses import dataclass
 
 from ..template.base import IGNORE_INDEX, Template
+from ..version import __version__
 
 
 @dataclass
@@ -26,6 +29,12 @@ class EncodeStats:
     dropped_no_target: int = 0
     tokens: int = 0
     longest: int = 0
+
+    def add(self, other: EncodeStats) -> None:
+        """Fold in the counts of another shard of the same dataset."""
+        for name in ("rows", "kept", "truncated", "dropped_too_long", "dropped_no_target", "tokens"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.longest = max(self.longest, other.longest)
 
     def describe(self, max_length: int | None, strategy: str) -> str:
         parts = [f"{self.kept}/{self.rows} samples kept, {self.tokens} tokens, longest {self.longest}"]
@@ -48,43 +57,76 @@ def encode_pretrain_text(messages: list[dict], tokenizer) -> tuple[list[int], li
     return ids, list(ids)
 
 
-def encode_rows(rows: list[dict], template: Template, *, max_length: int | None, truncation_strategy: str,
-                loss_on_all_tokens: bool) -> tuple[list[dict], EncodeStats]:
-    """Encode every row; apply the truncation rule; drop samples left with nothing to learn."""
-    stats = EncodeStats(rows=len(rows))
-    samples = []
-    for index, row in enumerate(rows):
-        if loss_on_all_tokens:
-            ids, labels = encode_pretrain_text(row["messages"], template.tokenizer)
+@dataclass(frozen=True)
+class RowEncoder:
+    """Everything the encoding of one row depends on: the one object handed to worker processes, lazy and
+    streaming datasets, and the encoded-data cache key."""
+
+    template: Template
+    max_length: int | None
+    truncation_strategy: str
+    loss_on_all_tokens: bool
+    loss_scale: str = "default"
+
+    def __call__(self, row: dict, index: int, stats: EncodeStats) -> dict | None:
+        """The sample of row `index` (0-based), or None when the truncation rule leaves nothing to learn."""
+        stats.rows += 1
+        if self.loss_on_all_tokens:
+            ids, labels = encode_pretrain_text(row["messages"], self.template.tokenizer)
         else:
             if row["messages"][-1]["role"] != "assistant":
                 raise ValueError(f"training row {index + 1} ends with a {row['messages'][-1]['role']} turn: "
                                  "sft learns from assistant answers, so each row needs one "
                                  "(query/response, messages ending with an assistant turn, ...)")
-            encoded = template.encode(row["messages"])
+            encoded = self.template.encode(row["messages"], loss_scale=self.loss_scale)
             ids, labels = encoded.input_ids, encoded.labels
         stats.longest = max(stats.longest, len(ids))
-        if max_length is not None and len(ids) > max_length:
-            if truncation_strategy == "delete":
+        if self.max_length is not None and len(ids) > self.max_length:
+            if self.truncation_strategy == "delete":
                 stats.dropped_too_long += 1
-                continue
+                return None
             stats.truncated += 1
-            cut = slice(len(ids) - max_length, None) if truncation_strategy == "left" else slice(0, max_length)
+            cut = (slice(len(ids) - self.max_length, None) if self.truncation_strategy == "left"
+                   else slice(0, self.max_length))
             ids, labels = ids[cut], labels[cut]
         if all(label == IGNORE_INDEX for label in labels[1:]):
             stats.dropped_no_target += 1
-            continue
-        samples.append({"input_ids": ids, "labels": labels})
+            return None
         stats.kept += 1
         stats.tokens += len(ids)
+        return {"input_ids": ids, "labels": labels}
+
+    def fingerprint(self) -> str:
+        """What the samples depend on besides the rows themselves."""
+        return json.dumps([self.template.fingerprint(), self.max_length, self.truncation_strategy,
+                           self.loss_on_all_tokens, self.loss_scale, __version__])
+
+
+def encode_rows(rows: list[dict], encoder: RowEncoder, start: int = 0) -> tuple[list[dict], EncodeStats]:
+    """Encode every row; apply the truncation rule; drop samples left with nothing to learn.
+
+    `start` is the index of the first row in the whole dataset, so errors name the right row.
+    """
+    stats = EncodeStats()
+    samples = [sample for index, row in enumerate(rows, start) if (sample := encoder(row, index, stats)) is not None]
     return samples, stats
+
+
+def flatten(samples: list[dict]) -> dict:
+    """Samples end to end in one row, `position_ids` restarting at 0 for each; the first label of every sample
+    is masked, since there it would be predicted from the previous sample."""
+    input_ids, labels, position_ids = [], [], []
+    for sample in samples:
+        input_ids += sample["input_ids"]
+        labels += [IGNORE_INDEX] + sample["labels"][1:]
+        position_ids += list(range(len(sample["input_ids"])))
+    return {"input_ids": input_ids, "labels": labels, "position_ids": position_ids}
 
 
 def pack_samples(samples: list[dict], max_length: int) -> list[dict]:
     """Best-fit-decreasing packing into rows of at most `max_length` tokens.
 
-    Each row keeps per-sample `position_ids` (restarting at 0); the first label of every
-    sample is masked, since in a packed row it would be predicted from the previous sample.
+    Each row is the `flatten` of its samples.
     """
     order = sorted(range(len(samples)), key=lambda i: -len(samples[i]["input_ids"]))
     bins: list[list[int]] = []
@@ -100,16 +142,7 @@ def pack_samples(samples: list[dict], max_length: int) -> list[dict]:
         bins[b].append(i)
         if space - length > 0:
             bisect.insort(free, (space - length, b))
-    packed = []
-    for members in bins:
-        input_ids, labels, position_ids = [], [], []
-        for i in sorted(members):
-            sample = samples[i]
-            input_ids += sample["input_ids"]
-            labels += [IGNORE_INDEX] + sample["labels"][1:]
-            position_ids += list(range(len(sample["input_ids"])))
-        packed.append({"input_ids": input_ids, "labels": labels, "position_ids": position_ids})
-    return packed
+    return [flatten([samples[i] for i in sorted(members)]) for members in bins]
 
 
 @dataclass
@@ -145,6 +178,18 @@ class PackedCollator:
         out = {key: torch.tensor([[token for b in batch for token in b[key]]], dtype=torch.long)
                for key in ("input_ids", "labels", "position_ids")}
         return out | {"use_cache": False}
+
+
+class PaddingFreeCollator:
+    """--padding_free: a batch of samples flattened into one row by transformers' DataCollatorWithFlattening
+    (the layout of a packed row, built per batch instead of up front); `use_cache=False` as for packing."""
+
+    def __init__(self):
+        from transformers import DataCollatorWithFlattening
+        self.flatten = DataCollatorWithFlattening(return_position_ids=True, separator_id=IGNORE_INDEX)
+
+    def __call__(self, batch: list[dict]) -> dict:
+        return dict(self.flatten(batch)) | {"use_cache": False}
 
 
 class ListDataset:

@@ -9,8 +9,10 @@ from pathlib import Path
 
 from ..arguments.train_args import TrainArguments
 from ..model import ResolvedModel, default_device
-from ..utils import atomic_write_json
+from ..utils import atomic_write_json, get_logger, warn_once
 from .outputs import ARGS_FILE, new_run_dir
+
+logger = get_logger("swiftlike.train")
 
 
 def load_train_val_rows(args: TrainArguments) -> tuple[list[dict], list[dict]]:
@@ -29,6 +31,9 @@ def training_arguments(args: TrainArguments, run_dir: Path, has_eval: bool):
     """The one place our arguments become a `transformers.TrainingArguments`."""
     from transformers import TrainingArguments
     on_cpu = default_device() == "cpu"
+    if args.use_liger_kernel and on_cpu:
+        warn_once(logger, "--use_liger_kernel: Liger's kernels are Triton kernels for CUDA GPUs, which this machine "
+                          "lacks; training runs without them")
     return TrainingArguments(
         output_dir=str(run_dir), seed=args.seed, data_seed=args.seed,
         learning_rate=args.learning_rate, num_train_epochs=args.num_train_epochs, max_steps=args.max_steps,
@@ -51,8 +56,9 @@ def training_arguments(args: TrainArguments, run_dir: Path, has_eval: bool):
         deepspeed=args.deepspeed_config(), ddp_timeout=args.ddp_timeout,
         # On CPU, accelerate forms a torchrun process group only when told it is a CPU run.
         use_cpu=on_cpu, ddp_backend=args.ddp_backend, ddp_find_unused_parameters=False,
-        # packed rows have no padding, and counting "non-padding" there would skip real tokens equal to the pad id
-        include_num_input_tokens_seen="all" if args.packing else "non_padding",
+        use_liger_kernel=args.use_liger_kernel and not on_cpu,
+        # packed and flattened rows have no padding; counting "non-padding" would skip real tokens equal to the pad id
+        include_num_input_tokens_seen="all" if args.packing or args.padding_free else "non_padding",
     )
 
 

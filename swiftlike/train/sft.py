@@ -11,9 +11,9 @@ from ..model import default_device, load_tokenizer, resolve_model
 from ..template import get_template
 from ..utils import get_logger
 from ..utils.checkpoint import latest_checkpoint
-from .data import EncodeStats, ListDataset, PackedCollator, PaddingCollator, encode_rows, pack_samples
+from .data import EncodeStats
 from .outputs import JsonlLog, save_args
-from .run_setup import checkpoint_args_writer, load_train_val_rows, shared_run_dir, training_arguments
+from .run_setup import checkpoint_args_writer, shared_run_dir, training_arguments
 
 logger = get_logger("swiftlike.train")
 
@@ -50,30 +50,11 @@ class TrainResult:
         return "\n".join(lines)
 
 
-
-
-def _encode(args: TrainArguments, rows: list[dict], template, what: str) -> tuple[list[dict], EncodeStats]:
-    samples, stats = encode_rows(rows, template, max_length=args.max_length,
-                                 truncation_strategy=args.truncation_strategy,
-                                 loss_on_all_tokens=args.loss_on_all_tokens)
-    logger.info("%s data: %s", what, stats.describe(args.max_length, args.truncation_strategy))
-    if not samples:
-        detail = stats.describe(args.max_length, args.truncation_strategy)
-        raise ValueError(f"no {what} samples left after encoding ({detail}); raise --max_length or use "
-                         "--truncation_strategy left|right")
-    return samples, stats
-
-
-
-
-
-
-
-
 def train(args: TrainArguments) -> TrainResult:
     """Run one training job from typed arguments (the CLI and the Python API both end here)."""
     from transformers import set_seed
 
+    from .prepare import prepare_data
     from .trainer import RunLogCallback, SwiftlikeTrainer
     from .tuner import parameter_summary, prepare_model
 
@@ -82,19 +63,10 @@ def train(args: TrainArguments) -> TrainResult:
     resolved = resolve_model(args.model, args.model_type, args.use_hf, args.model_revision)
     tokenizer = load_tokenizer(resolved)
     template = get_template(args.template or resolved.meta.template, tokenizer, args.system)
-    train_rows, val_rows = load_train_val_rows(args)
-    train_samples, stats = _encode(args, train_rows, template, "train")
-    val_samples = _encode(args, val_rows, template, "validation")[0] if val_rows else []
-    collator = PaddingCollator(tokenizer.pad_token_id)
-    if args.packing:
-        train_samples = pack_samples(train_samples, args.max_length)
-        val_samples = pack_samples(val_samples, args.max_length) if val_samples else []
-        collator = PackedCollator()
-        logger.info("packed %d samples into %d rows of <= %d tokens", stats.kept, len(train_samples),
-                    args.max_length)
+    data = prepare_data(args, template)
 
     # The run directory's name is agreed over the process group, which TrainingArguments sets up.
-    training_args = training_arguments(args, Path(args.output_dir or "output"), bool(val_samples))
+    training_args = training_arguments(args, Path(args.output_dir or "output"), data.val is not None)
     run_dir = shared_run_dir(args, training_args, resolved)
     training_args.output_dir = str(run_dir)
     if args.logging_dir is not None:
@@ -103,7 +75,7 @@ def train(args: TrainArguments) -> TrainResult:
     saved_args: dict = {}
     if log is not None:
         saved_args = save_args(run_dir, args, model_dir=str(resolved.model_dir), template=template.meta.name,
-                               model_type=resolved.model_type, data=stats.__dict__)
+                               model_type=resolved.model_type, data=data.stats.__dict__)
         if args.resume_from_checkpoint:
             checkpoint = Path(args.resume_from_checkpoint)
             log.seed_from(checkpoint.parent, int(checkpoint.name.rsplit("-", 1)[-1]))
@@ -111,13 +83,13 @@ def train(args: TrainArguments) -> TrainResult:
     model = prepare_model(args, resolved, default_device())
     logger.info("%s (%s); run directory %s", parameter_summary(model), args.tuner_type, run_dir)
     callback = RunLogCallback(run_dir, log)
-    trainer = SwiftlikeTrainer(model=model, args=training_args, train_dataset=ListDataset(train_samples),
-                               eval_dataset=ListDataset(val_samples) if val_samples else None,
-                               data_collator=collator, processing_class=tokenizer, callbacks=[callback],
+    trainer = SwiftlikeTrainer(model=model, args=training_args, train_dataset=data.train, eval_dataset=data.val,
+                               data_collator=data.collator, processing_class=tokenizer, callbacks=[callback],
                                checkpoint_extras=checkpoint_args_writer(saved_args))
     trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
     best = trainer.state.best_model_checkpoint
     return TrainResult(run_dir=run_dir, last_checkpoint=latest_checkpoint(run_dir),
                        best_checkpoint=Path(best) if best else None, global_step=trainer.state.global_step,
                        train_loss=callback.last_train_loss, eval_loss=callback.last_eval_loss,
-                       elapsed_s=time.time() - start, train_tokens_per_second=callback.tokens_per_second, data=stats)
+                       elapsed_s=time.time() - start, train_tokens_per_second=callback.tokens_per_second,
+                       data=data.stats)

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..arguments.train_args import TrainArguments
-from ..model import ResolvedModel, check_adapter_dir, pick_dtype
+from ..model import ResolvedModel, attn_implementation, check_adapter_dir, pick_dtype
 from ..utils import get_logger
 
 logger = get_logger("swiftlike.train")
@@ -20,7 +20,8 @@ def lora_target_modules(target_modules: list[str]) -> str | list[str]:
 def prepare_model(args: TrainArguments, resolved: ResolvedModel, device: str):
     """Load the model in the training dtype and wrap it for the chosen tuner."""
     from transformers import AutoModelForCausalLM
-    model = AutoModelForCausalLM.from_pretrained(resolved.model_dir, dtype=pick_dtype(args.torch_dtype, device))
+    model = AutoModelForCausalLM.from_pretrained(resolved.model_dir, dtype=pick_dtype(args.torch_dtype, device),
+                                                 attn_implementation=attn_implementation(args.attn_impl, device))
     if args.tuner_type == "full":
         return model
     from peft import LoraConfig, PeftModel, get_peft_model

@@ -1,5 +1,5 @@
 """Small helpers shared by every layer: logging, atomic writes, cache location."""
 from .io import atomic_write_json, atomic_write_text, atomic_write_jsonl, cache_dir
-from .logging import get_logger
+from .logging import get_logger, warn_once
 
-__all__ = ["atomic_write_json", "atomic_write_text", "atomic_write_jsonl", "cache_dir", "get_logger"]
+__all__ = ["atomic_write_json", "atomic_write_text", "atomic_write_jsonl", "cache_dir", "get_logger", "warn_once"]

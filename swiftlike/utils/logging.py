@@ -18,3 +18,13 @@ def get_logger(name: str = "swiftlike") -> logging.Logger:
         root.propagate = False
         _CONFIGURED = True
     return logging.getLogger(name if name.startswith("swiftlike") else f"swiftlike.{name}")
+
+
+_WARNED: set[tuple[str, str]] = set()
+
+
+def warn_once(logger: logging.Logger, message: str) -> None:
+    """A setting that cannot apply on this machine is worth one line, not one per model load or per step."""
+    if (logger.name, message) not in _WARNED:
+        _WARNED.add((logger.name, message))
+        logger.warning(message)

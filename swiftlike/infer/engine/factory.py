@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from ...model import ResolvedModel, load_tokenizer, resolve_model
 from ...template import Template, get_template
-from ...utils import get_logger
+from ...utils import get_logger, warn_once
 from .base import InferEngine
 
 logger = get_logger("swiftlike.infer")
@@ -31,6 +31,7 @@ class EngineSpec:
     template: str | None = None
     system: str | None = None
     torch_dtype: str = "auto"
+    attn_impl: str | None = None  # --attn_impl; only transformers (the pt engine) takes it
     adapters: dict[str, str] = field(default_factory=dict)
     max_batch_size: int = 16
     # vLLM's names: "processed_logprobs" (after temperature / top-k / top-p) is what RL rollout scores
@@ -69,7 +70,11 @@ def build_engine(spec: EngineSpec, *, resolved: ResolvedModel | None = None, tem
     if spec.backend == "pt":
         from .pt_engine import PtEngine
         return PtEngine(resolved, template, torch_dtype=spec.torch_dtype, max_batch_size=spec.max_batch_size,
-                        adapters=spec.adapters, model=model, logprobs_mode=spec.logprobs_mode)
+                        adapters=spec.adapters, model=model, logprobs_mode=spec.logprobs_mode,
+                        attn_impl=spec.attn_impl)
+    if spec.attn_impl is not None:
+        warn_once(logger, f"--attn_impl {spec.attn_impl} applies where transformers runs the model; the "
+                          f"{spec.backend} engine chooses its own attention backend")
     if spec.backend == "vllm":
         from .vllm_engine import VllmEngine, VllmOptions
         options = spec.options or VllmOptions(torch_dtype=spec.torch_dtype)

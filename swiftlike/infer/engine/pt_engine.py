@@ -31,14 +31,14 @@ class PtEngine(InferEngine):
 
     def __init__(self, resolved: ResolvedModel, template: Template | None = None, torch_dtype: str = "auto",
                  max_batch_size: int = 16, adapters: dict[str, str] | None = None, device: str | None = None,
-                 model=None, logprobs_mode: LogprobsMode = "raw_logprobs"):
+                 model=None, logprobs_mode: LogprobsMode = "raw_logprobs", attn_impl: str | None = None):
         if logprobs_mode not in ("raw_logprobs", "processed_logprobs"):
             raise ValueError(f"logprobs_mode must be 'raw_logprobs' or 'processed_logprobs', got {logprobs_mode!r}")
         self.logprobs_mode = logprobs_mode
         self.model_name = resolved.model_id
         self.model_dir = resolved.model_dir
         self.template = template or get_template(resolved.meta.template, load_tokenizer(resolved))
-        self.model = model if model is not None else load_model(resolved, torch_dtype, device)
+        self.model = model if model is not None else load_model(resolved, torch_dtype, device, attn_impl)
         self.max_batch_size = max_batch_size
         self._adapters: dict[str, str] = {}
         for name, path in (adapters or {}).items():
