@@ -5,6 +5,7 @@ they become a `transformers.TrainingArguments`, so the Trainer sees exactly what
 """
 from __future__ import annotations
 
+import importlib.util
 import math
 import os
 from dataclasses import dataclass
@@ -135,6 +136,10 @@ class TrainArguments(BaseArguments, TunerArguments):
         unknown = [r for r in self.report_to if r not in ("tensorboard", "wandb", "swanlab", "none")]
         if unknown:
             raise ValueError(f"--report_to {' '.join(unknown)}: choose from tensorboard, wandb, swanlab, none")
+        for tracker in ("wandb", "swanlab"):  # transformers would only fail once the trainer is built
+            if tracker in self.report_to and importlib.util.find_spec(tracker) is None:
+                raise ValueError(f"--report_to {tracker} needs the {tracker} package: "
+                                 f"pip install 'swiftlike[{tracker}]'")
 
     def _check_resume_dir(self) -> None:
         from ..utils.checkpoint import check_resumable
@@ -166,7 +171,7 @@ class TrainArguments(BaseArguments, TunerArguments):
         try:
             import deepspeed  # noqa: F401
         except ImportError:
-            raise ValueError("--deepspeed needs the deepspeed package: pip install deepspeed") from None
+            raise ValueError("--deepspeed needs the deepspeed package: pip install 'swiftlike[deepspeed]'") from None
         if self.deepspeed in DEEPSPEED_PRESETS:
             return str(Path(__file__).parent.parent / "train" / "ds_config" / f"{self.deepspeed}.json")
         if not Path(self.deepspeed).is_file():
