@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from ..arguments.rollout_args import RolloutServerArguments
 from ..infer.engine import build_engine
+from ..model import resolve_model
 from ..rollout.app import create_app
 from ..rollout.service import RolloutService
 from ..utils import get_logger
@@ -16,7 +17,9 @@ def rollout_main(args: RolloutServerArguments | list[str] | None = None) -> None
     args = arguments_of(RolloutServerArguments, args)
     spec = args.engine_spec("vllm")
     spec.logprobs_mode = "processed_logprobs"  # RL trainers score tokens after temperature / top-k / top-p
-    service = RolloutService(args, lambda: build_engine(spec))
+    # The service needs the resolved model too (its checkpoint's shapes and weight fingerprint), not only the engine.
+    resolved = resolve_model(spec.model, spec.model_type, spec.use_hf, spec.model_revision)
+    service = RolloutService(args, lambda: (build_engine(spec, resolved=resolved), resolved))
     app = create_app(service)
     logger.info("swiftlike rollout: %s on http://%s:%d (policy version 0)", service.engine.model_name, args.host,
                 args.port)
