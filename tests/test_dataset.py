@@ -439,3 +439,45 @@ def test_hub_rows_are_normalized_with_null_columns_as_absent(monkeypatch):
     monkeypatch.setitem(sys.modules, "datasets", types.SimpleNamespace(load_dataset=fake_load))
     assert load_dataset(["someone/some-data"], use_hf=True) == [
         {"messages": [user("a"), assistant("b")], "chosen": None}]
+
+
+# --- local dataset directories: the ModelScope / Hugging Face loaders, offline -------------------
+
+def modelscope_dataset_dir(root: Path) -> Path:
+    """A dataset repository laid out as a ModelScope download leaves it: data files named by split under data/,
+    README front matter naming them, the `dataset_infos.json` ModelScope adds (here listing only `train`,
+    which `datasets` would refuse without the split checks off) and ModelScope's hidden marker files."""
+    repo = root / "someone___some-data"
+    (repo / "data").mkdir(parents=True)
+    write_jsonl(repo / "data" / "train-00000-of-00001.jsonl",
+                [{"query": "What is 2 + 3?", "response": "5"}, {"query": "And 2 * 3?", "response": "6"}])
+    write_jsonl(repo / "data" / "test-00000-of-00001.jsonl", [{"query": "held out", "response": "x"}])
+    (repo / "README.md").write_text("---\nlicense: apache-2.0\nconfigs:\n- config_name: default\n  data_files:\n"
+                                    "  - split: train\n    path: data/train-*.jsonl\n"
+                                    "  - split: test\n    path: data/test-*.jsonl\n---\n# some-data\n")
+    (repo / "dataset_infos.json").write_text(json.dumps(
+        {"default": {"splits": {"train": {"name": "train", "num_examples": 2}}}}))
+    (repo / ".msc").write_bytes(b"")
+    (repo / ".mv").write_text("master")
+    return repo
+
+
+@pytest.mark.parametrize("use_hf", [False, True], ids=["modelscope", "hf"])
+def test_local_dataset_directory_loads_its_train_split_offline(tmp_path, monkeypatch, use_hf):
+    """The ModelScope path (MsDataset.load) really runs here, on a directory: no hub, no mock."""
+    monkeypatch.setenv("SWIFTLIKE_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    repo = modelscope_dataset_dir(tmp_path)
+    expected = [{"messages": [user("What is 2 + 3?"), assistant("5")]},
+                {"messages": [user("And 2 * 3?"), assistant("6")]}]
+    assert load_dataset([str(repo)], use_hf=use_hf) == expected
+    assert len(load_dataset([f"{repo}#5"], use_hf=use_hf)) == 5
+
+
+def test_local_dataset_directory_without_train_split_says_so(tmp_path):
+    repo = tmp_path / "empty-repo"
+    repo.mkdir()
+    write_jsonl(repo / "validation.jsonl", [{"query": "a", "response": "b"}])
+    with pytest.raises(RuntimeError, match=f"could not load the dataset directory {re.escape(str(repo))} with "
+                                           "modelscope .*needs a 'train' split"):
+        load_dataset([str(repo)])

@@ -5,6 +5,7 @@ they become a `transformers.TrainingArguments`, so the Trainer sees exactly what
 """
 from __future__ import annotations
 
+import importlib.util
 import math
 import os
 from dataclasses import dataclass
@@ -156,6 +157,10 @@ class TrainArguments(BaseArguments, TunerArguments, TrainDataArguments):
         unknown = [r for r in self.report_to if r not in ("tensorboard", "wandb", "swanlab", "none")]
         if unknown:
             raise ValueError(f"--report_to {' '.join(unknown)}: choose from tensorboard, wandb, swanlab, none")
+        for tracker in ("wandb", "swanlab"):  # transformers would only fail once the trainer is built
+            if tracker in self.report_to and importlib.util.find_spec(tracker) is None:
+                raise ValueError(f"--report_to {tracker} needs the {tracker} package: "
+                                 f"pip install 'swiftlike[{tracker}]'")
 
     def _check_data_flags(self) -> None:
         check_loss_scale(self.loss_scale)
@@ -200,7 +205,7 @@ class TrainArguments(BaseArguments, TunerArguments, TrainDataArguments):
         try:
             import deepspeed  # noqa: F401
         except ImportError:
-            raise ValueError("--deepspeed needs the deepspeed package: pip install deepspeed") from None
+            raise ValueError("--deepspeed needs the deepspeed package: pip install 'swiftlike[deepspeed]'") from None
         if self.deepspeed in DEEPSPEED_PRESETS:
             return str(Path(__file__).parent.parent / "train" / "ds_config" / f"{self.deepspeed}.json")
         if not Path(self.deepspeed).is_file():

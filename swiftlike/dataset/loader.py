@@ -1,9 +1,10 @@
 """Resolve `--dataset` specs to normalized rows, the way ms-swift reads them.
 
-A spec is a local `.jsonl`/`.json`/`.csv` file, a registered built-in name, or an `owner/name`
-hub id, optionally followed by `#N` to take N rows. `load_dataset` reads sources whole into lists
-(every row checked before `#N` sampling, and every step deterministic); `iter_dataset` reads them
-row by row as they are consumed, for `--streaming`.
+A spec is a local `.jsonl`/`.json`/`.csv` file, a local dataset directory (a ModelScope or Hugging Face
+dataset repository on disk), a registered built-in name, or an `owner/name` hub id, optionally followed
+by `#N` to take N rows. `load_dataset` reads sources whole into lists (every row checked before `#N`
+sampling, and every step deterministic); `iter_dataset` reads them row by row as they are consumed, for
+`--streaming`.
 """
 from __future__ import annotations
 
@@ -99,6 +100,28 @@ def _hub_rows(dataset_id: str, use_hf: bool, streaming: bool) -> Iterator[Locate
                            f"({type(error).__name__}: {error}); {advice}") from error
 
 
+def _dir_rows(path: Path, use_hf: bool) -> list[LocatedRow]:
+    """A local dataset directory: a ModelScope (or, with use_hf, Hugging Face) dataset repository on disk.
+
+    The hub library reads it as it reads a downloaded repository (data files, README `configs`), with no
+    network. Split checks are off: ModelScope downloads carry a `dataset_infos.json` that often lists other
+    splits than the data files hold, which `datasets` would refuse (ms-swift sidesteps the same file).
+    """
+    library = "datasets" if use_hf else "modelscope"
+    try:
+        if use_hf:
+            import datasets
+            rows = datasets.load_dataset(str(path), split="train", verification_mode="no_checks")
+        else:
+            from modelscope import MsDataset
+            rows = MsDataset.load(str(path), split="train", verification_mode="no_checks")
+        return [(f"{path} row {index + 1}", dict(row)) for index, row in enumerate(rows)]
+    except Exception as error:
+        raise RuntimeError(f"could not load the dataset directory {path} with {library} "
+                           f"({type(error).__name__}: {error}); it needs a 'train' split "
+                           "(a train.jsonl file, or README configs naming one)") from error
+
+
 def _normalize(located: Iterable[LocatedRow]) -> Iterator[dict]:
     """The first row fixes the format every other row of the same source must have."""
     expected: RowFormat | None = None
@@ -162,6 +185,8 @@ def _source_rows(source: str, *, model_name: list[str] | None, model_author: lis
         return _builtin_rows(DATASET_REGISTRY[source], model_name, model_author)
     if _is_hub_id(source) and not Path(source).expanduser().exists():
         return _normalize(_hub_rows(source, use_hf, streaming))
+    if Path(source).expanduser().is_dir():
+        return _normalize(_dir_rows(Path(source).expanduser(), use_hf))
     return _local_rows(source)
 
 
