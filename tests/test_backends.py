@@ -185,15 +185,8 @@ def test_deploy_arguments_carry_engine_options():
 
 # --- The async bridge, with a fake engine ----------------------------------------------------------------------
 
-class FakeAsyncEngine(AsyncInferEngine):
-    """Echoes the prompt ids one token per 10 ms, on its own loop thread as SglangEngine runs."""
-
-    model_name = "fake"
-
-    def __init__(self):
-        self._loop = asyncio.new_event_loop()
-        self._thread = LoopThread(self._loop, "fake-engine")
-        self.active = self.peak = self.cancelled = 0
+class WithoutAdaptersOrWeights:
+    """The parts of the engine interface the fake engines below do not exercise."""
 
     @property
     def adapters(self):
@@ -204,6 +197,17 @@ class FakeAsyncEngine(AsyncInferEngine):
 
     def update_weights(self, named_tensors):
         raise ValueError("no weights")
+
+
+class FakeAsyncEngine(WithoutAdaptersOrWeights, AsyncInferEngine):
+    """Echoes the prompt ids one token per 10 ms, on its own loop thread as SglangEngine runs."""
+
+    model_name = "fake"
+
+    def __init__(self):
+        self._loop = asyncio.new_event_loop()
+        self._thread = LoopThread(self._loop, "fake-engine")
+        self.active = self.peak = self.cancelled = 0
 
     async def _agenerate(self, request, config):
         prompt = self.prompt_ids(request)
@@ -261,7 +265,7 @@ def test_async_generation_batches_and_aborts_a_closed_stream(fake):
         asyncio.run(fake.generate_async(InferRequest(input_ids=[1], adapter="nope"), RequestConfig()))
 
 
-class FakeSyncEngine(InferEngine):
+class FakeSyncEngine(WithoutAdaptersOrWeights, InferEngine):
     """Like the pt engine: synchronous and not thread-safe, so the interface's default async methods must run
     one request at a time."""
 
@@ -269,16 +273,6 @@ class FakeSyncEngine(InferEngine):
 
     def __init__(self):
         self.active = self.peak = 0
-
-    @property
-    def adapters(self):
-        return {}
-
-    def add_adapter(self, name, path):
-        raise ValueError("no adapters")
-
-    def update_weights(self, named_tensors):
-        raise ValueError("no weights")
 
     def prompt_ids(self, request):
         return list(request.input_ids)
