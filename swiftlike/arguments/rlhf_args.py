@@ -1,9 +1,14 @@
-"""Arguments of `swiftlike rlhf` (GRPO for now). Names and defaults follow ms-swift's GRPO arguments."""
+"""Arguments of `swiftlike rlhf`: GRPO and the preference family (DPO, KTO, CPO, SimPO, ORPO, reward models).
+
+Names and defaults follow ms-swift's RLHF and GRPO arguments; `beta` and `loss_type` take their default from
+`--rlhf_type`, as in ms-swift.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Literal
 
+from ..utils.errors import NotBuiltError
 from .base import arg
 from .infer_args import VllmArguments
 from .train_args import TrainArguments
@@ -19,10 +24,8 @@ class GrpoArguments:
     top_p: float = arg(1.0, "Rollout nucleus sampling; the trainer renormalises over the same set.")
     top_k: int = arg(-1, "Rollout top-k; -1 = all tokens.")
     repetition_penalty: float = arg(1.0, "Rollout repetition penalty (not modelled by the trainer's log-probs).")
-    beta: float = arg(0.04, "KL coefficient to the reference model; 0 = no reference model is kept.")
     epsilon: float = arg(0.2, "Lower clip range of the importance ratio (and upper when --epsilon_high is unset).")
     epsilon_high: float | None = arg(None, "Upper clip range (DAPO clip-higher, e.g. 0.28); default --epsilon.")
-    loss_type: Literal["grpo", "bnpo", "dr_grpo", "dapo"] = arg("grpo", "How per-token losses are normalised.")
     importance_sampling_level: Literal["token", "sequence", "sequence_token"] = arg(
         "token", "token: PPO/GRPO ratio per token; sequence: GSPO's length-normalised sequence ratio.")
     scale_rewards: Literal["group", "batch", "none"] = arg(
@@ -105,32 +108,155 @@ class RolloutArguments:
                                   "--use_vllm only).")
 
 
+PREFERENCE_TYPES = ("dpo", "kto", "cpo", "simpo", "orpo", "rm")
+NOT_BUILT_TYPES = {"ppo": "PPO (a value model and GAE) is not built; for RL with rewards use --rlhf_type grpo",
+                   "gkd": "GKD (on-policy distillation) is not built yet"}
+GRPO_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
+DPO_LOSS_TYPES = ("sigmoid", "hinge", "ipo", "exo_pair", "nca_pair", "robust", "bco_pair", "sppo_hard", "aot",
+                  "aot_unpaired", "apo_zero", "apo_down", "discopop", "sft", "sigmoid_norm")
+CPO_LOSS_TYPES = ("sigmoid", "hinge", "ipo", "simpo", "alphapo")
+KTO_LOSS_TYPES = ("kto", "apo_zero_unpaired")
+# ms-swift's defaults per --rlhf_type (swift/arguments/rlhf_args.py): beta, then loss_type.
+DEFAULT_BETA = {"grpo": 0.04, "simpo": 2.0}
+DEFAULT_LOSS_TYPE = {"grpo": "grpo", "dpo": "sigmoid", "cpo": "sigmoid", "simpo": "simpo", "kto": "kto"}
+
+
 @dataclass
-class RlhfArguments(TrainArguments, GrpoArguments, RolloutArguments, VllmArguments):
-    """swiftlike rlhf: RL post-training; --rlhf_type grpo samples groups of completions and scores them."""
+class PreferenceArguments:
+    """The preference family: reference model and the loss terms of DPO, CPO/SimPO, KTO and reward models."""
+
+    ref_model: str | None = arg(None, "Reference model for dpo/kto with --tuner_type full; default --model. With "
+                                "LoRA the reference is the model with its adapter disabled (no second copy).")
+    ref_model_type: str | None = arg(None, "Model type of --ref_model; default --model_type.")
+    ref_model_revision: str | None = arg(None, "Hub revision of --ref_model.")
+    ref_adapters: list[str] = arg([], "LoRA adapters applied to the reference, e.g. the SFT adapter that "
+                                  "--adapters continues, so the reference is the SFT model and not the base.")
+    precompute_ref_log_probs: bool = arg(False, "dpo: compute the reference log-probs of the whole dataset once "
+                                         "before training (TRL), then free the reference model.")
+    label_smoothing: float = arg(0.0, "dpo/cpo: probability that a preference label is flipped (robust DPO, EXO).")
+    rpo_alpha: float | None = arg(None, "dpo: weight of an NLL (SFT) loss on the chosen answer, "
+                                  "loss = dpo_loss + rpo_alpha * nll (RPO paper; 1.0 recommended); default off.")
+    ld_alpha: float | None = arg(None, "dpo: LD-DPO weight in [0, 1] of the chosen/rejected tokens past their "
+                                 "shared length (length desensitisation); default off.")
+    discopop_tau: float = arg(0.05, "dpo --loss_type discopop: temperature of the log-ratio modulation.")
+    loss_weights: list[float] | None = arg(None, "dpo: one weight per --loss_type entry when several are mixed "
+                                           "(MPO); default 1.0 each.")
+    cpo_alpha: float = arg(1.0, "cpo/simpo: weight of the NLL loss on the chosen answer; with simpo, 0 is pure "
+                           "SimPO and the default 1.0 is CPO-SimPO (as in ms-swift).")
+    simpo_gamma: float = arg(1.0, "simpo: target reward margin (the paper suggests 0.5-1.5).")
+    desirable_weight: float = arg(1.0, "kto: weight of the desirable (label true) examples' loss.")
+    undesirable_weight: float = arg(1.0, "kto: weight of the undesirable (label false) examples' loss.")
+    center_rewards_coefficient: float | None = arg(None, "rm: weight of a penalty on the squared mean reward, "
+                                                   "which keeps rewards centred on 0 (0.01 recommended).")
+
+
+@dataclass
+class RlhfArguments(TrainArguments, PreferenceArguments, GrpoArguments, RolloutArguments, VllmArguments):
+    """swiftlike rlhf: preference training (dpo, kto, cpo, simpo, orpo, rm) and RL with rewards (grpo)."""
 
     command = "rlhf"
-    rlhf_type: Literal["grpo"] = arg("grpo", "RL algorithm; only grpo is built so far.")
+    rlhf_type: Literal["dpo", "orpo", "simpo", "kto", "cpo", "rm", "ppo", "grpo", "gkd"] = arg(
+        "dpo", "Algorithm: dpo, kto, cpo, simpo, orpo (preference pairs or labelled answers), rm (a reward model "
+        "from preference pairs), grpo (sampled groups scored by rewards). ppo and gkd are not built.")
+    beta: float | None = arg(None, "dpo/kto/cpo/orpo: strength of the preference (or the pull to the "
+                             "reference); grpo: KL coefficient to the reference (0 = no reference). Default by "
+                             "--rlhf_type: 0.04 grpo, 2.0 simpo, 0.1 the others.")
+    loss_type: list[str] | None = arg(None, "dpo: one or more of TRL's DPO losses (sigmoid, ipo, hinge, robust, "
+                                      "bco_pair, sppo_hard, nca_pair, apo_zero, ...; several mix with "
+                                      "--loss_weights); cpo: sigmoid, hinge, ipo, simpo, alphapo; kto: kto, "
+                                      "apo_zero_unpaired; grpo: grpo, bnpo, dr_grpo, dapo. Default by "
+                                      "--rlhf_type: sigmoid (dpo, cpo), simpo, kto, grpo.")
 
     def __post_init__(self) -> None:
+        if self.rlhf_type in NOT_BUILT_TYPES:  # before any other check: the answer does not depend on them
+            raise NotBuiltError(f"--rlhf_type {self.rlhf_type}: {NOT_BUILT_TYPES[self.rlhf_type]}")
+        if self.beta is None:
+            self.beta = DEFAULT_BETA.get(self.rlhf_type, 0.1)
+        if isinstance(self.loss_type, str):  # the Python API may pass one name
+            self.loss_type = [self.loss_type]
+        if self.loss_type is None:
+            self.loss_type = [DEFAULT_LOSS_TYPE[self.rlhf_type]] if self.rlhf_type in DEFAULT_LOSS_TYPE else []
         super().__post_init__()
-        self._check_grpo()
+        if self.rlhf_type == "grpo":
+            self._check_grpo()
+        else:
+            self._check_preference()
         if self.steps_per_generation is None:
             self.steps_per_generation = self.gradient_accumulation_steps
 
+    @property
+    def grpo_loss_type(self) -> str:
+        """GRPO takes exactly one --loss_type (checked in _check_grpo)."""
+        return self.loss_type[0]
+
+    @property
+    def is_preference(self) -> bool:
+        return self.rlhf_type in PREFERENCE_TYPES
+
     def _check_data_flags(self) -> None:
         """Before sft's own checks of these flags, whose advice (--max_steps for --streaming, ...) misleads here."""
+        what = "GRPO, whose batches are rollouts generated at every step" if self.rlhf_type == "grpo" else \
+            f"{self.rlhf_type}, whose batches are chosen/rejected pairs encoded up front"
         batch_flags = [f"--{name}" for name in ("streaming", "lazy_tokenize", "padding_free", "packing")
                        if getattr(self, name)]
         if batch_flags:
-            raise ValueError(f"{', '.join(batch_flags)}: not built for GRPO, whose batches are rollouts generated "
-                             "at every step, not encoded dataset samples")
+            raise ValueError(f"{', '.join(batch_flags)}: not built for {what}, not encoded dataset samples")
         if self.loss_scale == "all":
-            raise ValueError("--loss_scale all: GRPO's loss is on the sampled completions only (what default and "
-                             "last_round both mean here)")
+            raise ValueError(f"--loss_scale all: {self.rlhf_type}'s loss is on the answers only (what default "
+                             "and last_round both mean here)")
         super()._check_data_flags()
 
+    def _check_preference(self) -> None:
+        allowed = {"dpo": DPO_LOSS_TYPES, "cpo": CPO_LOSS_TYPES, "simpo": CPO_LOSS_TYPES, "kto": KTO_LOSS_TYPES}
+        types = allowed.get(self.rlhf_type, ())
+        if self.loss_type and not types:
+            raise ValueError(f"--loss_type: {self.rlhf_type} has one loss of its own; leave --loss_type unset")
+        bad = [t for t in self.loss_type if t not in types]
+        if bad:
+            raise ValueError(f"--loss_type {' '.join(bad)}: not a {self.rlhf_type} loss; choose from "
+                             f"{', '.join(types)}")
+        if len(self.loss_type) > 1 and self.rlhf_type != "dpo":
+            raise ValueError(f"several --loss_type values mix losses for dpo only, got {len(self.loss_type)} "
+                             f"for {self.rlhf_type}")
+        if self.loss_weights is not None:
+            if self.rlhf_type != "dpo":
+                raise ValueError("--loss_weights weighs mixed dpo losses; it is for --rlhf_type dpo")
+            if len(self.loss_weights) != len(self.loss_type):
+                raise ValueError(f"{len(self.loss_weights)} --loss_weights for {len(self.loss_type)} --loss_type "
+                                 "values; give one weight per loss")
+        if self.beta <= 0:
+            raise ValueError(f"--beta must be > 0 for {self.rlhf_type}, got {self.beta}")
+        if not 0 <= self.label_smoothing < 0.5:
+            raise ValueError(f"--label_smoothing must be in [0, 0.5), got {self.label_smoothing}")
+        if self.ld_alpha is not None and not 0 <= self.ld_alpha <= 1:
+            raise ValueError(f"--ld_alpha must be in [0, 1], got {self.ld_alpha}")
+        if self.rpo_alpha is not None and self.rpo_alpha < 0:
+            raise ValueError(f"--rpo_alpha must be >= 0, got {self.rpo_alpha}")
+        for name in ("desirable_weight", "undesirable_weight"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"--{name} must be > 0, got {getattr(self, name)}")
+        uses_ref = self.rlhf_type in ("dpo", "kto")
+        if not uses_ref and (self.ref_model or self.ref_adapters or self.precompute_ref_log_probs):
+            raise ValueError(f"--ref_model / --ref_adapters / --precompute_ref_log_probs: {self.rlhf_type} has no "
+                             "reference model (only dpo and kto have one)")
+        if self.ref_model and self.tuner_type == "lora":
+            raise ValueError("--ref_model with --tuner_type lora: the reference is the model with its adapter "
+                             "disabled; use --ref_adapters to give the reference an adapter of its own")
+        if self.precompute_ref_log_probs and self.rlhf_type != "dpo":
+            raise ValueError("--precompute_ref_log_probs is built for dpo (TRL's DPOTrainer)")
+        grpo_only = [f"--{name}" for name in ("reward_funcs", "reward_model", "external_plugins") if getattr(self, name)]
+        if grpo_only or self.use_vllm:
+            raise ValueError(f"{', '.join(grpo_only + ['--use_vllm'] * self.use_vllm)}: GRPO's rollout and reward "
+                             f"arguments; {self.rlhf_type} learns from the answers in the dataset")
+
     def _check_grpo(self) -> None:
+        if len(self.loss_type) != 1 or self.loss_type[0] not in GRPO_LOSS_TYPES:
+            raise ValueError(f"--loss_type {' '.join(self.loss_type)}: grpo takes one of {', '.join(GRPO_LOSS_TYPES)}")
+        preference_only = [f"--{name}" for name in ("ref_model", "ref_adapters", "loss_weights", "rpo_alpha",
+                                                     "ld_alpha", "center_rewards_coefficient")
+                           if getattr(self, name) not in (None, [])]
+        if preference_only:
+            raise ValueError(f"{', '.join(preference_only)}: preference-training arguments, not used by grpo")
         if not self.reward_funcs and not self.reward_model:
             raise ValueError("--reward_funcs is required for grpo, e.g. --reward_funcs accuracy format "
                              "(or a --reward_model)")

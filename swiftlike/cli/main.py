@@ -4,6 +4,7 @@ from __future__ import annotations
 import importlib
 import sys
 
+from ..utils.errors import NotBuiltError
 from ..version import __version__
 
 # command -> (module:function, status). Commands without a module are not built yet.
@@ -11,7 +12,8 @@ COMMANDS: dict[str, tuple[str | None, str]] = {
     "infer": ("swiftlike.commands.infer:infer_main", "chat on stdin or batch inference, pt / vLLM engines"),
     "pt": ("swiftlike.commands.train:pt_main", "pre-training on plain text"),
     "sft": ("swiftlike.commands.train:sft_main", "supervised fine-tuning, full or LoRA"),
-    "rlhf": ("swiftlike.commands.rlhf:rlhf_main", "RL post-training: GRPO (GKD and DPO family not built yet)"),
+    "rlhf": ("swiftlike.commands.rlhf:rlhf_main", "preference training (DPO, KTO, CPO, SimPO, ORPO, reward "
+             "models) and GRPO"),
     "rollout": ("swiftlike.commands.rollout:rollout_main", "vLLM rollout server for server-mode RL"),
     "deploy": ("swiftlike.commands.deploy:deploy_main", "OpenAI-compatible server (pt / vLLM engines)"),
     "eval": ("swiftlike.commands.eval:eval_main", "accuracy and pass@k on built-in or local benchmarks"),
@@ -49,6 +51,9 @@ def main(argv: list[str] | None = None) -> int:
     module, func = target.split(":")
     try:
         getattr(importlib.import_module(module), func)(rest)
+    except NotBuiltError as e:
+        print(f"swiftlike {command}: not built: {e}", file=sys.stderr)
+        return 3
     except (ValueError, FileNotFoundError, RuntimeError) as e:
         print(f"swiftlike {command}: error: {e}", file=sys.stderr)
         return 1

@@ -152,6 +152,16 @@ def _from_messages_with_rejected(row: dict, where: str) -> dict:
     return {"messages": messages, "rejected_response": _string(row, "rejected_response", where)}
 
 
+def _from_messages_with_rejected_messages(row: dict, where: str) -> dict:
+    """ms-swift's other pair shape: a whole second conversation that shares all turns but the last answer."""
+    chosen = _ending_with_assistant(_messages(row["messages"], "messages", where), "messages", where)
+    rejected = _ending_with_assistant(_messages(row["rejected_messages"], "rejected_messages", where),
+                                      "rejected_messages", where)
+    if chosen[:-1] != rejected[:-1]:
+        raise _fail(where, "'messages' and 'rejected_messages' must share every turn before their last answer")
+    return {"messages": chosen, "rejected_response": rejected[-1]["content"]}
+
+
 def _from_chosen_rejected(row: dict, where: str) -> dict:
     chosen, rejected = row["chosen"], row["rejected"]
     if isinstance(chosen, str) and isinstance(rejected, str):
@@ -183,6 +193,8 @@ FORMATS: tuple[RowFormat, ...] = (
               _from_chosen_rejected),
     RowFormat("messages/rejected_response", ("messages", "rejected_response"),
               ("messages", "rejected_response"), _from_messages_with_rejected),
+    RowFormat("messages/rejected_messages", ("messages", "rejected_messages"),
+              ("messages", "rejected_messages"), _from_messages_with_rejected_messages),
     RowFormat("messages", ("messages",), ("messages",), _from_messages),
     RowFormat("ShareGPT conversations", ("conversations",), ("conversations", "system"), _from_conversations),
     RowFormat("alpaca instruction/output", ("instruction", "output"),
@@ -227,6 +239,30 @@ def _format_mismatch(row: dict, where: str, found: RowFormat, expected: RowForma
         return _fail(where, f"missing field '{missing[0]}' ({expected.name} rows need {expected.needs()})")
     return _fail(where, f"has the columns of a {found.name} row, but earlier rows are {expected.name} rows; "
                         "use one format per file")
+
+
+ROW_KINDS = ("pair", "kto")
+
+
+def check_row_kind(row: dict, kind: str, where: str) -> None:
+    """What a trainer needs of a normalized row beyond its format: `pair` (dpo, cpo, orpo, simpo, rm) a chosen
+    answer and a different rejected one; `kto` an answer with a boolean `label`, or a pair (split in two)."""
+    messages = row["messages"]
+    if messages[-1]["role"] != "assistant":
+        raise _fail(where, f"the conversation ends with a {messages[-1]['role']} turn; preference rows need the "
+                           "answer as the last assistant message")
+    rejected = row.get("rejected_response")
+    if kind == "pair" or (kind == "kto" and "label" not in row):
+        if rejected is None:
+            needs = "a boolean 'label' (KTO) or " if kind == "kto" else ""
+            raise _fail(where, f"missing the rejected answer: give {needs}'rejected_response', "
+                               "'rejected_messages', or 'chosen'/'rejected' columns")
+        if rejected == messages[-1]["content"]:
+            raise _fail(where, "the chosen and rejected answers are identical; a preference pair must differ")
+        return
+    if kind == "kto" and not isinstance(row["label"], bool):
+        raise _fail(where, f"field 'label' must be a boolean (true: a desirable answer, false: an undesirable "
+                           f"one), got {row['label']!r}")
 
 
 def normalize_row(row: dict, where: str, *, expected: RowFormat | None = None) -> dict:

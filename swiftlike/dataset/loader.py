@@ -19,7 +19,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from ..utils.hub import offline_variable
-from .formats import DatasetRowError, RowFormat, detect_format, normalize_row
+from .formats import ROW_KINDS, DatasetRowError, RowFormat, check_row_kind, detect_format, normalize_row
 from .registry import DATASET_REGISTRY, SELF_COGNITION_TAG, DatasetMeta
 
 LocatedRow = tuple[str, dict]  # ("data.jsonl line 3", row)
@@ -122,12 +122,16 @@ def _dir_rows(path: Path, use_hf: bool) -> list[LocatedRow]:
                            "(a train.jsonl file, or README configs naming one)") from error
 
 
-def _normalize(located: Iterable[LocatedRow]) -> Iterator[dict]:
-    """The first row fixes the format every other row of the same source must have."""
+def _normalize(located: Iterable[LocatedRow], row_kind: str | None = None) -> Iterator[dict]:
+    """The first row fixes the format every other row of the same source must have; `row_kind` is what the
+    trainer needs of each row (see `check_row_kind`), checked here where the row's file and line are known."""
     expected: RowFormat | None = None
     for where, row in located:
         expected = expected or detect_format(row, where)
-        yield normalize_row(row, where, expected=expected)
+        normalized = normalize_row(row, where, expected=expected)
+        if row_kind is not None:
+            check_row_kind(normalized, row_kind, where)
+        yield normalized
 
 
 def _pick_name(names: list[str], lang: str) -> str:
@@ -155,8 +159,8 @@ def _fill_identity(row: dict, model_name: list[str], model_author: list[str]) ->
 
 
 def _builtin_rows(meta: DatasetMeta, model_name: list[str] | None,
-                  model_author: list[str] | None) -> Iterator[dict]:
-    rows = _normalize(_file_rows(meta.file, meta.file.name))
+                  model_author: list[str] | None, row_kind: str | None = None) -> Iterator[dict]:
+    rows = _normalize(_file_rows(meta.file, meta.file.name), row_kind)
     if SELF_COGNITION_TAG not in meta.tags:
         return rows
     _check_identity(meta.name, model_name, model_author)
@@ -167,7 +171,7 @@ def _is_hub_id(source: str) -> bool:
     return bool(_HUB_ID.match(source)) and not source.lower().endswith(FILE_SUFFIXES)
 
 
-def _local_rows(source: str) -> Iterator[dict]:
+def _local_rows(source: str, row_kind: str | None = None) -> Iterator[dict]:
     path = Path(source).expanduser()
     if not path.is_file():
         raise FileNotFoundError(f"dataset file not found: {source} (built-in datasets: "
@@ -175,19 +179,19 @@ def _local_rows(source: str) -> Iterator[dict]:
     if path.suffix.lower() not in FILE_SUFFIXES:
         raise ValueError(f"dataset file {source}: unsupported type {path.suffix!r}; "
                          "use .jsonl, .json or .csv")
-    return _normalize(_file_rows(path, source))
+    return _normalize(_file_rows(path, source), row_kind)
 
 
 def _source_rows(source: str, *, model_name: list[str] | None, model_author: list[str] | None,
-                 use_hf: bool, streaming: bool) -> Iterator[dict]:
+                 use_hf: bool, streaming: bool, row_kind: str | None = None) -> Iterator[dict]:
     """The source's rows, read as they are consumed; what can be checked without reading is checked now."""
     if source in DATASET_REGISTRY:
-        return _builtin_rows(DATASET_REGISTRY[source], model_name, model_author)
+        return _builtin_rows(DATASET_REGISTRY[source], model_name, model_author, row_kind)
     if _is_hub_id(source) and not Path(source).expanduser().exists():
-        return _normalize(_hub_rows(source, use_hf, streaming))
+        return _normalize(_hub_rows(source, use_hf, streaming), row_kind)
     if Path(source).expanduser().is_dir():
-        return _normalize(_dir_rows(Path(source).expanduser(), use_hf))
-    return _local_rows(source)
+        return _normalize(_dir_rows(Path(source).expanduser(), use_hf), row_kind)
+    return _local_rows(source, row_kind)
 
 
 def _parse_spec(spec: str) -> tuple[str, int | None]:
@@ -212,17 +216,20 @@ def _sample_rows(rows: list[dict], count: int, seed: int) -> list[dict]:
 
 
 def load_dataset(datasets: list[str], *, seed: int = 42, model_name: list[str] | None = None,
-                 model_author: list[str] | None = None, use_hf: bool = False) -> list[dict]:
+                 model_author: list[str] | None = None, use_hf: bool = False,
+                 row_kind: str | None = None) -> list[dict]:
     """Load every spec and concatenate the normalized rows, in spec order.
 
     Each row is checked in full before `#N` sampling, so a bad row fails the run whatever
-    the sample.
+    the sample. `row_kind` (`pair`, `kto`) also holds each row to what a preference trainer needs.
     """
+    if row_kind is not None and row_kind not in ROW_KINDS:
+        raise ValueError(f"row_kind must be one of {ROW_KINDS}, got {row_kind!r}")
     rows: list[dict] = []
     for spec in datasets:
         source, count = _parse_spec(spec)
         loaded = list(_source_rows(source, model_name=model_name, model_author=model_author, use_hf=use_hf,
-                                   streaming=False))
+                                   streaming=False, row_kind=row_kind))
         if not loaded:
             raise ValueError(f"dataset {source!r} has no rows")
         rows += loaded if count is None else _sample_rows(loaded, count, seed)

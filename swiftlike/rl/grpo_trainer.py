@@ -224,9 +224,9 @@ class GrpoTrainer(SwiftlikeTrainer):
         tokens = sum_across_processes([int(b["completion_mask"].sum()) for b in batches], self.args.device)
         ga = self.args.gradient_accumulation_steps
         for s, b in enumerate(batches):
-            if self.g.loss_type == "bnpo":
+            if self.g.grpo_loss_type == "bnpo":
                 b["num_items_in_batch"] = tokens[s]
-            elif self.g.loss_type == "dapo":
+            elif self.g.grpo_loss_type == "dapo":
                 b["num_items_in_batch"] = sum(tokens[s - s % ga:s - s % ga + ga])
         return batches
 
@@ -327,7 +327,7 @@ class GrpoTrainer(SwiftlikeTrainer):
         loss, loss_metrics = corrected_policy_loss(scored.logps, inputs, self.g, reused=self._reuses_batches(),
                                                    num_processes=self.accelerator.num_processes,
                                                    kl_logps=scored.unfiltered)
-        if self.g.loss_type == "dapo":  # its normaliser already covers the whole step
+        if self.g.grpo_loss_type == "dapo":  # its normaliser already covers the whole step
             loss = loss * self.current_gradient_accumulation_steps
         self.nonfinite.check_loss(self.state.global_step + 1, loss)
         for k, v in {**metrics, **loss_metrics}.items():
@@ -450,7 +450,7 @@ def corrected_policy_loss(logps: torch.Tensor, inputs: dict, g, *, reused: bool,
         metrics["off_policy_sequence_mask/masked_frac"] = (~keep & rows).sum() / rows.sum().clamp(min=1)
         mask = mask & keep.unsqueeze(-1)
     loss, loss_metrics = policy_loss(
-        logps, old, inputs["advantages"], mask, loss_type=g.loss_type, epsilon_low=g.epsilon,
+        logps, old, inputs["advantages"], mask, loss_type=g.grpo_loss_type, epsilon_low=g.epsilon,
         epsilon_high=g.epsilon_high, importance_sampling_level=g.importance_sampling_level,
         ref_logps=inputs.get("ref_logps"), beta=g.beta, kl_logps=kl_logps, max_completion_length=g.max_completion_length,
         rollout_is_weights=is_weights, num_items_in_batch=inputs.get("num_items_in_batch"),

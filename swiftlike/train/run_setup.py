@@ -15,26 +15,28 @@ from .outputs import ARGS_FILE, new_run_dir
 logger = get_logger("swiftlike.train")
 
 
-def load_train_val_rows(args: TrainArguments) -> tuple[list[dict], list[dict]]:
-    """--dataset split by --split_dataset_ratio, plus --val_dataset."""
+def load_train_val_rows(args: TrainArguments, row_kind: str | None = None) -> tuple[list[dict], list[dict]]:
+    """--dataset split by --split_dataset_ratio, plus --val_dataset; `row_kind` as in `load_dataset`."""
     from ..dataset import load_dataset, split_dataset
     rows = load_dataset(args.dataset, seed=args.seed, model_name=args.model_name, model_author=args.model_author,
-                        use_hf=args.use_hf)
+                        use_hf=args.use_hf, row_kind=row_kind)
     train, val = split_dataset(rows, args.split_dataset_ratio, args.seed)
     if args.val_dataset:
         val += load_dataset(args.val_dataset, seed=args.seed, model_name=args.model_name,
-                            model_author=args.model_author, use_hf=args.use_hf)
+                            model_author=args.model_author, use_hf=args.use_hf, row_kind=row_kind)
     return train, val
 
 
-def training_arguments(args: TrainArguments, run_dir: Path, has_eval: bool):
-    """The one place our arguments become a `transformers.TrainingArguments`."""
+def training_arguments(args: TrainArguments, run_dir: Path, has_eval: bool, config_cls=None, **extra):
+    """The one place our arguments become a `transformers.TrainingArguments`, or the subclass a TRL trainer
+    reads (`config_cls`, e.g. `DPOConfig`), with that trainer's own fields in `extra`."""
     from transformers import TrainingArguments
+    config_cls = config_cls or TrainingArguments
     on_cpu = default_device() == "cpu"
     if args.use_liger_kernel and on_cpu:
         warn_once(logger, "--use_liger_kernel: Liger's kernels are Triton kernels for CUDA GPUs, which this machine "
                           "lacks; training runs without them")
-    return TrainingArguments(
+    return config_cls(
         output_dir=str(run_dir), seed=args.seed, data_seed=args.seed,
         learning_rate=args.learning_rate, num_train_epochs=args.num_train_epochs, max_steps=args.max_steps,
         per_device_train_batch_size=args.per_device_train_batch_size,
@@ -59,6 +61,7 @@ def training_arguments(args: TrainArguments, run_dir: Path, has_eval: bool):
         use_liger_kernel=args.use_liger_kernel and not on_cpu,
         # packed and flattened rows have no padding; counting "non-padding" would skip real tokens equal to the pad id
         include_num_input_tokens_seen="all" if args.packing or args.padding_free else "non_padding",
+        **extra,
     )
 
 

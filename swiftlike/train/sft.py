@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..arguments.train_args import TrainArguments
@@ -31,6 +31,7 @@ class TrainResult:
     elapsed_s: float
     train_tokens_per_second: float | None
     data: EncodeStats
+    metrics: dict[str, float] = field(default_factory=dict)  # the last logged value of the trainer's key metrics
 
     def summary(self) -> str:
         def fmt(value, spec=".4f"):
@@ -47,6 +48,7 @@ class TrainResult:
             f"  train tokens/s    {fmt(self.train_tokens_per_second, '.1f')}",
             f"  curves            {self.run_dir / 'images'}",
         ]
+        lines[-1:-1] = [f"  last {name:<22} {value:.4f}" for name, value in self.metrics.items()]
         return "\n".join(lines)
 
 

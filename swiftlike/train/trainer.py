@@ -17,13 +17,15 @@ from ..utils.checkpoint import CHECKPOINT_PREFIX, STAGING_DIR, publish
 from .outputs import PLOTTED, JsonlLog, plot_curves
 
 
-class SwiftlikeTrainer(Trainer):
-    """Trainer whose checkpoints appear only when complete, with `extras` written into each."""
+class AtomicCheckpoints:
+    """Mixed into a transformers Trainer (ours, or one of TRL's): checkpoints appear only when complete, with
+    `checkpoint_extras` written into each. A mixin rather than a wrapper because the Trainer calls
+    `_save_checkpoint` and `_get_output_dir` on itself."""
 
     def __init__(self, *args, checkpoint_extras: Callable[[Path], None] | None = None, **kwargs):
-        super().__init__(*args, **kwargs)
         self._checkpoint_extras = checkpoint_extras
         self._staging_root: str | None = None
+        super().__init__(*args, **kwargs)
 
     def _get_output_dir(self, trial) -> str:
         return self._staging_root or super()._get_output_dir(trial)
@@ -63,6 +65,10 @@ class SwiftlikeTrainer(Trainer):
         rotate_checkpoints(output_dir=str(run_dir), save_total_limit=self.args.save_total_limit,
                            best_model_checkpoint=self.state.best_model_checkpoint, use_mtime=False)
 
+
+
+class SwiftlikeTrainer(AtomicCheckpoints, Trainer):
+    """transformers' Trainer with atomic checkpoints; sft, pt and GRPO train with it."""
 
 PLOT_INTERVAL_S = 60.0
 

@@ -17,11 +17,17 @@ def lora_target_modules(target_modules: list[str]) -> str | list[str]:
     return list(target_modules)
 
 
-def prepare_model(args: TrainArguments, resolved: ResolvedModel, device: str):
-    """Load the model in the training dtype and wrap it for the chosen tuner."""
-    from transformers import AutoModelForCausalLM
-    model = AutoModelForCausalLM.from_pretrained(resolved.model_dir, dtype=pick_dtype(args.torch_dtype, device),
-                                                 attn_implementation=attn_implementation(args.attn_impl, device))
+def prepare_model(args: TrainArguments, resolved: ResolvedModel, device: str, reward_head: bool = False):
+    """Load the model in the training dtype and wrap it for the chosen tuner. `reward_head` loads it as a
+    one-label sequence classifier (a reward model: the LM's body and a new scalar head, trained in full
+    beside LoRA, as PEFT does for SEQ_CLS)."""
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
+    kwargs = {"dtype": pick_dtype(args.torch_dtype, device),
+              "attn_implementation": attn_implementation(args.attn_impl, device)}
+    if reward_head:
+        model = AutoModelForSequenceClassification.from_pretrained(resolved.model_dir, num_labels=1, **kwargs)
+    else:
+        model = AutoModelForCausalLM.from_pretrained(resolved.model_dir, **kwargs)
     if args.tuner_type == "full":
         return model
     from peft import LoraConfig, PeftModel, get_peft_model
@@ -34,7 +40,7 @@ def prepare_model(args: TrainArguments, resolved: ResolvedModel, device: str):
     config = LoraConfig(r=args.lora_rank, lora_alpha=args.lora_alpha, lora_dropout=args.lora_dropout,
                         target_modules=lora_target_modules(args.target_modules),
                         modules_to_save=list(args.modules_to_save) or None, bias=args.lora_bias,
-                        task_type="CAUSAL_LM")
+                        task_type="SEQ_CLS" if reward_head else "CAUSAL_LM")
     try:
         return get_peft_model(model, config)
     except ValueError as e:

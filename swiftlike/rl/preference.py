@@ -1,0 +1,190 @@
+"""`swiftlike rlhf --rlhf_type dpo|kto|cpo|simpo|orpo|rm`: preference training on TRL's trainers.
+
+The losses, reference handling, metrics and training loops are TRL's (`DPOTrainer`, `KTOTrainer`,
+`RewardTrainer`, and `CPOTrainer` / `ORPOTrainer` from `trl.experimental`). What is ours: the argument
+mapping (ms-swift's names and defaults), the encoding of rows with swiftlike's chat template
+(`preference_data.py`), the run directory, atomic checkpoints that carry args.json, the curves and the summary.
+Each TRL trainer is subclassed only to hand it rows already encoded, in the layout its collator reads.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from ..arguments.rlhf_args import RlhfArguments
+from ..model import ResolvedModel, default_device, load_tokenizer, pick_dtype, resolve_model
+from ..template import get_template
+from ..train.outputs import PLOTTED, JsonlLog, save_args
+from ..train.run_setup import checkpoint_args_writer, load_train_val_rows, shared_run_dir, training_arguments
+from ..train.sft import TrainResult
+from ..utils import get_logger
+from ..utils.checkpoint import latest_checkpoint
+from .preference_data import PreferenceEncoder, encode_kto, encode_pairs
+
+logger = get_logger("swiftlike.rl")
+
+PREFERENCE_PLOTTED = (*PLOTTED, "rewards/*", "eval_rewards/*", "logps/*")
+SUMMARY_KEYS = ("rewards/accuracies", "rewards/margins", "rewards/chosen", "rewards/rejected", "accuracy",
+                "eval_rewards/accuracies", "eval_rewards/margins", "eval_accuracy")
+
+
+def _trainer_classes():
+    """TRL's trainers, each taught to take our encoded rows. Imported on use: TRL is slow to import."""
+    import warnings
+
+    from trl import DPOConfig, DPOTrainer, KTOConfig, KTOTrainer, RewardConfig, RewardTrainer
+    with warnings.catch_warnings():  # "experimental" notices; the classes are the ones TRL documents for CPO/ORPO
+        warnings.simplefilter("ignore")
+        from trl.experimental.cpo import CPOConfig, CPOTrainer
+        from trl.experimental.orpo import ORPOConfig, ORPOTrainer
+
+    from ..train.trainer import AtomicCheckpoints
+
+    class DpoTrainer(AtomicCheckpoints, DPOTrainer):
+        def _prepare_dataset(self, dataset, processing_class, args, dataset_name):
+            return dataset  # prompt_ids / chosen_ids / rejected_ids, encoded and length-limited already
+
+    class KtoTrainer(AtomicCheckpoints, KTOTrainer):
+        def _prepare_dataset(self, dataset, processing_class, args, dataset_name):
+            """Encoded already; what remains of TRL's preparation is the KL term's mismatched pairs: each batch's
+            completions rotated by one, so every prompt is paired with another prompt's answer."""
+            if not self.calculate_KL:
+                return dataset
+
+            def rotate(batch):
+                return {"KL_completion_ids": batch["completion_ids"][-1:] + batch["completion_ids"][:-1]}
+            return dataset.map(rotate, batched=True, batch_size=args.per_device_train_batch_size)
+
+    class CpoTrainer(AtomicCheckpoints, CPOTrainer):
+        def tokenize_row(self, feature, model=None):
+            return feature  # already the row TRL's tokenize_row builds (preference_data.cpo_row)
+
+    class OrpoTrainer(AtomicCheckpoints, ORPOTrainer):
+        def tokenize_row(self, feature, model=None):
+            return feature
+
+    class RmTrainer(AtomicCheckpoints, RewardTrainer):
+        """TRL's RewardTrainer reads rows that have chosen_ids / rejected_ids as tokenized already."""
+
+    return {"dpo": (DpoTrainer, DPOConfig, "dpo"), "kto": (KtoTrainer, KTOConfig, "kto"),
+            "cpo": (CpoTrainer, CPOConfig, "cpo"), "simpo": (CpoTrainer, CPOConfig, "cpo"),
+            "orpo": (OrpoTrainer, ORPOConfig, "cpo"), "rm": (RmTrainer, RewardConfig, "rm")}
+
+
+def config_fields(args: RlhfArguments) -> dict:
+    """ms-swift's arguments -> the TRL config fields of `--rlhf_type` (beyond TrainingArguments').
+
+    Lengths are applied while encoding (`PreferenceEncoder`), so TRL's own limits are turned off.
+    """
+    common = {"disable_dropout": args.disable_dropout, "max_length": None}
+    kind = args.rlhf_type
+    if kind == "dpo":
+        loss_types, weights = list(args.loss_type), args.loss_weights
+        if args.rpo_alpha is not None:  # RPO = the DPO loss plus a weighted NLL term ("sft" in TRL's list)
+            weights = list(weights or [1.0] * len(loss_types)) + [args.rpo_alpha]
+            loss_types.append("sft")
+        return {**common, "beta": args.beta, "loss_type": loss_types, "loss_weights": weights,
+                "label_smoothing": args.label_smoothing, "ld_alpha": args.ld_alpha,
+                "discopop_tau": args.discopop_tau, "precompute_ref_log_probs": args.precompute_ref_log_probs}
+    if kind == "kto":
+        return {**common, "beta": args.beta, "loss_type": args.loss_type[0],
+                "desirable_weight": args.desirable_weight, "undesirable_weight": args.undesirable_weight}
+    if kind in ("cpo", "simpo"):
+        if kind == "simpo" and args.cpo_alpha > 0:
+            logger.warning("--rlhf_type simpo with --cpo_alpha %s trains CPO-SimPO (SimPO plus an NLL term), as "
+                           "ms-swift does by default; --cpo_alpha 0 is pure SimPO", args.cpo_alpha)
+        return {**common, "beta": args.beta, "loss_type": args.loss_type[0], "cpo_alpha": args.cpo_alpha,
+                "simpo_gamma": args.simpo_gamma, "label_smoothing": args.label_smoothing}
+    if kind == "orpo":
+        return {**common, "beta": args.beta}
+    if kind == "rm":
+        return {**common, "center_rewards_coefficient": args.center_rewards_coefficient}
+    raise ValueError(f"--rlhf_type {kind} is not a preference type")
+
+
+def load_ref_model(args: RlhfArguments, resolved: ResolvedModel, device: str):
+    """The reference of dpo/kto, or None for TRL's default.
+
+    TRL's default is the one ms-swift documents: with LoRA, the same base weights under a frozen copy of the
+    starting adapter (for a fresh adapter exactly the model with the adapter disabled, and no second copy of
+    the base in memory); with full tuning, a frozen copy of --model. A copy is loaded here only when the user
+    names another reference (--ref_model, or --ref_adapters other than the --adapters training continues).
+    """
+    if args.rlhf_type not in ("dpo", "kto") or args.precompute_ref_log_probs and not args.ref_adapters:
+        return None
+    same_adapters = args.tuner_type == "lora" and sorted(args.ref_adapters) == sorted(args.adapters)
+    if args.ref_model is None and (not args.ref_adapters or same_adapters):
+        return None
+    from transformers import AutoModelForCausalLM
+    ref_resolved = resolve_model(args.ref_model, args.ref_model_type, args.use_hf, args.ref_model_revision) \
+        if args.ref_model else resolved
+    model = AutoModelForCausalLM.from_pretrained(ref_resolved.model_dir, dtype=pick_dtype(args.torch_dtype, device))
+    if args.ref_adapters:
+        from peft import PeftModel
+        for path in args.ref_adapters:
+            model = PeftModel.from_pretrained(model, path).merge_and_unload()
+    logger.info("reference model: %s%s", ref_resolved.model_id,
+                f" + adapters {' '.join(args.ref_adapters)}" if args.ref_adapters else "")
+    return model.to(device).eval()
+
+
+def encode(args: RlhfArguments, rows: list[dict], encoder: PreferenceEncoder, layout: str, what: str):
+    from datasets import Dataset
+    samples, stats = encode_kto(rows, encoder) if layout == "kto" else encode_pairs(rows, encoder, layout)
+    logger.info("%s data: %s", what, stats.describe(args.max_length, args.truncation_strategy))
+    if not samples:
+        raise ValueError(f"no {what} rows left after encoding ({stats.describe(args.max_length, args.truncation_strategy)}); "
+                         "raise --max_length or use --truncation_strategy left|right")
+    return Dataset.from_list(samples), stats
+
+
+def train_preference(args: RlhfArguments) -> TrainResult:
+    from transformers import set_seed
+
+    from ..train.trainer import RunLogCallback
+    from ..train.tuner import parameter_summary, prepare_model
+
+    start = time.time()
+    set_seed(args.seed)
+    trainer_cls, config_cls, layout = _trainer_classes()[args.rlhf_type]
+    resolved = resolve_model(args.model, args.model_type, args.use_hf, args.model_revision)
+    tokenizer = load_tokenizer(resolved)
+    template = get_template(args.template or resolved.meta.template, tokenizer, args.system)
+    train_rows, val_rows = load_train_val_rows(args, row_kind="kto" if args.rlhf_type == "kto" else "pair")
+    encoder = PreferenceEncoder(template, args.max_length, args.max_completion_length, args.truncation_strategy)
+    train_data, stats = encode(args, train_rows, encoder, layout, "train")
+    val_data = encode(args, val_rows, encoder, layout, "validation")[0] if val_rows else None
+
+    training_args = training_arguments(args, Path(args.output_dir or "output"), val_data is not None,
+                                       config_cls=config_cls, **config_fields(args))
+    run_dir = shared_run_dir(args, training_args, resolved)
+    training_args.output_dir = str(run_dir)
+    log = JsonlLog(run_dir) if training_args.process_index == 0 else None
+    saved_args = save_args(run_dir, args, model_dir=str(resolved.model_dir), template=template.meta.name,
+                           model_type=resolved.model_type, data=stats.__dict__) if log is not None else {}
+    if log is not None and args.resume_from_checkpoint:
+        checkpoint = Path(args.resume_from_checkpoint)
+        log.seed_from(checkpoint.parent, int(checkpoint.name.rsplit("-", 1)[-1]))
+
+    device = default_device()
+    model = prepare_model(args, resolved, device, reward_head=args.rlhf_type == "rm")
+    if model.config.pad_token_id is None:  # a reward model finds each row's last token through the pad id
+        model.config.pad_token_id = tokenizer.pad_token_id
+    logger.info("%s (%s, %s); run directory %s", parameter_summary(model), args.rlhf_type, args.tuner_type, run_dir)
+    extra = {}
+    if args.rlhf_type in ("dpo", "kto"):
+        extra["ref_model"] = load_ref_model(args, resolved, device)
+    callback = RunLogCallback(run_dir, log, PREFERENCE_PLOTTED)
+    trainer = trainer_cls(model=model, args=training_args, train_dataset=train_data, eval_dataset=val_data,
+                          processing_class=tokenizer, callbacks=[callback],
+                          checkpoint_extras=checkpoint_args_writer(saved_args), **extra)
+    trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
+    last = {}
+    for entry in trainer.state.log_history:
+        last.update({k: v for k, v in entry.items() if k in SUMMARY_KEYS})
+    best = trainer.state.best_model_checkpoint
+    return TrainResult(run_dir=run_dir, last_checkpoint=latest_checkpoint(run_dir),
+                       best_checkpoint=Path(best) if best else None, global_step=trainer.state.global_step,
+                       train_loss=callback.last_train_loss, eval_loss=callback.last_eval_loss,
+                       elapsed_s=time.time() - start, train_tokens_per_second=callback.tokens_per_second,
+                       data=stats, metrics=last)
