@@ -6,6 +6,7 @@ Each table lives between a pair of markers in its page and is replaced whole:
     docs/templates.md  <!-- templates:start --> ... <!-- templates:end -->
     docs/datasets.md   <!-- datasets:start -->  ... <!-- datasets:end -->
     docs/rlhf.md       <!-- args-rollout:start --> ... (RolloutArguments + VllmArguments)
+    docs/rlhf.md       <!-- args-preference:start --> ... (PreferenceArguments)
     docs/rollout.md    <!-- args-rollout-server:start --> ... (RolloutServerArguments + VllmArguments)
     docs/app.md        <!-- args-app:start --> ... (AppArguments' own fields)
 
@@ -22,7 +23,7 @@ from pathlib import Path
 
 from swiftlike.arguments.app_args import AppArguments
 from swiftlike.arguments.infer_args import VllmArguments
-from swiftlike.arguments.rlhf_args import RolloutArguments
+from swiftlike.arguments.rlhf_args import PreferenceArguments, RolloutArguments
 from swiftlike.arguments.rollout_args import RolloutServerArguments
 
 from swiftlike.dataset import DATASET_REGISTRY
@@ -114,7 +115,8 @@ TABLES = {
     "models.md": [("models", models_table)],
     "templates.md": [("templates", templates_table)],
     "datasets.md": [("datasets", datasets_table)],
-    "rlhf.md": [("args-rollout", lambda: args_table(RolloutArguments, VllmArguments))],
+    "rlhf.md": [("args-rollout", lambda: args_table(RolloutArguments, VllmArguments)),
+                ("args-preference", lambda: args_table(PreferenceArguments))],
     "rollout.md": [("args-rollout-server", lambda: args_table(RolloutServerArguments, VllmArguments))],
     "app.md": [("args-app", lambda: args_table(AppArguments))],
 }

@@ -94,6 +94,19 @@ def _problems(count: int, seed: int, exclude: set[str]) -> list[Problem]:
     return problems
 
 
+def _expressions(rows: list[dict]) -> set[str]:
+    """The expressions asked about in rows written by `_question`."""
+    found = set()
+    for row in rows:
+        question = row["messages"][0]["content"].split(" End your reply")[0]
+        for style in QUESTION_STYLES:
+            prefix, suffix = style.split("{}")
+            if question.startswith(prefix) and question.endswith(suffix):
+                found.add(question[len(prefix):len(question) - len(suffix)])
+                break
+    return found
+
+
 def _question(problem: Problem, rng: random.Random) -> str:
     return f"{rng.choice(QUESTION_STYLES).format(problem.expression)} {ANSWER_INSTRUCTION}"
 
@@ -115,6 +128,34 @@ def arithmetic_rows() -> tuple[list[dict], list[dict]]:
                               {"role": "assistant", "content": _worked_answer(p)}],
                  "solution": str(p.answer)} for p in sft]
     return rl_rows, sft_rows
+
+
+# Replies a chatty small model gives instead of the worked answer the question asks for: no working and no
+# '#### N' line; half of them also get the number wrong.
+OFF_STYLE_REPLIES = (
+    "Sure! The answer is {n}. Let me know if you have any other questions.",
+    "Great question! Math can be a lot of fun. {expr} is {n}.",
+    "I think it is {n}.",
+    "That's an easy one: {n}!",
+    "Hmm, let me think... {n}, I believe. Hope that helps!",
+    "The result is {n}. Is there anything else I can help you with?",
+)
+
+
+def arithmetic_preference_rows(exclude: set[str]) -> list[dict]:
+    """400 pairs in ms-swift's shape (messages + rejected_response) for DPO/KTO/CPO/ORPO/RM: the chosen answer
+    is the worked answer the question asks for, ending in '#### N'; the rejected one is an off-style reply
+    (no working, no '#### N'), with a wrong number in half the pairs. A style and a number a 135M model can
+    learn to prefer; the questions share none with swiftlike/arithmetic or swiftlike/arithmetic-sft."""
+    rng = random.Random(4)
+    rows = []
+    for i, problem in enumerate(_problems(400, seed=5, exclude=exclude)):
+        number = problem.answer if i % 2 == 0 else problem.answer + rng.choice((-10, -2, -1, 1, 2, 10))
+        rejected = rng.choice(OFF_STYLE_REPLIES).format(n=number, expr=problem.expression)
+        rows.append({"messages": [{"role": "user", "content": _question(problem, rng)},
+                                  {"role": "assistant", "content": _worked_answer(problem)}],
+                     "rejected_response": rejected, "solution": str(problem.answer)})
+    return rows
 
 
 SELF_COGNITION_EN = {
@@ -501,6 +542,7 @@ def builtin_files() -> dict[str, list[dict]]:
     return {
         "arithmetic.jsonl": rl_rows,
         "arithmetic_sft.jsonl": sft_rows,
+        "arithmetic_preference.jsonl": arithmetic_preference_rows(_expressions(rl_rows + sft_rows)),
         "self_cognition.jsonl": self_cognition_rows(),
         "alpaca_mini.jsonl": [{"instruction": i, "input": x, "output": o} for i, x, o in ALPACA_MINI],
         "preference_mini.jsonl": [{"query": q, "chosen": c, "rejected": r} for q, c, r in PREFERENCE_MINI],

@@ -49,11 +49,11 @@ def rlhf(tmp_path, *extra, steps: int = 2):
 
 def test_args_check_group_divisibility():
     with pytest.raises(ValueError, match="divisible by --num_generations"):
-        RlhfArguments(model=TINY, dataset=["d"], reward_funcs=["format"], num_generations=3,
+        RlhfArguments(rlhf_type="grpo", model=TINY, dataset=["d"], reward_funcs=["format"], num_generations=3,
                       per_device_train_batch_size=4, gradient_accumulation_steps=1)
     with pytest.raises(ValueError, match="--reward_funcs is required"):
-        RlhfArguments(model=TINY, dataset=["d"], num_generations=4, per_device_train_batch_size=4)
-    args = RlhfArguments(model=TINY, dataset=["d"], reward_funcs=["format"], num_generations=4,
+        RlhfArguments(rlhf_type="grpo", model=TINY, dataset=["d"], num_generations=4, per_device_train_batch_size=4)
+    args = RlhfArguments(rlhf_type="grpo", model=TINY, dataset=["d"], reward_funcs=["format"], num_generations=4,
                          per_device_train_batch_size=4, gradient_accumulation_steps=2)
     assert args.steps_per_generation == 2 and args.beta == 0.04 and args.epsilon == 0.2
 

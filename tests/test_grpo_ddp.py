@@ -100,7 +100,7 @@ def record_rollouts(path: Path) -> None:
     from swiftlike.template import get_template
     resolved = resolve_model(TINY)
     tokenizer = load_tokenizer(resolved)
-    args = RlhfArguments(model=TINY, dataset=["unused"], reward_funcs=["format"], num_generations=NUM_GENERATIONS,
+    args = RlhfArguments(rlhf_type="grpo", model=TINY, dataset=["unused"], reward_funcs=["format"], num_generations=NUM_GENERATIONS,
                          per_device_train_batch_size=NUM_GENERATIONS, max_completion_length=12, use_vllm=False)
     worker = RolloutWorker(args, resolved, get_template(resolved.meta.template, tokenizer),
                            load_model(resolved, "float32", "cpu"))

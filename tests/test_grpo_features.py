@@ -19,7 +19,7 @@ TINY = "tiny-random/qwen2_5"
 
 
 def grpo_args(**kw):
-    base = dict(model=TINY, dataset=["d"], reward_funcs=["format"], num_generations=2, per_device_train_batch_size=2,
+    base = dict(rlhf_type="grpo", model=TINY, dataset=["d"], reward_funcs=["format"], num_generations=2, per_device_train_batch_size=2,
                 gradient_accumulation_steps=1, beta=0.0)
     return RlhfArguments(**{**base, **kw})
 

@@ -103,11 +103,11 @@ def test_ms_swift_command_line_parses_with_ms_swift_defaults():
     (TrainArguments, ["--lazy_tokenize", "true", "--packing", "true", "--max_length", "64"], "use --padding_free"),
     (TrainArguments, ["--dataset_num_proc", "0"], "--dataset_num_proc must be >= 1"),
     (PtArguments, ["--loss_scale", "default"], "pt learns plain text"),
-    (RlhfArguments, ["--reward_funcs", "accuracy", "--num_generations", "2", "--padding_free", "true"],
+    (RlhfArguments, ["--rlhf_type", "grpo", "--reward_funcs", "accuracy", "--num_generations", "2", "--padding_free", "true"],
      "--padding_free: not built for GRPO"),
-    (RlhfArguments, ["--reward_funcs", "accuracy", "--num_generations", "2", "--loss_scale", "all"],
-     "completions only"),
-    (RlhfArguments, ["--reward_funcs", "accuracy", "--num_generations", "2", "--streaming", "true"],
+    (RlhfArguments, ["--rlhf_type", "grpo", "--reward_funcs", "accuracy", "--num_generations", "2", "--loss_scale", "all"],
+     "sampled completions only"),
+    (RlhfArguments, ["--rlhf_type", "grpo", "--reward_funcs", "accuracy", "--num_generations", "2", "--streaming", "true"],
      "--streaming: not built for GRPO"),
 ])
 def test_flag_misuse_is_a_clear_error(cls, argv, message, capsys):

@@ -71,7 +71,7 @@ def test_buckets_group_by_size_and_cast_to_the_server_dtype():
 
 
 def server_args(**kw) -> RlhfArguments:
-    base = dict(model="tiny-random/qwen2_5", dataset=["d"], reward_funcs=["format"], num_generations=4,
+    base = dict(rlhf_type="grpo", model="tiny-random/qwen2_5", dataset=["d"], reward_funcs=["format"], num_generations=4,
                 per_device_train_batch_size=4, use_vllm=True, vllm_mode="server")
     return RlhfArguments(**{**base, **kw})
 

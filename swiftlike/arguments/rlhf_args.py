@@ -195,14 +195,16 @@ class RlhfArguments(TrainArguments, PreferenceArguments, GrpoArguments, RolloutA
 
     def _check_data_flags(self) -> None:
         """Before sft's own checks of these flags, whose advice (--max_steps for --streaming, ...) misleads here."""
-        what = "GRPO, whose batches are rollouts generated at every step" if self.rlhf_type == "grpo" else \
-            f"{self.rlhf_type}, whose batches are chosen/rejected pairs encoded up front"
+        what = "GRPO, whose batches are rollouts generated at every step, not encoded dataset samples" \
+            if self.rlhf_type == "grpo" else f"{self.rlhf_type}, whose pairs are encoded up front and padded " \
+            "per batch by TRL's collator"
         batch_flags = [f"--{name}" for name in ("streaming", "lazy_tokenize", "padding_free", "packing")
                        if getattr(self, name)]
         if batch_flags:
-            raise ValueError(f"{', '.join(batch_flags)}: not built for {what}, not encoded dataset samples")
+            raise ValueError(f"{', '.join(batch_flags)}: not built for {what}")
         if self.loss_scale == "all":
-            raise ValueError(f"--loss_scale all: {self.rlhf_type}'s loss is on the answers only (what default "
+            answers = "sampled completions" if self.rlhf_type == "grpo" else "chosen/rejected answers"
+            raise ValueError(f"--loss_scale all: {self.rlhf_type}'s loss is on the {answers} only (what default "
                              "and last_round both mean here)")
         super()._check_data_flags()
 

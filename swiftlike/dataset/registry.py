@@ -57,6 +57,15 @@ register_dataset(DatasetMeta(
     tags=("sft", "math"),
 ))
 register_dataset(DatasetMeta(
+    name="swiftlike/arithmetic-preference",
+    path="arithmetic_preference.jsonl",
+    description="400 arithmetic questions (none shared with swiftlike/arithmetic or -sft), each with a chosen "
+                "worked answer ending '#### <number>' and a rejected off-style reply (no working, no '####'; a "
+                "wrong number in half): preference pairs for dpo, kto, cpo, simpo, orpo and rm.",
+    columns=("messages", "rejected_response", "solution"),
+    tags=("dpo", "math"),
+))
+register_dataset(DatasetMeta(
     name="swiftlike/self-cognition",
     path="self_cognition.jsonl",
     description="Who-are-you questions whose answers name the model and its author; needs "

@@ -23,10 +23,21 @@ def default_output_dir(adapter_dir: Path) -> Path:
     return adapter_dir.parent / f"{adapter_dir.name}-merged"
 
 
+def is_reward_adapter(adapter_dir: Path) -> bool:
+    """A LoRA adapter of a reward model (`rlhf --rlhf_type rm`): PEFT's SEQ_CLS task, with the scalar head."""
+    import json
+    config = json.loads((adapter_dir / "adapter_config.json").read_text())
+    return config.get("task_type") == "SEQ_CLS"
+
+
+def base_model_class(adapter_dir: Path):
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
+    return AutoModelForSequenceClassification if is_reward_adapter(adapter_dir) else AutoModelForCausalLM
+
+
 def merge_lora(args: ExportArguments) -> Path:
     """Write base + adapter as one HF model directory; return its path."""
     from peft import PeftModel
-    from transformers import AutoModelForCausalLM
 
     adapter_dir = check_adapter_dir(next(iter(args.adapter_paths().values())))
     output_dir = Path(args.output_dir) if args.output_dir else default_output_dir(adapter_dir)
@@ -36,7 +47,8 @@ def merge_lora(args: ExportArguments) -> Path:
     tokenizer = load_tokenizer(resolved)
     template = get_template(args.template or resolved.meta.template, tokenizer, args.system)
     start = time.time()
-    base = AutoModelForCausalLM.from_pretrained(resolved.model_dir, dtype=pick_dtype(args.torch_dtype, "cpu"))
+    base = base_model_class(adapter_dir).from_pretrained(resolved.model_dir, dtype=pick_dtype(args.torch_dtype, "cpu"),
+                                                         **({"num_labels": 1} if is_reward_adapter(adapter_dir) else {}))
     merged = PeftModel.from_pretrained(base, str(adapter_dir)).merge_and_unload()
     staging = output_dir.parent / f".{output_dir.name}.partial"
     shutil.rmtree(staging, ignore_errors=True)

@@ -23,7 +23,8 @@ from .preference_data import PreferenceEncoder, encode_kto, encode_pairs
 
 logger = get_logger("swiftlike.rl")
 
-PREFERENCE_PLOTTED = (*PLOTTED, "rewards/*", "eval_rewards/*", "logps/*")
+PREFERENCE_PLOTTED = (*PLOTTED, "rewards/*", "eval_rewards/*", "logps/*", "accuracy", "margin", "mean_reward",
+                      "eval_accuracy", "eval_margin")
 SUMMARY_KEYS = ("rewards/accuracies", "rewards/margins", "rewards/chosen", "rewards/rejected", "accuracy",
                 "eval_rewards/accuracies", "eval_rewards/margins", "eval_accuracy")
 
@@ -105,10 +106,11 @@ def config_fields(args: RlhfArguments) -> dict:
 def load_ref_model(args: RlhfArguments, resolved: ResolvedModel, device: str):
     """The reference of dpo/kto, or None for TRL's default.
 
-    TRL's default is the one ms-swift documents: with LoRA, the same base weights under a frozen copy of the
-    starting adapter (for a fresh adapter exactly the model with the adapter disabled, and no second copy of
-    the base in memory); with full tuning, a frozen copy of --model. A copy is loaded here only when the user
-    names another reference (--ref_model, or --ref_adapters other than the --adapters training continues).
+    TRL's default is the one ms-swift documents: with a fresh LoRA adapter, the model with the adapter disabled
+    (no second copy in memory); when --adapters continues an adapter, the base under a frozen copy of that
+    adapter (the SFT model, ms-swift's `--adapters x --ref_adapters x`); with full tuning, a frozen copy of
+    --model. A model is loaded here only when the user names another reference (--ref_model, or
+    --ref_adapters other than the --adapters training continues).
     """
     if args.rlhf_type not in ("dpo", "kto") or args.precompute_ref_log_probs and not args.ref_adapters:
         return None
@@ -142,7 +144,7 @@ def train_preference(args: RlhfArguments) -> TrainResult:
     from transformers import set_seed
 
     from ..train.trainer import RunLogCallback
-    from ..train.tuner import parameter_summary, prepare_model
+    from ..train.tuner import lora_config, load_base_model, parameter_summary, prepare_model
 
     start = time.time()
     set_seed(args.seed)
@@ -167,17 +169,23 @@ def train_preference(args: RlhfArguments) -> TrainResult:
         log.seed_from(checkpoint.parent, int(checkpoint.name.rsplit("-", 1)[-1]))
 
     device = default_device()
-    model = prepare_model(args, resolved, device, reward_head=args.rlhf_type == "rm")
+    reward_head = args.rlhf_type == "rm"
+    extra = {}
+    if args.tuner_type == "lora" and not args.adapters:
+        # TRL wraps it: then its reference is this model with the adapter disabled, with no copy of anything
+        model, extra["peft_config"] = load_base_model(args, resolved, device, reward_head), lora_config(args, reward_head)
+    else:  # full weights, or an adapter to continue (TRL then keeps a frozen copy of it as the reference)
+        model = prepare_model(args, resolved, device, reward_head)
     if model.config.pad_token_id is None:  # a reward model finds each row's last token through the pad id
         model.config.pad_token_id = tokenizer.pad_token_id
-    logger.info("%s (%s, %s); run directory %s", parameter_summary(model), args.rlhf_type, args.tuner_type, run_dir)
-    extra = {}
     if args.rlhf_type in ("dpo", "kto"):
         extra["ref_model"] = load_ref_model(args, resolved, device)
     callback = RunLogCallback(run_dir, log, PREFERENCE_PLOTTED)
     trainer = trainer_cls(model=model, args=training_args, train_dataset=train_data, eval_dataset=val_data,
                           processing_class=tokenizer, callbacks=[callback],
                           checkpoint_extras=checkpoint_args_writer(saved_args), **extra)
+    logger.info("%s (%s, %s); run directory %s", parameter_summary(trainer.model), args.rlhf_type, args.tuner_type,
+                run_dir)
     trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
     last = {}
     for entry in trainer.state.log_history:

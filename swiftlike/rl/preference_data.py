@@ -46,6 +46,13 @@ class PreferenceEncoder:
             raise ValueError("a preference row's answer renders to no tokens")
         return encoded.input_ids[:trained[0]], encoded.input_ids[trained[0]:trained[-1] + 1]
 
+    def tail(self, messages: list[dict]) -> list[int]:
+        """The ids the template renders after the answer's end-of-turn token (e.g. chatml's newline): a reward
+        model scores a whole rendered conversation (`RewardModel.render`), so it is trained on whole ones."""
+        encoded = self.template.encode(messages, loss_scale="last_round")
+        last = max(i for i, label in enumerate(encoded.labels) if label != IGNORE_INDEX)
+        return encoded.input_ids[last + 1:]
+
     def pair_ids(self, row: dict) -> tuple[list[int], list[int], list[int]]:
         """(prompt, chosen, rejected): the prompt tokens are the ones both conversations share."""
         messages = row["messages"]
@@ -91,7 +98,7 @@ def encode_pairs(rows: list[dict], encoder: PreferenceEncoder, layout: str) -> t
 
     - `dpo`: prompt_ids, chosen_ids, rejected_ids (TRL's DPOTrainer);
     - `cpo`: TRL's CPO/ORPO tokenized row (prompt_/chosen_/rejected_ input_ids, attention_mask, labels);
-    - `rm`: chosen_ids and rejected_ids holding the whole conversations (TRL's RewardTrainer).
+    - `rm`: chosen_ids and rejected_ids holding the whole rendered conversations (TRL's RewardTrainer).
     """
     stats = EncodeStats()
     samples = []
@@ -106,7 +113,8 @@ def encode_pairs(rows: list[dict], encoder: PreferenceEncoder, layout: str) -> t
         if layout == "dpo":
             samples.append({"prompt_ids": prompt, "chosen_ids": chosen, "rejected_ids": rejected})
         elif layout == "rm":
-            samples.append({"chosen_ids": prompt + chosen, "rejected_ids": prompt + rejected})
+            tail = encoder.tail(row["messages"])
+            samples.append({"chosen_ids": prompt + chosen + tail, "rejected_ids": prompt + rejected + tail})
         elif layout == "cpo":
             samples.append(cpo_row(prompt, chosen, rejected))
         else:

@@ -8,6 +8,7 @@ in `--reward_weights` it comes after the `--reward_funcs` entries, as in ms-swif
 """
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ class RewardModel:
     """Callable like a reward function: `(completions, prompts=[messages, ...]) -> [score, ...]`."""
 
     def __init__(self, resolved: ResolvedModel, torch_dtype: str = "auto", device: str | None = None,
-                 batch_size: int = 16):
+                 batch_size: int = 16, adapter: Path | None = None):
         from transformers import AutoModelForSequenceClassification
         device = device or default_device()
         self.name = Path(resolved.model_id.rstrip("/")).name
@@ -31,7 +32,12 @@ class RewardModel:
         self.template = None if self.tokenizer.chat_template else get_template(resolved.meta.template,
                                                                                self.tokenizer)
         self.model = AutoModelForSequenceClassification.from_pretrained(
-            resolved.model_dir, num_labels=1, dtype=pick_dtype(torch_dtype, device)).to(device).eval()
+            resolved.model_dir, num_labels=1, dtype=pick_dtype(torch_dtype, device))
+        if adapter is not None:  # a LoRA checkpoint of `rlhf --rlhf_type rm`: its head and adapter merged in
+            from peft import PeftModel
+            self.model = PeftModel.from_pretrained(self.model, str(adapter)).merge_and_unload()
+            self.name = Path(str(adapter).rstrip("/")).parent.name + "-" + Path(str(adapter)).name
+        self.model = self.model.to(device).eval()
         if self.model.config.pad_token_id is None:  # it locates each row's last token through the pad id
             self.model.config.pad_token_id = self.tokenizer.pad_token_id
         self.batch_size = batch_size
@@ -62,7 +68,16 @@ def load_reward_models(names: Sequence[str], use_hf: bool = False, torch_dtype: 
     from ..model import resolve_model
     models: dict[str, RewardModel] = {}
     for name in names:
-        rm = RewardModel(resolve_model(name, use_hf=use_hf), torch_dtype)
+        path = Path(name).expanduser()
+        if (path / "adapter_config.json").is_file():  # a LoRA reward-model checkpoint: its base from args.json
+            saved = json.loads((path / "args.json").read_text()) if (path / "args.json").is_file() else {}
+            if not saved.get("model"):
+                raise ValueError(f"--reward_model {name}: a LoRA checkpoint without args.json naming its base "
+                                 "model; merge it first with `swiftlike export --adapters ... --merge_lora true`")
+            base = resolve_model(saved["model"], saved.get("model_type"), use_hf=use_hf)
+            rm = RewardModel(base, torch_dtype, adapter=path)
+        else:
+            rm = RewardModel(resolve_model(name, use_hf=use_hf), torch_dtype)
         if rm.name in models:
             raise ValueError(f"two --reward_model entries are both named {rm.name!r}")
         models[rm.name] = rm

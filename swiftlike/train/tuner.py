@@ -17,32 +17,41 @@ def lora_target_modules(target_modules: list[str]) -> str | list[str]:
     return list(target_modules)
 
 
-def prepare_model(args: TrainArguments, resolved: ResolvedModel, device: str, reward_head: bool = False):
-    """Load the model in the training dtype and wrap it for the chosen tuner. `reward_head` loads it as a
-    one-label sequence classifier (a reward model: the LM's body and a new scalar head, trained in full
-    beside LoRA, as PEFT does for SEQ_CLS)."""
+def load_base_model(args: TrainArguments, resolved: ResolvedModel, device: str, reward_head: bool = False):
+    """The model in the training dtype. `reward_head` loads it as a one-label sequence classifier (a reward
+    model: the LM's body and a new scalar head)."""
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
     kwargs = {"dtype": pick_dtype(args.torch_dtype, device),
               "attn_implementation": attn_implementation(args.attn_impl, device)}
     if reward_head:
-        model = AutoModelForSequenceClassification.from_pretrained(resolved.model_dir, num_labels=1, **kwargs)
-    else:
-        model = AutoModelForCausalLM.from_pretrained(resolved.model_dir, **kwargs)
+        return AutoModelForSequenceClassification.from_pretrained(resolved.model_dir, num_labels=1, **kwargs)
+    return AutoModelForCausalLM.from_pretrained(resolved.model_dir, **kwargs)
+
+
+def lora_config(args: TrainArguments, reward_head: bool = False):
+    """The LoRA of --lora_rank / --lora_alpha / --target_modules; a reward model's scalar head is trained in
+    full beside it (PEFT's SEQ_CLS task does that)."""
+    from peft import LoraConfig
+    return LoraConfig(r=args.lora_rank, lora_alpha=args.lora_alpha, lora_dropout=args.lora_dropout,
+                      target_modules=lora_target_modules(args.target_modules),
+                      modules_to_save=list(args.modules_to_save) or None, bias=args.lora_bias,
+                      task_type="SEQ_CLS" if reward_head else "CAUSAL_LM")
+
+
+def prepare_model(args: TrainArguments, resolved: ResolvedModel, device: str, reward_head: bool = False):
+    """Load the model in the training dtype and wrap it for the chosen tuner."""
+    model = load_base_model(args, resolved, device, reward_head)
     if args.tuner_type == "full":
         return model
-    from peft import LoraConfig, PeftModel, get_peft_model
+    from peft import PeftModel, get_peft_model
     if args.adapters:
         if len(args.adapters) > 1:
             raise ValueError("--adapters: training continues one adapter at a time")
         path = check_adapter_dir(next(iter(args.adapter_paths().values())))
         logger.info("continuing LoRA training from %s", path)
         return PeftModel.from_pretrained(model, str(path), is_trainable=True)
-    config = LoraConfig(r=args.lora_rank, lora_alpha=args.lora_alpha, lora_dropout=args.lora_dropout,
-                        target_modules=lora_target_modules(args.target_modules),
-                        modules_to_save=list(args.modules_to_save) or None, bias=args.lora_bias,
-                        task_type="SEQ_CLS" if reward_head else "CAUSAL_LM")
     try:
-        return get_peft_model(model, config)
+        return get_peft_model(model, lora_config(args, reward_head))
     except ValueError as e:
         raise ValueError(f"--target_modules {' '.join(args.target_modules)}: {e}") from None
 
