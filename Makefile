@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.setup-stamp
 
-.PHONY: setup test test-fast demo examples bench bench-train bench-grpo bench-rollout bench-deploy lint clean
+.PHONY: setup test test-fast demo demo-dpo examples bench bench-train bench-grpo bench-rollout bench-deploy bench-dpo lint clean
 
 setup: $(STAMP)
 
@@ -19,6 +19,9 @@ test-fast: setup
 
 demo: setup
 	bash scripts/demo.sh
+
+demo-dpo: setup
+	bash scripts/dpo_demo.sh
 
 # Every script under examples/ in smoke mode (2 steps, a few samples), with a PASS/FAIL line each; not part of
 # `make test`. `make examples ONLY="deploy grpo"` runs the scripts whose path contains one of the words.
@@ -39,6 +42,9 @@ bench-rollout: setup
 
 bench-deploy: setup
 	$(PY) benchmarks/bench_deploy.py
+
+bench-dpo: setup
+	$(PY) benchmarks/bench_dpo.py
 
 lint: setup
 	$(VENV)/bin/ruff check swiftlike tests benchmarks scripts

@@ -180,7 +180,9 @@ def run(tmp_path: Path, kind: str, *extra: str, dataset: str | None = None, step
 
 
 @pytest.mark.parametrize("kind, extra", [
-    ("dpo", ()), ("dpo", ("--tuner_type", "full", "--learning_rate", "1e-3")), ("kto", ("--per_device_train_batch_size", "4")),
+    ("dpo", ()), ("dpo", ("--tuner_type", "full", "--learning_rate", "1e-3")),
+    ("dpo", ("--tuner_type", "full", "--learning_rate", "1e-3", "--precompute_ref_log_probs", "true")),
+    ("kto", ("--per_device_train_batch_size", "4")),
     ("cpo", ()), ("simpo", ("--cpo_alpha", "0")), ("orpo", ()), ("rm", ()),
     ("dpo", ("--loss_type", "sigmoid", "ipo", "--loss_weights", "1.0", "0.5", "--rpo_alpha", "1.0")),
 ])
