@@ -6,9 +6,10 @@ alternate over the rounds so that machine noise hits them alike; the figure that
 
 tokens/s on both sides is the Trainer's `num_input_tokens_seen` (non-padding tokens of the chosen and
 rejected sequences) divided by its `train_runtime`: swiftlike prints it in its end-of-run summary, the
-baseline (`trl_dpo_baseline.py`) computes it the same way. Both run TRL's DPOTrainer; what differs is the
-rows (rendered by swiftlike's template on one side, by the tokenizer's chat template on the other) and
-what swiftlike adds inside `train_runtime`: a final checkpoint and its PNG curves.
+baseline (`trl_dpo_baseline.py`) computes it the same way. Both run TRL's DPOTrainer and both write a
+checkpoint at the last step; what differs is the rows (rendered by swiftlike's template on one side, by the
+tokenizer's chat template on the other, which also trains the newline after each end-of-turn token) and what
+swiftlike adds around the Trainer (atomic checkpoint publishing, args.json, logging.jsonl).
 
     .venv/bin/python benchmarks/bench_dpo.py
     .venv/bin/python benchmarks/bench_dpo.py --quick   # smoke test on a tiny model

@@ -6,7 +6,8 @@ spec names (`load_dataset`). The pairs go to TRL in its conversational preferenc
 rejected message lists); TRL renders them with the tokenizer's own chat template.
 
 The settings mirror swiftlike's (LoRA r8 alpha 32 on all linear layers, cosine schedule, weight decay 0.1,
-adam_beta2 0.95, adamw_torch, seed 42, fp32, beta 0.1, sigmoid loss, no length limit). Prints one parseable
+adam_beta2 0.95, adamw_torch, seed 42, fp32, beta 0.1, sigmoid loss, no length limit, a checkpoint written at
+the last step). Prints one parseable
 line at the end:
 
     TRL_RESULT {"tokens_per_s": ..., "num_input_tokens_seen": ..., "train_runtime": ..., ...}
@@ -62,7 +63,9 @@ def main() -> None:
             max_steps=args.max_steps, learning_rate=args.learning_rate, lr_scheduler_type="cosine",
             weight_decay=0.1, adam_beta2=0.95, optim="adamw_torch", beta=0.1, loss_type=["sigmoid"],
             max_length=None, bf16=False, fp16=False, gradient_checkpointing=False, report_to="none",
-            save_strategy="no", logging_steps=100000, include_num_input_tokens_seen="non_padding",
+            # a checkpoint at the last step, inside train_runtime, as swiftlike writes one at the end of every run
+            save_strategy="steps", save_steps=args.max_steps, logging_steps=100000,
+            include_num_input_tokens_seen="non_padding",
             dataloader_pin_memory=False, use_cpu=not torch.cuda.is_available(),
         )
         trainer = DPOTrainer(model=model, args=config, train_dataset=dataset, processing_class=tokenizer,
