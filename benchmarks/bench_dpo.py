@@ -133,11 +133,18 @@ def main() -> None:
     ours = statistics.median(x["tokens_per_s"] for x in results["swiftlike"])
     trl = statistics.median(x["tokens_per_s"] for x in results["trl"])
     seen = (results["swiftlike"][0].get("num_input_tokens_seen"), results["trl"][0].get("num_input_tokens_seen"))
+    # The same pairs and steps on both sides: the runtime ratio is the pairs/s ratio, free of the rendering's
+    # token count (the tokenizer's Jinja template also trains the newline after each end-of-turn token).
+    runtime = {name: statistics.median(float(x["train_runtime"]) for x in results[name]) for name in results}
+    pairs_ratio = runtime["trl"] / runtime["swiftlike"]
     summary = {"swiftlike_tokens_per_s": ours, "trl_tokens_per_s": trl, "ratio": ours / trl,
-               "tokens_seen_swiftlike": seen[0], "tokens_seen_trl": seen[1]}
-    print("\n| swiftlike tokens/s | TRL tokens/s | swiftlike/TRL | tokens seen (swiftlike / TRL) |")
-    print("|---:|---:|---:|---|")
-    print(f"| {ours:.1f} | {trl:.1f} | {ours / trl:.3f} | {seen[0]} / {seen[1]} |")
+               "tokens_seen_swiftlike": seen[0], "tokens_seen_trl": seen[1], "swiftlike_runtime_s": runtime["swiftlike"],
+               "trl_runtime_s": runtime["trl"], "pairs_per_s_ratio": pairs_ratio}
+    print("\n| swiftlike tokens/s | TRL tokens/s | swiftlike/TRL tokens/s | tokens seen (swiftlike / TRL) | "
+          "runtime s (swiftlike / TRL) | swiftlike/TRL pairs/s |")
+    print("|---:|---:|---:|---|---|---:|")
+    print(f"| {ours:.1f} | {trl:.1f} | {ours / trl:.3f} | {seen[0]} / {seen[1]} | "
+          f"{runtime['swiftlike']:.1f} / {runtime['trl']:.1f} | {pairs_ratio:.3f} |")
     print(f"\n(median of {args.rounds} round(s); tokens seen = input tokens the Trainer counted, padding "
           "excluded, first round)")
     if seen[0] != seen[1]:

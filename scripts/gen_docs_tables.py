@@ -7,7 +7,9 @@ Each table lives between a pair of markers in its page and is replaced whole:
     docs/datasets.md   <!-- datasets:start -->  ... <!-- datasets:end -->
     docs/rlhf.md       <!-- args-rollout:start --> ... (RolloutArguments + VllmArguments)
     docs/rlhf.md       <!-- args-preference:start --> ... (PreferenceArguments)
-    docs/rollout.md    <!-- args-rollout-server:start --> ... (RolloutServerArguments + VllmArguments)
+    docs/rlhf.md       <!-- args-gkd:start --> ... (GkdArguments)
+    docs/rollout.md    <!-- args-rollout-server:start --> ... (RolloutServerArguments + LogprobLimitArguments +
+                       VllmArguments)
     docs/app.md        <!-- args-app:start --> ... (AppArguments' own fields)
 
     .venv/bin/python scripts/gen_docs_tables.py          # rewrite the tables
@@ -22,8 +24,8 @@ import sys
 from pathlib import Path
 
 from swiftlike.arguments.app_args import AppArguments
-from swiftlike.arguments.infer_args import VllmArguments
-from swiftlike.arguments.rlhf_args import PreferenceArguments, RolloutArguments
+from swiftlike.arguments.infer_args import LogprobLimitArguments, VllmArguments
+from swiftlike.arguments.rlhf_args import GkdArguments, PreferenceArguments, RolloutArguments
 from swiftlike.arguments.rollout_args import RolloutServerArguments
 
 from swiftlike.dataset import DATASET_REGISTRY
@@ -116,8 +118,10 @@ TABLES = {
     "templates.md": [("templates", templates_table)],
     "datasets.md": [("datasets", datasets_table)],
     "rlhf.md": [("args-rollout", lambda: args_table(RolloutArguments, VllmArguments)),
-                ("args-preference", lambda: args_table(PreferenceArguments))],
-    "rollout.md": [("args-rollout-server", lambda: args_table(RolloutServerArguments, VllmArguments))],
+                ("args-preference", lambda: args_table(PreferenceArguments)),
+                ("args-gkd", lambda: args_table(GkdArguments))],
+    "rollout.md": [("args-rollout-server", lambda: args_table(RolloutServerArguments, LogprobLimitArguments,
+                                                              VllmArguments))],
     "app.md": [("args-app", lambda: args_table(AppArguments))],
 }
 

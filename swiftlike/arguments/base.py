@@ -68,6 +68,7 @@ class BaseArguments:
                           model_revision=self.model_revision, template=self.template, system=self.system,
                           torch_dtype=self.torch_dtype, attn_impl=self.attn_impl, adapters=self.adapter_paths(),
                           max_batch_size=getattr(self, "max_batch_size", 16),
+                          max_logprobs=getattr(self, "max_logprobs", 20),
                           options=make_options() if make_options else None)
 
     def adapter_paths(self) -> dict[str, str]:

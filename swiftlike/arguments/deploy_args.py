@@ -5,11 +5,11 @@ from dataclasses import dataclass
 from typing import Literal
 
 from .base import BaseArguments, arg
-from .infer_args import LmdeployArguments, SglangArguments, VllmArguments
+from .infer_args import LmdeployArguments, LogprobLimitArguments, SglangArguments, VllmArguments
 
 
 @dataclass
-class DeployArguments(BaseArguments, VllmArguments, SglangArguments, LmdeployArguments):
+class DeployArguments(BaseArguments, VllmArguments, SglangArguments, LmdeployArguments, LogprobLimitArguments):
     """swiftlike deploy: serve a model and its LoRA adapters behind the OpenAI API."""
 
     command = "deploy"
@@ -31,6 +31,7 @@ class DeployArguments(BaseArguments, VllmArguments, SglangArguments, LmdeployArg
         self.check_serving()
 
     def check_serving(self) -> None:
+        self.check_logprob_limit()
         if not 0 < self.port < 65536:
             raise ValueError(f"--port must be in 1..65535, got {self.port}")
         for name in ("max_concurrency", "max_new_tokens", "max_batch_size"):

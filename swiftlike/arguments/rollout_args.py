@@ -4,11 +4,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .base import BaseArguments, arg
-from .infer_args import VllmArguments
+from .infer_args import LogprobLimitArguments, VllmArguments
 
 
 @dataclass
-class RolloutServerArguments(BaseArguments, VllmArguments):
+class RolloutServerArguments(BaseArguments, VllmArguments, LogprobLimitArguments):
     """swiftlike rollout: serve generation and weight updates to a `swiftlike rlhf --vllm_mode server` trainer."""
 
     command = "rollout"
@@ -33,6 +33,7 @@ class RolloutServerArguments(BaseArguments, VllmArguments):
             raise ValueError(f"--vllm_data_parallel_size {self.vllm_data_parallel_size}: one engine per server is "
                              "built so far; start one `swiftlike rollout` per port and pass every port to the "
                              "trainer's --vllm_server_port, which spreads generation across them")
+        self.check_logprob_limit()
         for name in ("max_bucket_mb", "max_prompts", "default_max_tokens", "vllm_tensor_parallel_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"--{name} must be >= 1, got {getattr(self, name)}")

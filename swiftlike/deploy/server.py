@@ -72,28 +72,40 @@ def create_app(engine: InferEngine, args: DeployArguments) -> FastAPI:
             raise ValueError(f"unknown model {model!r}; this server serves: {known}")
         return None
 
-    async def answer(body: dict, req: InferRequest, chat: bool):
-        req.adapter = adapter_for(body)
+    async def answer(body: dict, reqs: list[InferRequest], chat: bool):
+        for req in reqs:
+            req.adapter = adapter_for(body)
         config = openai_api.request_config({**body, "stream": False}, args.max_new_tokens)
         engine.check_config(config)
         model = body.get("model") or base_name
         if body.get("stream"):
+            if len(reqs) > 1:
+                raise ValueError("stream=true takes one prompt; send a batch of prompts without streaming")
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-            return StreamingResponse(_sse(engine, limit, req, config, model, chat, include_usage),
+            return StreamingResponse(_sse(engine, limit, reqs[0], config, model, chat, include_usage),
                                      media_type="text/event-stream")
-        async with limit:
-            resp = await engine.generate_async(req, config)
-        return (openai_api.chat_response if chat else openai_api.completion_response)(resp, model)
+
+        async def one(req: InferRequest):
+            async with limit:
+                return await engine.generate_async(req, config)
+        resps = await asyncio.gather(*(one(req) for req in reqs))
+        return openai_api.chat_response(resps[0], model) if chat else openai_api.completion_response(resps, model)
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request):
         body = await openai_api.json_object(request)
-        return await answer(body, openai_api.chat_request(body), chat=True)
+        return await answer(body, [openai_api.chat_request(body)], chat=True)
 
     @app.post("/v1/completions")
     async def completions(request: Request):
         body = await openai_api.json_object(request)
-        return await answer(body, openai_api.completion_request(body, engine.tokenizer), chat=False)
+        return await answer(body, openai_api.completion_requests(body, engine.tokenizer), chat=False)
+
+    @app.post("/tokenize")
+    async def tokenize(request: Request):
+        """vLLM's route: the served tokenizer's ids for a text, so a client (GKD's served teacher) can check
+        that it shares the tokenizer before it reads token ids from this server."""
+        return openai_api.tokenize(await openai_api.json_object(request), engine)
 
     return app
 

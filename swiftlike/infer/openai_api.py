@@ -15,8 +15,9 @@ from functools import cache
 
 from .protocol import InferRequest, InferResponse, RequestConfig
 
+# top_k, repetition_penalty and prompt_logprobs are vLLM's extensions of the OpenAI body, read the same way.
 SAMPLING_FIELDS = ("max_tokens", "temperature", "top_p", "top_k", "repetition_penalty", "presence_penalty",
-                   "frequency_penalty", "n", "seed", "stop", "logprobs", "top_logprobs")
+                   "frequency_penalty", "n", "seed", "stop", "logprobs", "top_logprobs", "prompt_logprobs")
 
 # Fields of OpenAI's request schema that change the answer and are not built: refused (HTTP 400) when set.
 NOT_BUILT = {
@@ -111,12 +112,18 @@ def validated(body: dict, chat: bool) -> dict:
     if response_format is not None and response_format != {"type": "text"}:
         raise OpenAIRequestError(f"`response_format` {json.dumps(response_format)[:80]} is not supported by this "
                                  "server (structured output is not built); only {\"type\": \"text\"}")
+    # A completions `prompt` is checked by `completion_requests`: the schema's union of lazily validated
+    # iterables would take a batch of token-id lists for one list of ids and then reject its first item.
+    schema_body = body if chat else {**body, "prompt": ""}
     try:
         # `model` may be left out here: the server answers with its base model
-        checked = _schemas()[0 if chat else 1].validate_python({"model": "", **body})
+        checked = _schemas()[0 if chat else 1].validate_python({"model": "", **schema_body})
     except ValidationError as e:
         raise _problem(e, "") from None
-    return {**body, **_materialised(checked)}
+    out = {**body, **_materialised(checked)}
+    if not chat:
+        out["prompt"] = body.get("prompt")
+    return out
 
 
 def _text_of(content, index: int) -> str:
@@ -142,19 +149,45 @@ def chat_request(body: dict) -> InferRequest:
     return InferRequest(messages=messages)
 
 
-def completion_request(body: dict, tokenizer) -> InferRequest:
+def completion_requests(body: dict, tokenizer) -> list[InferRequest]:
+    """One request per prompt: OpenAI's `prompt` is a string, a list of token ids, or a list of either (a batch
+    in one HTTP request, answered with the choices of prompt i at indices i*n .. i*n+n-1)."""
     validated(body, chat=False)
     prompt = body.get("prompt")
-    if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
+    if isinstance(prompt, list) and prompt and all(isinstance(p, (str, list)) for p in prompt):
+        return [_one_prompt(p, tokenizer, f"prompt.{i}") for i, p in enumerate(prompt)]
+    return [_one_prompt(prompt, tokenizer, "prompt")]
+
+
+def _one_prompt(prompt, tokenizer, where: str) -> InferRequest:
+    if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
         return InferRequest(input_ids=prompt)
     if not isinstance(prompt, str) or not prompt:
-        raise OpenAIRequestError("`prompt` must be a non-empty string (or a list of token ids)")
+        raise OpenAIRequestError(f"`{where}` must be a non-empty string (or a list of token ids)")
     return InferRequest(input_ids=tokenizer.encode(prompt, add_special_tokens=False))
 
 
-def _usage(resp: InferResponse) -> dict:
-    return {"prompt_tokens": resp.usage.prompt_tokens, "completion_tokens": resp.usage.completion_tokens,
-            "total_tokens": resp.usage.total_tokens}
+def _usage(*resps: InferResponse) -> dict:
+    prompt = sum(r.usage.prompt_tokens for r in resps)
+    completion = sum(r.usage.completion_tokens for r in resps)
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
+def _prompt_logprobs(resp: InferResponse) -> list | None:
+    """vLLM's shape: per prompt position None or {token id: {logprob, rank, decoded_token}}, holding the top
+    alternatives and the prompt token itself."""
+    if resp.prompt_logprobs is None:
+        return None
+    out: list = []
+    for entry in resp.prompt_logprobs:
+        if entry is None:
+            out.append(None)
+            continue
+        position = {str(a.token_id): {"logprob": a.logprob, "rank": rank, "decoded_token": a.token}
+                    for rank, a in enumerate(entry.top_logprobs, 1)}
+        position[str(entry.token_id)] = {"logprob": entry.logprob, "rank": entry.rank, "decoded_token": entry.token}
+        out.append(position)
+    return out
 
 
 def chat_response(resp: InferResponse, model: str) -> dict:
@@ -167,20 +200,30 @@ def chat_response(resp: InferResponse, model: str) -> dict:
                                                       for a in t.top_logprobs]} for t in c.logprobs]}
         choices.append({"index": c.index, "message": {"role": "assistant", "content": c.text},
                         "finish_reason": c.finish_reason, "logprobs": logprobs})
-    return {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()),
-            "model": model, "choices": choices, "usage": _usage(resp)}
+    out = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()),
+           "model": model, "choices": choices, "usage": _usage(resp)}
+    if resp.prompt_logprobs is not None:  # where vLLM puts it in a chat answer
+        out["prompt_logprobs"] = _prompt_logprobs(resp)
+    return out
 
 
-def completion_response(resp: InferResponse, model: str) -> dict:
+def completion_response(resps: InferResponse | list[InferResponse], model: str) -> dict:
+    """One completions answer for one prompt or a batch of them (choices of prompt i follow prompt i-1's)."""
+    resps = [resps] if isinstance(resps, InferResponse) else resps
     choices = []
-    for c in resp.choices:
-        logprobs = None
-        if c.logprobs is not None:
-            logprobs = {"tokens": [t.token for t in c.logprobs], "token_logprobs": [t.logprob for t in c.logprobs],
-                        "top_logprobs": [{a.token: a.logprob for a in t.top_logprobs} for t in c.logprobs]}
-        choices.append({"index": c.index, "text": c.text, "finish_reason": c.finish_reason, "logprobs": logprobs})
+    for resp in resps:
+        prompt_logprobs = _prompt_logprobs(resp)
+        for c in resp.choices:
+            logprobs = None
+            if c.logprobs is not None:
+                logprobs = {"tokens": [t.token for t in c.logprobs], "token_logprobs": [t.logprob for t in c.logprobs],
+                            "top_logprobs": [{a.token: a.logprob for a in t.top_logprobs} for t in c.logprobs]}
+            choice = {"index": len(choices), "text": c.text, "finish_reason": c.finish_reason, "logprobs": logprobs}
+            if prompt_logprobs is not None:
+                choice["prompt_logprobs"] = prompt_logprobs
+            choices.append(choice)
     return {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
-            "model": model, "choices": choices, "usage": _usage(resp)}
+            "model": model, "choices": choices, "usage": _usage(*resps)}
 
 
 def stream_choice(chunk, chat: bool) -> dict:
@@ -199,3 +242,12 @@ def stream_choice(chunk, chat: bool) -> dict:
         return {"index": chunk.index, "delta": {"content": chunk.text}, "finish_reason": chunk.finish_reason,
                 "logprobs": logprobs}
     return {"index": chunk.index, "text": chunk.text, "finish_reason": chunk.finish_reason, "logprobs": logprobs}
+
+
+def tokenize(body: dict, engine) -> dict:
+    """vLLM's /tokenize: {"prompt": text, "add_special_tokens": bool} -> the served tokenizer's ids."""
+    prompt = body.get("prompt")
+    if not isinstance(prompt, str):
+        raise OpenAIRequestError("`prompt` must be a string")
+    ids = engine.tokenizer.encode(prompt, add_special_tokens=bool(body.get("add_special_tokens", True)))
+    return {"tokens": ids, "count": len(ids), "max_model_len": engine.max_model_len}

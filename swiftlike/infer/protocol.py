@@ -36,6 +36,9 @@ class RequestConfig:
     stop: list[str] = field(default_factory=list)
     logprobs: bool = False
     top_logprobs: int | None = None
+    # vLLM's extension: log-probs of every prompt token and this many alternatives at each prompt position
+    # (the served teacher of GKD answers with it); None = none.
+    prompt_logprobs: int | None = None
     stream: bool = False
 
     def __post_init__(self) -> None:
@@ -48,6 +51,7 @@ class RequestConfig:
             ("presence_penalty", -2 <= self.presence_penalty <= 2, "must be in [-2, 2]"),
             ("frequency_penalty", -2 <= self.frequency_penalty <= 2, "must be in [-2, 2]"),
             ("top_logprobs", self.top_logprobs is None or 0 <= self.top_logprobs <= 20, "must be in [0, 20]"),
+            ("prompt_logprobs", self.prompt_logprobs is None or self.prompt_logprobs >= 0, "must be >= 0"),
         ]
         for name, ok, rule in checks:
             if not ok:
@@ -86,6 +90,7 @@ class TokenLogprob:
     token: str
     logprob: float
     top_logprobs: list[TopLogprob] = field(default_factory=list)
+    rank: int | None = None  # 1 = the most likely token at its position; reported for prompt tokens
 
 
 @dataclass
@@ -115,6 +120,8 @@ class InferResponse:
     # The weights version that produced the answer: a rollout server counts its weight updates, so an RL
     # trainer can tell how many policy updates behind a sample is. None for engines that do not count.
     policy_version: int | None = None
+    # With RequestConfig.prompt_logprobs: one entry per prompt token, None for the first (nothing precedes it).
+    prompt_logprobs: list[TokenLogprob | None] | None = None
 
     @property
     def text(self) -> str:

@@ -14,7 +14,9 @@ Routes:
   POST /update_weights/abort        drop an open update
   POST /load_adapter                a LoRA adapter by shared path, or its safetensors bytes (adapter-only sync)
   POST /reset_prefix_cache
-  GET  /v1/models, POST /v1/chat/completions, POST /v1/completions   OpenAI-compatible, for debugging
+  GET  /v1/models, POST /v1/chat/completions, POST /v1/completions   OpenAI-compatible (completions with
+                                    vLLM's prompt_logprobs also serve a GKD teacher)
+  POST /tokenize                    vLLM's: the served tokenizer's ids for a text
 """
 from __future__ import annotations
 
@@ -218,11 +220,17 @@ def create_app(service: RolloutService) -> FastAPI:
     @app.post("/v1/completions")
     async def completions(request: Request):
         body = await openai_api.json_object(request)
-        req = openai_api.completion_request(body, service.engine.tokenizer)
-        req.adapter = _adapter_for(service, body)
+        reqs = openai_api.completion_requests(body, service.engine.tokenizer)
+        for req in reqs:
+            req.adapter = _adapter_for(service, body)
         config = openai_api.request_config(body, service.args.default_max_tokens)
-        resp = (await service.on_engine(service.generate, [req], config))[0]
-        return openai_api.completion_response(resp, body.get("model") or service.engine.model_name)
+        service.engine.check_config(config)
+        resps = await service.on_engine(service.generate, reqs, config)
+        return openai_api.completion_response(resps, body.get("model") or service.engine.model_name)
+
+    @app.post("/tokenize")
+    async def tokenize(request: Request):
+        return openai_api.tokenize(await openai_api.json_object(request), service.engine)
 
     return app
 

@@ -39,7 +39,8 @@ class EncodeStats:
     def describe(self, max_length: int | None, strategy: str) -> str:
         parts = [f"{self.kept}/{self.rows} samples kept, {self.tokens} tokens, longest {self.longest}"]
         if self.truncated:
-            parts.append(f"{self.truncated} truncated on the {strategy} to --max_length {max_length}")
+            where = f"on the {strategy} to --max_length {max_length}" if max_length else "to --max_completion_length"
+            parts.append(f"{self.truncated} truncated {where}")
         if self.dropped_too_long:
             parts.append(f"{self.dropped_too_long} longer than --max_length {max_length} dropped "
                          "(--truncation_strategy delete)")

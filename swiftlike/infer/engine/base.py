@@ -24,6 +24,8 @@ class InferEngine(ABC):
     # Weight updates applied, where the engine itself counts them (a rollout server does); None otherwise,
     # and then the caller that pushes the weights counts.
     policy_version: int | None = None
+    # Most alternatives per position a request may ask for (vLLM's --max-logprobs, ms-swift's --max_logprobs).
+    max_logprobs: int = 20
 
     @property
     def dtype(self) -> str:
@@ -45,12 +47,25 @@ class InferEngine(ABC):
         """Whether OpenAI's presence_penalty / frequency_penalty are applied (vLLM); others refuse them."""
         return False
 
+    @property
+    def supports_prompt_logprobs(self) -> bool:
+        """Whether `RequestConfig.prompt_logprobs` is answered (pt, vLLM); others refuse it."""
+        return False
+
     def check_config(self, config: RequestConfig) -> None:
         """A sampling setting this engine would silently ignore is an error instead."""
         for name in ("presence_penalty", "frequency_penalty"):
             if getattr(config, name) != 0 and not self.supports_penalties:
                 raise ValueError(f"{name} is not supported by the {type(self).__name__} backend; leave it at 0 "
                                  "or serve with --infer_backend vllm")
+        if config.prompt_logprobs is not None and not self.supports_prompt_logprobs:
+            raise ValueError(f"prompt_logprobs is not supported by the {type(self).__name__} backend; serve with "
+                             "--infer_backend vllm or pt")
+        for name in ("prompt_logprobs", "top_logprobs"):
+            asked = getattr(config, name)
+            if asked is not None and asked > self.max_logprobs:
+                raise ValueError(f"{name}={asked} exceeds this server's --max_logprobs {self.max_logprobs}; ask "
+                                 f"for fewer or restart it with --max_logprobs {asked}")
 
     def reset_prefix_cache(self) -> None:
         """Drop cached prompt prefixes (computed with weights that just changed); engines without one: no-op."""

@@ -36,6 +36,7 @@ class EngineSpec:
     max_batch_size: int = 16
     # vLLM's names: "processed_logprobs" (after temperature / top-k / top-p) is what RL rollout scores
     logprobs_mode: str = "raw_logprobs"
+    max_logprobs: int = 20  # most log-prob alternatives per position a request may ask for
     # the chosen backend's options (VllmOptions, SglangOptions, LmdeployOptions or, required for openai,
     # OpenAIOptions); None: its defaults
     options: object | None = None
@@ -71,7 +72,7 @@ def build_engine(spec: EngineSpec, *, resolved: ResolvedModel | None = None, tem
         from .pt_engine import PtEngine
         return PtEngine(resolved, template, torch_dtype=spec.torch_dtype, max_batch_size=spec.max_batch_size,
                         adapters=spec.adapters, model=model, logprobs_mode=spec.logprobs_mode,
-                        attn_impl=spec.attn_impl)
+                        attn_impl=spec.attn_impl, max_logprobs=spec.max_logprobs)
     if spec.attn_impl is not None:
         warn_once(logger, f"--attn_impl {spec.attn_impl} applies where transformers runs the model; the "
                           f"{spec.backend} engine chooses its own attention backend")
@@ -80,6 +81,7 @@ def build_engine(spec: EngineSpec, *, resolved: ResolvedModel | None = None, tem
         options = spec.options or VllmOptions(torch_dtype=spec.torch_dtype)
         if spec.logprobs_mode != "raw_logprobs":
             options.logprobs_mode = spec.logprobs_mode
+        options.max_logprobs = spec.max_logprobs
         return VllmEngine(resolved, template, options, adapters=spec.adapters)
     if spec.backend == "sglang":
         from .sglang_engine import SglangEngine, SglangOptions

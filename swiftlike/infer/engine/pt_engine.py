@@ -31,7 +31,8 @@ class PtEngine(InferEngine):
 
     def __init__(self, resolved: ResolvedModel, template: Template | None = None, torch_dtype: str = "auto",
                  max_batch_size: int = 16, adapters: dict[str, str] | None = None, device: str | None = None,
-                 model=None, logprobs_mode: LogprobsMode = "raw_logprobs", attn_impl: str | None = None):
+                 model=None, logprobs_mode: LogprobsMode = "raw_logprobs", attn_impl: str | None = None,
+                 max_logprobs: int = 20):
         if logprobs_mode not in ("raw_logprobs", "processed_logprobs"):
             raise ValueError(f"logprobs_mode must be 'raw_logprobs' or 'processed_logprobs', got {logprobs_mode!r}")
         self.logprobs_mode = logprobs_mode
@@ -40,6 +41,7 @@ class PtEngine(InferEngine):
         self.template = template or get_template(resolved.meta.template, load_tokenizer(resolved))
         self.model = model if model is not None else load_model(resolved, torch_dtype, device, attn_impl)
         self.max_batch_size = max_batch_size
+        self.max_logprobs = max_logprobs
         self._adapters: dict[str, str] = {}
         for name, path in (adapters or {}).items():
             self.add_adapter(name, path)
@@ -51,6 +53,10 @@ class PtEngine(InferEngine):
     @property
     def device(self):
         return next(self.model.parameters()).device
+
+    @property
+    def supports_prompt_logprobs(self) -> bool:
+        return True
 
     def add_adapter(self, name: str, path: str) -> None:
         from peft import PeftModel
@@ -108,6 +114,34 @@ class PtEngine(InferEngine):
         logprobs = torch.stack(steps, dim=1).float().log_softmax(-1) if steps else None
         return generated, logprobs
 
+    def _prompt_logprobs(self, prompts: list[list[int]], top: int, adapter: str | None):
+        """vLLM's prompt log-probs: at each prompt position after the first, the raw log-prob of the prompt
+        token, its rank, and the `top` most likely tokens, from one right-padded forward pass."""
+        import torch
+        width = max(len(p) for p in prompts)
+        pad = self.tokenizer.pad_token_id or 0
+        ids = torch.tensor([p + [pad] * (width - len(p)) for p in prompts], device=self.device)
+        mask = torch.tensor([[1] * len(p) + [0] * (width - len(p)) for p in prompts], device=self.device)
+        with torch.inference_mode(), self._adapter_context(adapter):
+            logps = self.model(input_ids=ids, attention_mask=mask).logits[:, :-1].float().log_softmax(-1)
+        out = []
+        for b, prompt in enumerate(prompts):
+            dist = logps[b, :len(prompt) - 1]
+            actual = torch.tensor(prompt[1:], device=dist.device)
+            chosen = dist.gather(-1, actual[:, None])[:, 0]
+            ranks = (dist > chosen[:, None]).sum(-1) + 1
+            values, top_ids = dist.topk(top, dim=-1) if top else (None, None)
+            known = sorted(set(prompt) | set(top_ids.flatten().tolist() if top else []))
+            names = dict(zip(known, self.tokenizer.convert_ids_to_tokens(known)))
+            entries: list[TokenLogprob | None] = [None]
+            for t, token_id in enumerate(prompt[1:]):
+                alternatives = [TopLogprob(int(i), names.get(int(i), ""), float(v))
+                                for v, i in zip(values[t], top_ids[t])] if top else []
+                entries.append(TokenLogprob(token_id, names.get(token_id, ""), float(chosen[t]), alternatives,
+                                            rank=int(ranks[t])))
+            out.append(entries)
+        return out
+
     def _adapter_context(self, adapter: str | None):
         import contextlib
         if not self._adapters:
@@ -149,12 +183,15 @@ class PtEngine(InferEngine):
             for start in range(0, len(group), self.max_batch_size):
                 batch = group[start: start + self.max_batch_size]
                 generated, logprobs = self._run_batch([prompts[i] for i in batch], config, adapter)
+                prompt_logprobs = (self._prompt_logprobs([prompts[i] for i in batch], config.prompt_logprobs, adapter)
+                                   if config.prompt_logprobs is not None else [None] * len(batch))
                 for b, req_index in enumerate(batch):
                     rows = range(b * config.n, (b + 1) * config.n)
                     choices = [self._make_choice(k, generated[row], logprobs[row] if logprobs is not None else None,
                                                  config) for k, row in enumerate(rows)]
                     usage = Usage(len(prompts[req_index]), sum(len(c.token_ids) for c in choices))
-                    results[req_index] = InferResponse(choices, usage, prompts[req_index])
+                    results[req_index] = InferResponse(choices, usage, prompts[req_index],
+                                                       prompt_logprobs=prompt_logprobs[b])
                 bar.update(len(batch))
         bar.close()
         return results

@@ -44,6 +44,8 @@ class VllmOptions:
     logprobs_mode: str | None = None
     # vLLM's sleep mode (CUDA only): lets `sleep(level)` free the KV cache / weights between generations.
     enable_sleep_mode: bool = False
+    # Most log-prob alternatives per position a request may ask for (vLLM's max_logprobs).
+    max_logprobs: int = 20
 
 
 def on_cpu() -> bool:
@@ -60,7 +62,7 @@ def engine_kwargs(model_dir: str, opts: VllmOptions) -> dict:
     kwargs = dict(model=str(model_dir), dtype=dtype, seed=opts.seed, max_model_len=opts.max_model_len,
                   tensor_parallel_size=opts.tensor_parallel_size, max_num_seqs=opts.max_num_seqs,
                   enforce_eager=opts.enforce_eager or cpu, enable_prefix_caching=opts.enable_prefix_caching,
-                  enable_lora=opts.enable_lora)
+                  enable_lora=opts.enable_lora, max_logprobs=opts.max_logprobs)
     if opts.logprobs_mode is not None:
         kwargs["logprobs_mode"] = opts.logprobs_mode
     if opts.enable_sleep_mode:
@@ -89,6 +91,7 @@ class VllmEngine(InferEngine):
         self.model_dir = resolved.model_dir
         self.template = template or get_template(resolved.meta.template, load_tokenizer(resolved))
         self.options = options or VllmOptions()
+        self.max_logprobs = self.options.max_logprobs
         if adapters and not self.options.enable_lora:
             self.options.enable_lora = True
         self.llm = LLM(**engine_kwargs(resolved.model_dir, self.options))
@@ -114,6 +117,10 @@ class VllmEngine(InferEngine):
     @property
     def supports_lora(self) -> bool:
         return self.options.enable_lora
+
+    @property
+    def supports_prompt_logprobs(self) -> bool:
+        return True
 
     @property
     def supports_penalties(self) -> bool:
@@ -151,6 +158,8 @@ class VllmEngine(InferEngine):
                       stop_token_ids=self.template.stop_token_ids, skip_special_tokens=True)
         if config.logprobs:
             kwargs["logprobs"] = config.top_logprobs or 0
+        if config.prompt_logprobs is not None:
+            kwargs["prompt_logprobs"] = config.prompt_logprobs
         if delta:
             kwargs["output_kind"] = RequestOutputKind.DELTA
         return SamplingParams(**kwargs)
@@ -178,6 +187,22 @@ class VllmEngine(InferEngine):
         return Choice(index=out.index, text=out.text, token_ids=list(out.token_ids), finish_reason=finish,
                       logprobs=logprobs)
 
+    def _response(self, out, config: RequestConfig) -> InferResponse:
+        choices = [self._choice(c, config) for c in out.outputs]
+        usage = Usage(len(out.prompt_token_ids), sum(len(c.token_ids) for c in choices))
+        prompt_logprobs = None
+        if config.prompt_logprobs is not None and out.prompt_logprobs is not None:
+            top = config.prompt_logprobs
+            prompt_logprobs = [None]
+            for token_id, entry in zip(out.prompt_token_ids[1:], out.prompt_logprobs[1:]):
+                chosen = entry[token_id]
+                ranked = sorted((kv for kv in entry.items() if kv[1].rank is not None and kv[1].rank <= top),
+                                key=lambda kv: kv[1].rank)
+                alternatives = [TopLogprob(k, v.decoded_token or "", float(v.logprob)) for k, v in ranked]
+                prompt_logprobs.append(TokenLogprob(token_id, chosen.decoded_token or "", float(chosen.logprob),
+                                                    alternatives, rank=chosen.rank))
+        return InferResponse(choices, usage, list(out.prompt_token_ids), prompt_logprobs=prompt_logprobs)
+
     def infer(self, requests: list[InferRequest], config: RequestConfig, use_tqdm: bool = False) -> list[InferResponse]:
         for r in requests:
             self.check_adapter(r)
@@ -185,12 +210,7 @@ class VllmEngine(InferEngine):
         loras = [self._lora(r) for r in requests]
         outputs = self.llm.generate(prompts, self.sampling_params(config), use_tqdm=use_tqdm,
                                     lora_request=loras if any(loras) else None)
-        responses = []
-        for out in outputs:
-            choices = [self._choice(c, config) for c in out.outputs]
-            usage = Usage(len(out.prompt_token_ids), sum(len(c.token_ids) for c in choices))
-            responses.append(InferResponse(choices, usage, list(out.prompt_token_ids)))
-        return responses
+        return [self._response(out, config) for out in outputs]
 
     def stream(self, request: InferRequest, config: RequestConfig) -> Iterator[StreamDelta]:
         """Drive the engine step by step; DELTA outputs carry only what is new."""
@@ -218,9 +238,7 @@ class VllmEngine(InferEngine):
     async def generate_async(self, request: InferRequest, config: RequestConfig) -> InferResponse:
         async for out in self._batcher().outputs(request, config, delta=False):
             if out.finished:
-                choices = [self._choice(c, config) for c in out.outputs]
-                usage = Usage(len(out.prompt_token_ids), sum(len(c.token_ids) for c in choices))
-                return InferResponse(choices, usage, list(out.prompt_token_ids))
+                return self._response(out, config)
         raise RuntimeError("vLLM finished a request without a final output")
 
     async def stream_async(self, request: InferRequest, config: RequestConfig) -> AsyncIterator[StreamDelta]:

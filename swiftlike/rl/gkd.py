@@ -1,0 +1,144 @@
+"""`swiftlike rlhf --rlhf_type gkd`: arguments -> student, teacher, rollout worker -> GkdTrainer -> run dir."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from ..arguments.rlhf_args import RlhfArguments
+from ..model import default_device, load_tokenizer, pick_dtype, resolve_model
+from ..template import get_template
+from ..train.data import EncodeStats, ListDataset
+from ..train.outputs import JsonlLog, save_args
+from ..train.run_setup import checkpoint_args_writer, load_train_val_rows, shared_run_dir, training_arguments
+from ..train.sft import TrainResult
+from ..utils import get_logger
+from ..utils.checkpoint import latest_checkpoint
+from .preference_data import PreferenceEncoder
+
+logger = get_logger("swiftlike.rl")
+
+SUMMARY_KEYS = ("jsd", "teacher_kl", "on_policy", "completions/mean_length")
+
+
+def gkd_rows(rows: list[dict], encoder: PreferenceEncoder, needs_answers: bool) -> tuple[list[dict], EncodeStats]:
+    """Rows with their prompt and answer ids (the dataset's answer, used by off-policy micro-batches).
+
+    With --lmbda 1 every micro-batch is the student's own samples, so a row may end in a user turn; otherwise
+    a row without an assistant answer has nothing to train on when its micro-batch is off-policy.
+    """
+    stats = EncodeStats()
+    out = []
+    for index, row in enumerate(rows):
+        stats.rows += 1
+        messages = row.get("messages") or []
+        if not messages:
+            raise ValueError(f"gkd dataset row {index} has no `messages`")
+        if messages[-1].get("role") != "assistant":
+            if needs_answers:
+                raise ValueError(f"gkd dataset row {index} ends in a {messages[-1].get('role')!r} turn, not an "
+                                 "assistant answer; with --lmbda < 1 the off-policy micro-batches train on the "
+                                 "dataset's answers (use --lmbda 1 to train on the student's samples only)")
+            stats.kept += 1
+            out.append({**row, "prompt_ids": None, "answer_ids": None})
+            continue
+        prompt, answer = encoder.split(messages)
+        limited = encoder.limit(prompt, [answer], stats)
+        if limited is None:
+            continue
+        prompt, (answer,) = limited
+        stats.kept += 1
+        out.append({**row, "prompt_ids": prompt, "answer_ids": answer})
+    if not out:
+        raise ValueError(f"no gkd rows left after encoding ({stats.describe(encoder.max_length, encoder.truncation_strategy)})")
+    return out, stats
+
+
+def build_teacher(args: RlhfArguments, resolved, tokenizer, student, device: str):
+    """The teacher `teacher.py` describes, after every check that can fail before training: reachability and
+    tokenizer of a served one; tokenizer and memory of an in-process one."""
+    from .teacher import LocalTeacher, ServedTeacher, checkpoint_bytes, fits_in_memory, free_memory_bytes, same_tokenizer
+    if args.teacher_model_server:
+        teacher = ServedTeacher(args.teacher_model_server, args.gkd_logits_topk, args.teacher_model_server_timeout,
+                                tokenizer, student.get_output_embeddings().weight.shape[0])
+        logger.info("teacher: %s served at %s (top-%d log-probs)", teacher.model_name, teacher.url, teacher.topk)
+        return teacher
+    teacher_resolved = resolve_model(args.teacher_model, args.teacher_model_type, args.use_hf,
+                                     args.teacher_model_revision)
+    if (args.tuner_type == "lora" and not args.teacher_adapters
+            and Path(teacher_resolved.model_dir).resolve() == Path(resolved.model_dir).resolve()):
+        logger.info("teacher: %s, the student's base with its LoRA adapter disabled (no second copy)",
+                    teacher_resolved.model_id)
+        return LocalTeacher(None, args.gkd_logits_topk, False, device)
+    if not same_tokenizer(tokenizer, load_tokenizer(teacher_resolved)):
+        raise ValueError(f"--teacher_model {args.teacher_model} has another tokenizer than --model {args.model}; "
+                         "GKD compares the two models token by token, so they must share one tokenizer")
+    dtype = pick_dtype(args.torch_dtype, device)
+    place = "cpu" if args.offload_teacher_model else device
+    fits_in_memory(teacher_resolved.model_id, checkpoint_bytes(teacher_resolved.model_dir, dtype),
+                   free_memory_bytes(place), place)
+    from transformers import AutoModelForCausalLM
+    model = AutoModelForCausalLM.from_pretrained(teacher_resolved.model_dir, dtype=dtype)
+    if args.teacher_adapters:
+        from peft import PeftModel
+        for path in args.teacher_adapters:
+            model = PeftModel.from_pretrained(model, path).merge_and_unload()
+    if args.offload_teacher_model and place == device:
+        logger.info("--offload_teacher_model: the teacher and the student share the host's memory here (no CUDA), "
+                    "so there is nothing to offload")
+    logger.info("teacher: %s%s in-process", teacher_resolved.model_id,
+                f" + adapters {' '.join(args.teacher_adapters)}" if args.teacher_adapters else "")
+    return LocalTeacher(model.to(device), args.gkd_logits_topk, args.offload_teacher_model and device != "cpu",
+                        device)
+
+
+def train_gkd(args: RlhfArguments) -> TrainResult:
+    from transformers import set_seed
+
+    from ..train.trainer import RunLogCallback
+    from ..train.tuner import parameter_summary, prepare_model
+    from .gkd_trainer import GKD_PLOTTED, GkdTrainer
+    from .rollout import RolloutWorker
+
+    start = time.time()
+    set_seed(args.seed)
+    resolved = resolve_model(args.model, args.model_type, args.use_hf, args.model_revision)
+    tokenizer = load_tokenizer(resolved)
+    template = get_template(args.template or resolved.meta.template, tokenizer, args.system)
+    train_rows, val_rows = load_train_val_rows(args)
+    if val_rows:
+        logger.info("%d validation rows are not evaluated: gkd reports the training divergence only", len(val_rows))
+    encoder = PreferenceEncoder(template, args.max_length, args.max_completion_length, args.truncation_strategy)
+    rows, stats = gkd_rows(train_rows, encoder, needs_answers=args.lmbda < 1)
+    logger.info("train data: %s", stats.describe(args.max_length, args.truncation_strategy))
+
+    training_args = training_arguments(args, Path(args.output_dir or "output"), has_eval=False)
+    training_args.include_num_input_tokens_seen = "no"  # batches are built at each step, not input_ids to count
+    training_args.remove_unused_columns = False
+    run_dir = shared_run_dir(args, training_args, resolved)
+    training_args.output_dir = str(run_dir)
+    log = JsonlLog(run_dir) if training_args.process_index == 0 else None
+    saved_args = save_args(run_dir, args, model_dir=str(resolved.model_dir), template=template.meta.name,
+                           model_type=resolved.model_type, data=stats.__dict__) if log is not None else {}
+
+    device = default_device()
+    model = prepare_model(args, resolved, device)
+    logger.info("%s (gkd, %s); run directory %s", parameter_summary(model), args.tuner_type, run_dir)
+    teacher = build_teacher(args, resolved, tokenizer, model, device)
+    rollout = RolloutWorker(args, resolved, template, model) if args.lmbda > 0 else None
+    callback = RunLogCallback(run_dir, log, GKD_PLOTTED)
+    trainer = GkdTrainer(model=model, args=training_args, train_dataset=ListDataset(rows),
+                         data_collator=lambda batch: batch, processing_class=tokenizer, callbacks=[callback],
+                         checkpoint_extras=checkpoint_args_writer(saved_args), gkd_args=args, rollout=rollout,
+                         teacher=teacher)
+    try:
+        trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
+    finally:
+        if rollout is not None:
+            rollout.close()
+        teacher.close()
+    last = {}
+    for entry in trainer.state.log_history:
+        last.update({k: v for k, v in entry.items() if k in SUMMARY_KEYS})
+    return TrainResult(run_dir=run_dir, last_checkpoint=latest_checkpoint(run_dir), best_checkpoint=None,
+                       global_step=trainer.state.global_step, train_loss=callback.last_train_loss, eval_loss=None,
+                       elapsed_s=time.time() - start, train_tokens_per_second=None, data=stats, metrics=last)

@@ -1,0 +1,149 @@
+"""GKD on transformers' Trainer: each micro-batch is the student's own samples (probability --lmbda) or the
+dataset's answers, scored by the teacher, and the loss is the generalized JSD between the two (`distill.py`).
+
+Why not TRL's `GKDTrainer`: it generates with `model.generate` only and keeps the teacher in-process. Here the
+student samples through the same rollout worker as GRPO (the training model, a colocated vLLM engine, or
+`swiftlike rollout` servers, with merged or LoRA-only weight sync and policy versions), and the teacher is
+in-process, the student with its adapter disabled, or a server answering top-k prompt log-probs (`teacher.py`).
+The divergence itself agrees with TRL's `generalized_jsd_loss` (tests/test_gkd.py).
+
+On-policy or not is drawn once per micro-batch from a generator seeded with --seed, the same draw on every
+process, so all ranks generate (and sync) together.
+"""
+from __future__ import annotations
+
+import random
+import time
+from collections import defaultdict
+
+import torch
+
+from ..train.guard import NonFiniteGuard
+from ..train.outputs import PLOTTED
+from ..train.trainer import SwiftlikeTrainer
+from .distill import generalized_jsd, topk_generalized_jsd
+from .distributed import reduce_metrics
+from .grpo_trainer import disable_dropout
+from .rollout import RolloutWorker
+from .teacher import TeacherOutput
+
+# The curves a GKD run draws into images/.
+GKD_PLOTTED = (*PLOTTED, "jsd", "teacher_kl", "sft_loss", "on_policy", "completions/mean_length", "timing/*")
+
+
+def prompt_only(row: dict) -> dict:
+    """The row as the student's rollout prompt: its messages up to the last user turn."""
+    messages = list(row["messages"])
+    while messages and messages[-1].get("role") == "assistant":
+        messages.pop()
+    return {**row, "messages": messages}
+
+
+def tensorize(sequences: list[tuple[list[int], list[int]]], pad_id: int) -> dict[str, torch.Tensor]:
+    """Right-padded prompt + completion ids, and the completion mask aligned with ids[:, 1:] (next tokens)."""
+    width = max(len(p) + len(c) for p, c in sequences)
+    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
+    attention = torch.zeros((len(sequences), width), dtype=torch.long)
+    completion = torch.zeros((len(sequences), width - 1), dtype=torch.bool)
+    for i, (prompt, answer) in enumerate(sequences):
+        n = len(prompt) + len(answer)
+        ids[i, :n] = torch.tensor(prompt + answer)
+        attention[i, :n] = 1
+        completion[i, len(prompt) - 1:n - 1] = True
+    return {"input_ids": ids, "attention_mask": attention, "completion_mask": completion}
+
+
+def teacher_kl(student_logits: torch.Tensor, teacher: TeacherOutput, mask: torch.Tensor) -> torch.Tensor:
+    """KL(teacher || student) per completion token at temperature 1 (over the teacher's top-k when that is all
+    there is): the distance GKD shrinks, logged whatever --beta is."""
+    if teacher.logits is not None:
+        vocab = min(student_logits.shape[-1], teacher.logits.shape[-1])
+        return generalized_jsd(student_logits[..., :vocab], teacher.logits[..., :vocab], mask, beta=0.0)
+    return topk_generalized_jsd(student_logits, teacher.topk_logps, teacher.topk_ids, mask, beta=0.0)
+
+
+def gkd_loss(student_logits: torch.Tensor, teacher: TeacherOutput, mask: torch.Tensor, beta: float,
+             temperature: float) -> torch.Tensor:
+    """The generalized JSD of one micro-batch. Vocabularies of different padded sizes (the same tokenizer,
+    embedding matrices rounded up differently) are compared over the shared rows, the only real tokens."""
+    if teacher.logits is not None:
+        vocab = min(student_logits.shape[-1], teacher.logits.shape[-1])
+        return generalized_jsd(student_logits[..., :vocab], teacher.logits[..., :vocab], mask, beta, temperature)
+    return topk_generalized_jsd(student_logits, teacher.topk_logps, teacher.topk_ids, mask, beta, temperature)
+
+
+class GkdTrainer(SwiftlikeTrainer):
+    def __init__(self, *a, gkd_args, rollout: RolloutWorker | None, teacher, **kw):
+        super().__init__(*a, **kw)
+        self.g = gkd_args
+        self.rollout = rollout
+        self.teacher = teacher
+        self._coin = random.Random(gkd_args.seed)
+        self._last_synced_step = -1
+        self._metrics: dict[str, list[float]] = defaultdict(list)
+        self.nonfinite = NonFiniteGuard(gkd_args.on_nonfinite)
+        self.add_callback(self.nonfinite)
+        if gkd_args.disable_dropout:
+            disable_dropout(self.model)
+
+    # ------------------------------------------------------------------ batches
+    def _prepare_inputs(self, rows: list[dict]) -> dict:
+        on_policy = self.rollout is not None and self._coin.random() < self.g.lmbda
+        if on_policy:
+            sequences = self._generate(rows)
+        else:
+            sequences = [(r["prompt_ids"], r["answer_ids"]) for r in rows]
+        batch = {k: v.to(self.args.device) for k, v in tensorize(sequences, self.processing_class.pad_token_id).items()}
+        t = time.time()
+        batch["teacher"] = self.teacher(self.accelerator.unwrap_model(self.model), batch["input_ids"],
+                                        batch["attention_mask"])
+        self._metrics["timing/teacher"].append(time.time() - t)
+        self._metrics["on_policy"].append(float(on_policy))
+        self._metrics["completions/mean_length"].append(sum(len(c) for _, c in sequences) / len(sequences))
+        return batch
+
+    def _generate(self, rows: list[dict]) -> list[tuple[list[int], list[int]]]:
+        if self.rollout.needs_sync and self._last_synced_step != self.state.global_step:
+            for k, v in self.rollout.sync(self.accelerator.unwrap_model(self.model)).items():
+                self._metrics[k].append(v)
+            self._last_synced_step = self.state.global_step
+        t = time.time()
+        with self.rollout.memory.offloaded(self.model, self.optimizer):
+            rollouts = self.rollout.generate([prompt_only(r) for r in rows], self.model)
+        self._metrics["timing/generate"].append(time.time() - t)
+        return [(r.prompt_ids, r.completion_ids) for r in rollouts]
+
+    # ------------------------------------------------------------------ loss
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        logits = model(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"],
+                       use_cache=False).logits[:, :-1]
+        mask, teacher = inputs["completion_mask"], inputs["teacher"]
+        jsd = gkd_loss(logits, teacher, mask, self.g.beta, self.g.temperature)
+        loss = jsd
+        metrics = {"jsd": jsd.detach()}
+        if self.g.sft_alpha > 0:
+            targets = inputs["input_ids"][:, 1:]
+            token_logps = logits.float().log_softmax(-1).gather(-1, targets[..., None])[..., 0]
+            nll = -(token_logps * mask).sum() / mask.sum().clamp(min=1)
+            loss = loss + self.g.sft_alpha * nll
+            metrics["sft_loss"] = nll.detach()
+        with torch.no_grad():
+            metrics["teacher_kl"] = teacher_kl(logits.detach(), teacher, mask)
+        self.nonfinite.check_loss(self.state.global_step + 1, loss)
+        for k, v in metrics.items():
+            value = float(v)
+            if self.nonfinite.check_metric(self.state.global_step + 1, k, value):
+                self._metrics[k].append(value)
+        return loss
+
+    def log(self, logs: dict, start_time: float | None = None) -> None:
+        """A training log gets the GKD metrics since the last one, averaged, then combined over processes."""
+        if "loss" in logs:
+            step = self.state.global_step
+            local = {k: sum(vals) / len(vals) for k, vals in self._metrics.items() if vals}
+            logs.update({k: v for k, v in reduce_metrics(local).items() if self.nonfinite.check_metric(step, k, v)})
+            self._metrics.clear()
+            logs.update(self.nonfinite.metrics())
+            if not bool(torch.isfinite(self._tr_loss).all()):
+                self._tr_loss.zero_()
+        super().log(logs, start_time)
