@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.setup-stamp
 
-.PHONY: setup test test-fast demo demo-dpo examples bench bench-train bench-grpo bench-rollout bench-deploy bench-dpo lint clean
+.PHONY: setup test test-fast demo demo-dpo demo-gkd examples bench bench-train bench-grpo bench-rollout bench-deploy bench-dpo bench-gkd lint clean
 
 setup: $(STAMP)
 
@@ -22,6 +22,9 @@ demo: setup
 
 demo-dpo: setup
 	bash scripts/dpo_demo.sh
+
+demo-gkd: setup
+	bash scripts/gkd_demo.sh
 
 # Every script under examples/ in smoke mode (2 steps, a few samples), with a PASS/FAIL line each; not part of
 # `make test`. `make examples ONLY="deploy grpo"` runs the scripts whose path contains one of the words.
@@ -45,6 +48,9 @@ bench-deploy: setup
 
 bench-dpo: setup
 	$(PY) benchmarks/bench_dpo.py
+
+bench-gkd: setup
+	$(PY) benchmarks/bench_gkd.py
 
 lint: setup
 	$(VENV)/bin/ruff check swiftlike tests benchmarks scripts
