@@ -49,11 +49,10 @@ KEEP: dict[str, str] = {
     "tensorboard": "--report_to tensorboard, the default, goes through transformers' TensorBoardCallback",
     "addict": "modelscope's MsDataset imports it (ModelScope dataset ids and local dataset directories); "
               "modelscope's own `datasets` extra would pin datasets<=4.8.4",
-    "trl": "the benchmarks' TRL baselines use it, and the next issue builds the DPO / KTO family on TRL's trainers",
 }
 
 # Imported by tests/ or benchmarks/ without being declared: installed by a declared dependency.
-TRANSITIVE: dict[str, str] = {"numpy": "torch and transformers require it"}
+TRANSITIVE: dict[str, str] = {"numpy": "torch and transformers require it", "tokenizers": "transformers requires it"}
 
 DYNAMIC_IMPORTERS = ("find_spec", "import_module", "import_backend")
 

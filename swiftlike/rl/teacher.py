@@ -128,22 +128,23 @@ class ServedTeacher:
 
     def __init__(self, url: str, topk: int, timeout: float, student_tokenizer, vocab_size: int,
                  api_key: str | None = None):
-        import httpx
+        import requests
         self.url, self.topk, self.vocab_size = url.rstrip("/"), topk, vocab_size
         self.timeout = timeout
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self.client = httpx.Client(base_url=self.url, timeout=timeout, headers=headers)
+        self.session = requests.Session()
+        if api_key:
+            self.session.headers["Authorization"] = f"Bearer {api_key}"
         self.model_name = self._served_model()
         self._check_tokenizer(student_tokenizer)
 
     def _request(self, method: str, path: str, **kw):
-        import httpx
+        import requests
         try:
-            response = self.client.request(method, path, **kw)
-        except httpx.TimeoutException:
+            response = self.session.request(method, self.url + path, timeout=self.timeout, **kw)
+        except requests.Timeout:
             raise RuntimeError(f"teacher server {self.url} did not answer {path} within {self.timeout:.0f} s "
                                "(--teacher_model_server_timeout); is it overloaded or stopped?") from None
-        except httpx.TransportError as e:
+        except requests.ConnectionError as e:
             raise RuntimeError(f"teacher server {self.url} is not reachable ({type(e).__name__}: {e}); start it "
                                "(swiftlike deploy --model TEACHER --max_logprobs K) or fix "
                                "--teacher_model_server") from None
@@ -199,4 +200,4 @@ class ServedTeacher:
         return TeacherOutput(topk_logps=logps.to(input_ids.device), topk_ids=ids.to(input_ids.device))
 
     def close(self) -> None:
-        self.client.close()
+        self.session.close()
