@@ -332,3 +332,18 @@ def test_cli_reports_bad_input_with_exit_status_2(data_file):
                              "--teacher_model", TINY, "--dataset", data_file, "--lmbda", "2"], capture_output=True,
                             text=True, timeout=120)
     assert result.returncode == 2 and "--lmbda must be in [0, 1]" in result.stderr
+
+
+def test_shifted_logits_skip_only_the_shared_prompt(tiny_resolved, tiny_template):
+    """The LM head runs from the first completion position on; what it returns equals the full forward's."""
+    from swiftlike.model import load_model
+    from swiftlike.rl.teacher import shifted_logits
+    model = load_model(tiny_resolved, "float32", "cpu").eval()
+    batch = encoded_batch(tiny_template)
+    start = int(batch["completion_mask"].float().argmax(-1).min())
+    with torch.no_grad():
+        full = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits[:, :-1]
+        part = shifted_logits(model, batch["input_ids"], batch["attention_mask"], start)
+    assert start > 0 and part.shape[1] == full.shape[1] - start
+    assert torch.allclose(part, full[:, start:], atol=1e-5)
+    assert not batch["completion_mask"][:, :start].any()

@@ -44,8 +44,8 @@ def _jsd_from_logps(student_logps: torch.Tensor, teacher_logps: torch.Tensor, be
 
 
 def _masked_mean(values: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-    if mask is None:
-        return values.mean()
+    if mask is None:  # an empty selection (no completion token) is 0, not the NaN of an empty mean
+        return values.sum() / max(values.numel(), 1)
     mask = mask.to(values.dtype)
     return (values * mask).sum() / mask.sum().clamp(min=1)
 

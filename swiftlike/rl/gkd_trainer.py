@@ -25,7 +25,7 @@ from .distill import generalized_jsd, topk_generalized_jsd
 from .distributed import reduce_metrics
 from .grpo_trainer import disable_dropout
 from .rollout import RolloutWorker
-from .teacher import TeacherOutput
+from .teacher import TeacherOutput, shifted_logits
 
 # The curves a GKD run draws into images/.
 GKD_PLOTTED = (*PLOTTED, "jsd", "teacher_kl", "sft_loss", "on_policy", "completions/mean_length", "timing/*")
@@ -53,7 +53,7 @@ def tensorize(sequences: list[tuple[list[int], list[int]]], pad_id: int) -> dict
     return {"input_ids": ids, "attention_mask": attention, "completion_mask": completion}
 
 
-def teacher_kl(student_logits: torch.Tensor, teacher: TeacherOutput, mask: torch.Tensor) -> torch.Tensor:
+def teacher_kl(student_logits: torch.Tensor, teacher: TeacherOutput, mask: torch.Tensor | None) -> torch.Tensor:
     """KL(teacher || student) per completion token at temperature 1 (over the teacher's top-k when that is all
     there is): the distance GKD shrinks, logged whatever --beta is."""
     if teacher.logits is not None:
@@ -62,7 +62,7 @@ def teacher_kl(student_logits: torch.Tensor, teacher: TeacherOutput, mask: torch
     return topk_generalized_jsd(student_logits, teacher.topk_logps, teacher.topk_ids, mask, beta=0.0)
 
 
-def gkd_loss(student_logits: torch.Tensor, teacher: TeacherOutput, mask: torch.Tensor, beta: float,
+def gkd_loss(student_logits: torch.Tensor, teacher: TeacherOutput, mask: torch.Tensor | None, beta: float,
              temperature: float) -> torch.Tensor:
     """The generalized JSD of one micro-batch. Vocabularies of different padded sizes (the same tokenizer,
     embedding matrices rounded up differently) are compared over the shared rows, the only real tokens."""
@@ -94,9 +94,11 @@ class GkdTrainer(SwiftlikeTrainer):
         else:
             sequences = [(r["prompt_ids"], r["answer_ids"]) for r in rows]
         batch = {k: v.to(self.args.device) for k, v in tensorize(sequences, self.processing_class.pad_token_id).items()}
+        # Every row is prompt before its first completion token: no logits are needed there (shifted_logits).
+        batch["start"] = min(len(prompt) for prompt, _ in sequences) - 1
         t = time.time()
         batch["teacher"] = self.teacher(self.accelerator.unwrap_model(self.model), batch["input_ids"],
-                                        batch["attention_mask"])
+                                        batch["attention_mask"], batch["start"])
         self._metrics["timing/teacher"].append(time.time() - t)
         self._metrics["on_policy"].append(float(on_policy))
         self._metrics["completions/mean_length"].append(sum(len(c) for _, c in sequences) / len(sequences))
@@ -115,20 +117,21 @@ class GkdTrainer(SwiftlikeTrainer):
 
     # ------------------------------------------------------------------ loss
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        logits = model(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"],
-                       use_cache=False).logits[:, :-1]
-        mask, teacher = inputs["completion_mask"], inputs["teacher"]
-        jsd = gkd_loss(logits, teacher, mask, self.g.beta, self.g.temperature)
+        start = inputs["start"]
+        logits = shifted_logits(model, inputs["input_ids"], inputs["attention_mask"], start)
+        # The divergence is over the completion tokens only, so only they are normalised: (tokens, vocab).
+        mask = inputs["completion_mask"][:, start:]
+        logits, teacher = logits[mask], inputs["teacher"].select(mask)
+        jsd = gkd_loss(logits, teacher, None, self.g.beta, self.g.temperature)
         loss = jsd
         metrics = {"jsd": jsd.detach()}
         if self.g.sft_alpha > 0:
-            targets = inputs["input_ids"][:, 1:]
-            token_logps = logits.float().log_softmax(-1).gather(-1, targets[..., None])[..., 0]
-            nll = -(token_logps * mask).sum() / mask.sum().clamp(min=1)
+            targets = inputs["input_ids"][:, start + 1:][mask]
+            nll = -logits.float().log_softmax(-1).gather(-1, targets[:, None]).mean()
             loss = loss + self.g.sft_alpha * nll
             metrics["sft_loss"] = nll.detach()
         with torch.no_grad():
-            metrics["teacher_kl"] = teacher_kl(logits.detach(), teacher, mask)
+            metrics["teacher_kl"] = teacher_kl(logits.detach(), teacher, None)
         self.nonfinite.check_loss(self.state.global_step + 1, loss)
         for k, v in metrics.items():
             value = float(v)

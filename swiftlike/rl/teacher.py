@@ -25,12 +25,26 @@ TOKENIZER_PROBE = ("Teacher and student must share one tokenizer: 12 + 7 = 19, n
 
 @dataclass
 class TeacherOutput:
-    """Aligned with the student's shifted logits (position t predicts token t+1): either `logits`
-    (batch, seq-1, vocab) or `topk_logps` and `topk_ids` (batch, seq-1, k)."""
+    """Aligned with the student's shifted logits from position `start` on (position t predicts token t+1):
+    either `logits` (batch, seq-1-start, vocab) or `topk_logps` and `topk_ids` (batch, seq-1-start, k)."""
 
     logits: torch.Tensor | None = None
     topk_logps: torch.Tensor | None = None
     topk_ids: torch.Tensor | None = None
+
+    def select(self, mask: torch.Tensor) -> TeacherOutput:
+        """The positions where `mask` (batch, positions) is true, flattened: (tokens, vocab or k)."""
+        if self.logits is not None:
+            return TeacherOutput(logits=self.logits[mask])
+        return TeacherOutput(topk_logps=self.topk_logps[mask], topk_ids=self.topk_ids[mask])
+
+
+def shifted_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, start: int) -> torch.Tensor:
+    """The next-token logits of positions start .. seq-2, without computing the LM head (the largest matmul of a
+    small model) on the positions before `start`, which are prompt on every row."""
+    keep = input_ids.shape[1] - start
+    return model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False,
+                 logits_to_keep=keep).logits[:, :-1]
 
 
 def same_tokenizer(student_tokenizer, teacher_tokenizer) -> bool:
@@ -85,19 +99,19 @@ class LocalTeacher:
                 model.to("cpu")
 
     @torch.no_grad()
-    def __call__(self, student, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> TeacherOutput:
+    def __call__(self, student, input_ids: torch.Tensor, attention_mask: torch.Tensor, start: int = 0) -> TeacherOutput:
         if self.model is None:
             was_training = student.training
             student.eval()
             try:
                 with student.disable_adapter():
-                    logits = student(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
+                    logits = shifted_logits(student, input_ids, attention_mask, start)
             finally:
                 student.train(was_training)
         else:
             with self._on_device():
-                logits = self.model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
-        logits = logits[:, :-1].float()
+                logits = shifted_logits(self.model, input_ids, attention_mask, start)
+        logits = logits.float()
         if self.topk is None:
             return TeacherOutput(logits=logits)
         values, ids = logits.log_softmax(-1).topk(self.topk, dim=-1)
@@ -168,7 +182,7 @@ class ServedTeacher:
                              "student (the same text encodes to different token ids); GKD compares the two "
                              "models token by token, so the teacher must share the student's tokenizer")
 
-    def __call__(self, student, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> TeacherOutput:
+    def __call__(self, student, input_ids: torch.Tensor, attention_mask: torch.Tensor, start: int = 0) -> TeacherOutput:
         lengths = attention_mask.sum(-1).tolist()
         sequences = [row[:n] for row, n in zip(input_ids.tolist(), lengths)]
         body = {"model": self.model_name, "prompt": sequences, "max_tokens": 1, "temperature": 0,
@@ -197,7 +211,8 @@ class ServedTeacher:
             raise ValueError(f"the teacher served at {self.url} sent token id {int(ids.max())}, outside the "
                              f"student's vocabulary of {self.vocab_size}; the teacher must share the student's "
                              "vocabulary")
-        return TeacherOutput(topk_logps=logps.to(input_ids.device), topk_ids=ids.to(input_ids.device))
+        return TeacherOutput(topk_logps=logps[:, start:].to(input_ids.device),
+                             topk_ids=ids[:, start:].to(input_ids.device))
 
     def close(self) -> None:
         self.session.close()
