@@ -347,3 +347,24 @@ def test_shifted_logits_skip_only_the_shared_prompt(tiny_resolved, tiny_template
     assert start > 0 and part.shape[1] == full.shape[1] - start
     assert torch.allclose(part, full[:, start:], atol=1e-5)
     assert not batch["completion_mask"][:, :start].any()
+
+
+def test_server_mode_student_rollouts_with_the_rollout_server_as_teacher(tmp_path, data_file):
+    """`--vllm_mode server`: the student samples on a `swiftlike rollout` server and syncs only its LoRA adapter
+    there, and the same server, asked without the adapter, is the teacher (the base model's top-k prompt
+    log-probs): both of the rollout server's roles in one run."""
+    port = free_port()
+    proc = start(["rollout", "--model", TINY, "--port", str(port), "--torch_dtype", "float32",
+                  "--vllm_enable_lora", "true", "--vllm_max_model_len", "512", "--max_logprobs", "8"],
+                 port, tmp_path / "rollout.log")
+    try:
+        logged, _ = gkd_run(tmp_path, data_file, "--tuner_type", "lora", "--lmbda", "1", "--use_vllm", "true",
+                            "--vllm_mode", "server", "--vllm_server_port", str(port), "--vllm_enable_lora", "true",
+                            "--teacher_model_server", f"http://127.0.0.1:{port}", "--gkd_logits_topk", "8",
+                            "--learning_rate", "1e-2", steps=3)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+    assert [e["on_policy"] for e in logged] == [1.0, 1.0, 1.0]
+    assert abs(logged[0]["jsd"]) < 1e-5  # a fresh adapter: the student is still the served base model
+    assert all(math.isfinite(e["loss"]) and "sync/bytes" in e for e in logged)

@@ -36,8 +36,7 @@ def _jsd_from_logps(student_logps: torch.Tensor, teacher_logps: torch.Tensor, be
         return (teacher_logps.exp() * (teacher_logps - student_logps)).sum(-1)
     if beta == 1:
         return (student_logps.exp() * (student_logps - teacher_logps)).sum(-1)
-    mixture = torch.logsumexp(torch.stack([student_logps + math.log1p(-beta), teacher_logps + math.log(beta)]),
-                              dim=0)
+    mixture = torch.logaddexp(student_logps + math.log1p(-beta), teacher_logps + math.log(beta))
     kl_teacher = (teacher_logps.exp() * (teacher_logps - mixture)).sum(-1)
     kl_student = (student_logps.exp() * (student_logps - mixture)).sum(-1)
     return beta * kl_teacher + (1 - beta) * kl_student

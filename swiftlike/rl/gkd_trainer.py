@@ -116,6 +116,12 @@ class GkdTrainer(SwiftlikeTrainer):
         return [(r.prompt_ids, r.completion_ids) for r in rollouts]
 
     # ------------------------------------------------------------------ loss
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        t = time.time()
+        out = super().training_step(model, inputs, num_items_in_batch)
+        self._metrics["timing/train"].append(time.time() - t)  # forward, loss and backward of the student
+        return out
+
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         start = inputs["start"]
         logits = shifted_logits(model, inputs["input_ids"], inputs["attention_mask"], start)

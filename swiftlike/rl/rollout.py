@@ -147,17 +147,20 @@ class RolloutWorker:
             self.engine.add_adapter(POLICY_ADAPTER, str(path))
             self._retire(path)
         else:
+            # The engine copies the weights before update_weights returns (in-process load, or sent over the
+            # transport), so it reads the merged parameters in place and the adapter is unmerged afterwards:
+            # no second copy of the model.
             merged = hasattr(model, "merge_adapter")
             if merged:
                 model.merge_adapter()
             try:
                 with torch.no_grad():
-                    tensors = [(n, t.clone()) for n, t in _stripped_state(model)]
+                    tensors = _stripped_state(model)
+                    nbytes = sum(t.numel() * t.element_size() for _, t in tensors)
+                    self.engine.update_weights(tensors)
             finally:
                 if merged:
                     model.unmerge_adapter()
-            nbytes = sum(t.numel() * t.element_size() for _, t in tensors)
-            self.engine.update_weights(tensors)
         self._syncs += 1
         return {"sync/bytes": float(nbytes), "sync/seconds": time.time() - start}
 
