@@ -87,8 +87,8 @@ def build_teacher(args: RlhfArguments, resolved, tokenizer, student, device: str
                     "so there is nothing to offload")
     logger.info("teacher: %s%s in-process", teacher_resolved.model_id,
                 f" + adapters {' '.join(args.teacher_adapters)}" if args.teacher_adapters else "")
-    return LocalTeacher(model.to(device), args.gkd_logits_topk, args.offload_teacher_model and device != "cpu",
-                        device)
+    offload = args.offload_teacher_model and device != "cpu"
+    return LocalTeacher(model if offload else model.to(device), args.gkd_logits_topk, offload, device)
 
 
 def train_gkd(args: RlhfArguments) -> TrainResult:
