@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 import time
@@ -174,14 +175,24 @@ def teacher_dir(tiny_resolved, tiny_adapter, tmp_path_factory) -> str:
     return str(out)
 
 
-def gkd_run(tmp_path, data_file, *extra, steps: int = 3, batch: int = 2) -> tuple[list[dict], Path]:
+def gkd_run(tmp_path, data_file, *extra, steps: int = 3, batch: int = 2,
+            own_process: bool = False) -> tuple[list[dict], Path]:
+    """A GKD run; `own_process` runs the CLI in a child process, which a colocated vLLM engine needs: closing one
+    in this process would tear down vLLM's process-wide state under the session's shared engine."""
     argv = ["--rlhf_type", "gkd", "--model", TINY, "--dataset", data_file, "--max_steps", str(steps),
             "--per_device_train_batch_size", str(batch), "--gradient_accumulation_steps", "1",
             "--split_dataset_ratio", "0", "--max_completion_length", "12", "--logging_steps", "1",
             "--report_to", "none", "--output_dir", str(tmp_path / "out"), "--save_steps", "1000", *extra]
-    result = rlhf_main(argv)
-    logged = [e for e in read_log(result.run_dir) if "loss" in e]
-    return logged, result.run_dir
+    if own_process:
+        env = {**os.environ, "SWIFTLIKE_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1",
+               "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+        done = subprocess.run([sys.executable, "-m", "swiftlike.cli.main", "rlhf", *argv], env=env,
+                              capture_output=True, text=True, timeout=900)
+        assert done.returncode == 0, done.stderr[-4000:]
+        run_dir = next((tmp_path / "out").glob("v*-*"))
+    else:
+        run_dir = rlhf_main(argv).run_dir
+    return [e for e in read_log(run_dir) if "loss" in e], run_dir
 
 
 def test_lora_student_with_its_own_base_as_teacher_starts_at_zero(tmp_path, data_file):
@@ -208,7 +219,7 @@ def test_full_student_distils_a_different_teacher_on_a_repeated_batch(tmp_path, 
 def test_student_samples_on_colocated_vllm_with_a_top_k_teacher(tmp_path, data_file, teacher_dir):
     logged, _ = gkd_run(tmp_path, data_file, "--teacher_model", teacher_dir, "--tuner_type", "lora", "--lmbda", "1",
                         "--use_vllm", "true", "--vllm_mode", "colocate", "--vllm_enable_lora", "true",
-                        "--gkd_logits_topk", "5", "--vllm_max_model_len", "512", steps=2)
+                        "--gkd_logits_topk", "5", "--vllm_max_model_len", "512", steps=2, own_process=True)
     assert [e["on_policy"] for e in logged] == [1.0, 1.0]
     assert all(math.isfinite(e["loss"]) and e["completions/mean_length"] > 0 for e in logged)
     assert "sync/bytes" in logged[0]
