@@ -14,17 +14,12 @@ from __future__ import annotations
 
 import random
 import time
-from collections import defaultdict
-
 import torch
 
-from ..train.guard import NonFiniteGuard
 from ..train.outputs import PLOTTED
-from ..train.trainer import SwiftlikeTrainer
 from .distill import generalized_jsd, topk_generalized_jsd
-from .distributed import reduce_metrics
-from .grpo_trainer import disable_dropout
 from .rollout import RolloutWorker
+from .rollout_trainer import RolloutTrainer
 from .teacher import TeacherOutput, shifted_logits
 
 # The curves a GKD run draws into images/.
@@ -56,10 +51,7 @@ def tensorize(sequences: list[tuple[list[int], list[int]]], pad_id: int) -> dict
 def teacher_kl(student_logits: torch.Tensor, teacher: TeacherOutput, mask: torch.Tensor | None) -> torch.Tensor:
     """KL(teacher || student) per completion token at temperature 1 (over the teacher's top-k when that is all
     there is): the distance GKD shrinks, logged whatever --beta is."""
-    if teacher.logits is not None:
-        vocab = min(student_logits.shape[-1], teacher.logits.shape[-1])
-        return generalized_jsd(student_logits[..., :vocab], teacher.logits[..., :vocab], mask, beta=0.0)
-    return topk_generalized_jsd(student_logits, teacher.topk_logps, teacher.topk_ids, mask, beta=0.0)
+    return gkd_loss(student_logits, teacher, mask, beta=0.0, temperature=1.0)
 
 
 def gkd_loss(student_logits: torch.Tensor, teacher: TeacherOutput, mask: torch.Tensor | None, beta: float,
@@ -72,19 +64,12 @@ def gkd_loss(student_logits: torch.Tensor, teacher: TeacherOutput, mask: torch.T
     return topk_generalized_jsd(student_logits, teacher.topk_logps, teacher.topk_ids, mask, beta, temperature)
 
 
-class GkdTrainer(SwiftlikeTrainer):
+class GkdTrainer(RolloutTrainer):
     def __init__(self, *a, gkd_args, rollout: RolloutWorker | None, teacher, **kw):
-        super().__init__(*a, **kw)
+        super().__init__(*a, rl_args=gkd_args, rollout=rollout, **kw)
         self.g = gkd_args
-        self.rollout = rollout
         self.teacher = teacher
         self._coin = random.Random(gkd_args.seed)
-        self._last_synced_step = -1
-        self._metrics: dict[str, list[float]] = defaultdict(list)
-        self.nonfinite = NonFiniteGuard(gkd_args.on_nonfinite)
-        self.add_callback(self.nonfinite)
-        if gkd_args.disable_dropout:
-            disable_dropout(self.model)
 
     # ------------------------------------------------------------------ batches
     def _prepare_inputs(self, rows: list[dict]) -> dict:
@@ -105,10 +90,7 @@ class GkdTrainer(SwiftlikeTrainer):
         return batch
 
     def _generate(self, rows: list[dict]) -> list[tuple[list[int], list[int]]]:
-        if self.rollout.needs_sync and self._last_synced_step != self.state.global_step:
-            for k, v in self.rollout.sync(self.accelerator.unwrap_model(self.model)).items():
-                self._metrics[k].append(v)
-            self._last_synced_step = self.state.global_step
+        self._sync_weights()
         t = time.time()
         with self.rollout.memory.offloaded(self.model, self.optimizer):
             rollouts = self.rollout.generate([prompt_only(r) for r in rows], self.model)
@@ -139,20 +121,5 @@ class GkdTrainer(SwiftlikeTrainer):
         with torch.no_grad():
             metrics["teacher_kl"] = teacher_kl(logits.detach(), teacher, None)
         self.nonfinite.check_loss(self.state.global_step + 1, loss)
-        for k, v in metrics.items():
-            value = float(v)
-            if self.nonfinite.check_metric(self.state.global_step + 1, k, value):
-                self._metrics[k].append(value)
+        self._record(metrics)
         return loss
-
-    def log(self, logs: dict, start_time: float | None = None) -> None:
-        """A training log gets the GKD metrics since the last one, averaged, then combined over processes."""
-        if "loss" in logs:
-            step = self.state.global_step
-            local = {k: sum(vals) / len(vals) for k, vals in self._metrics.items() if vals}
-            logs.update({k: v for k, v in reduce_metrics(local).items() if self.nonfinite.check_metric(step, k, v)})
-            self._metrics.clear()
-            logs.update(self.nonfinite.metrics())
-            if not bool(torch.isfinite(self._tr_loss).all()):
-                self._tr_loss.zero_()
-        super().log(logs, start_time)

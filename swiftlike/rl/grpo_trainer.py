@@ -23,15 +23,14 @@ from pathlib import Path
 import torch
 from torch.utils.data import DataLoader, Sampler
 
-from ..train.guard import NonFiniteGuard
 from ..train.outputs import PLOTTED
-from ..train.trainer import SwiftlikeTrainer
 from .advantages import group_advantages, groups_with_signal, select_groups
 from .correction import mismatch_metrics, off_policy_sequence_mask, rollout_is_weights
-from .distributed import concat_across_processes, reduce_metrics, sum_across_processes
+from .distributed import concat_across_processes, sum_across_processes
 from .losses import policy_loss
 from .rewards import combine_rewards
 from .rollout import Rollout, RolloutWorker
+from .rollout_trainer import RolloutTrainer, disable_dropout
 from .sampling import SampledLogps, selected_logps
 
 # The curves a GRPO run draws into images/ (patterns are matched against the logged keys).
@@ -104,29 +103,22 @@ class LookaheadBatches(Sampler):
         return len(self.sampler) // self.batch_size
 
 
-class GrpoTrainer(SwiftlikeTrainer):
+class GrpoTrainer(RolloutTrainer):
     def __init__(self, *a, grpo_args, rollout: RolloutWorker, reward_funcs: dict, ref_model=None,
                  run_dir: Path | None = None, **kw):
-        super().__init__(*a, **kw)
+        super().__init__(*a, rl_args=grpo_args, rollout=rollout, **kw)
         self.g = grpo_args
-        self.rollout = rollout
         self.reward_funcs = reward_funcs
         self.ref_model = ref_model
         self.run_dir = run_dir
         self.loss_is_scaled_for_ga = False  # the Trainer divides by accumulation steps (dapo undoes it)
         self._buffer: list[dict] = []
         self._calls = 0
-        self._last_synced_step = -1
-        self._metrics: dict[str, list[float]] = defaultdict(list)
         # each rank draws its own extra prompts
         self._resample_gen = torch.Generator().manual_seed(self.args.seed + 1 + self.args.process_index)
         self._pending: tuple[list, object] | None = None  # (rows, future) of the batch generating in background
-        self.nonfinite = NonFiniteGuard(grpo_args.on_nonfinite)
-        self.add_callback(self.nonfinite)
-        if grpo_args.disable_dropout:
-            disable_dropout(self.model)
-            if ref_model is not None:
-                disable_dropout(ref_model)
+        if grpo_args.disable_dropout and ref_model is not None:
+            disable_dropout(ref_model)
 
     # ------------------------------------------------------------------ data
     def get_train_dataloader(self) -> DataLoader:
@@ -155,12 +147,6 @@ class GrpoTrainer(SwiftlikeTrainer):
 
     def _timed(self, key: str, start: float) -> None:
         self._metrics[f"timing/{key}"].append(time.time() - start)
-
-    def _sync_weights(self) -> None:
-        if self.rollout.needs_sync and self._last_synced_step != self.state.global_step:
-            for k, v in self.rollout.sync(self.accelerator.unwrap_model(self.model)).items():
-                self._metrics[k].append(v)
-            self._last_synced_step = self.state.global_step
 
     def _collect_rollouts(self, rows: list[dict]) -> list[Rollout]:
         """This batch's rollouts: prefetched in the background (async) or generated now after a sync.
@@ -330,10 +316,7 @@ class GrpoTrainer(SwiftlikeTrainer):
         if self.g.grpo_loss_type == "dapo":  # its normaliser already covers the whole step
             loss = loss * self.current_gradient_accumulation_steps
         self.nonfinite.check_loss(self.state.global_step + 1, loss)
-        for k, v in {**metrics, **loss_metrics}.items():
-            value = float(v)
-            if self.nonfinite.check_metric(self.state.global_step + 1, k, value):
-                self._metrics[k].append(value)
+        self._record({**metrics, **loss_metrics})
         self._timed("train_forward", t)
         return loss
 
@@ -376,22 +359,6 @@ class GrpoTrainer(SwiftlikeTrainer):
                                     "completion": r.text, "reward": rew, "advantage": adv,
                                     "policy_version": r.policy_version, "trainer_version": current},
                                    ensure_ascii=False) + "\n")
-
-    def log(self, logs: dict, start_time: float | None = None) -> None:
-        """A training log gets the GRPO metrics since the last one, averaged over time here and then combined
-        over processes (`reduce_metrics`); every rank calls this at the same steps, as the Trainer does. The
-        non-finite check reads the combined values, so every rank stops (or drops a metric) alike."""
-        if "loss" in logs:
-            step = self.state.global_step
-            local = {k: sum(vals) / len(vals) for k, vals in self._metrics.items() if vals}
-            logs.update({k: v for k, v in reduce_metrics(local).items() if self.nonfinite.check_metric(step, k, v)})
-            self._metrics.clear()
-            logs.update(self.nonfinite.metrics())  # loss and grad norm were checked where they were computed
-            # The Trainer resets its loss accumulator by subtracting it from itself, which leaves a NaN a NaN:
-            # after one skipped step every later logged loss would read NaN.
-            if not bool(torch.isfinite(self._tr_loss).all()):
-                self._tr_loss.zero_()
-        super().log(logs, start_time)
 
 
 def tensorize(part: list[Rollout], pad_id: int, overlong_filter: bool = False) -> dict:
@@ -456,22 +423,6 @@ def corrected_policy_loss(logps: torch.Tensor, inputs: dict, g, *, reused: bool,
         rollout_is_weights=is_weights, num_items_in_batch=inputs.get("num_items_in_batch"),
         num_processes=num_processes)
     return loss, {**metrics, **loss_metrics}
-
-
-def disable_dropout(model: torch.nn.Module) -> None:
-    """Zero every dropout rate (nn.Dropout modules, PEFT's lora_dropout, attention-dropout attributes).
-
-    RL compares log-probs of the same tokens taken at different times: old and reference log-probs in
-    eval mode, the new ones in train mode. With dropout on, the importance ratio is not 1 before any
-    update and the KL is not 0 at the start, so the clip and the KL act on noise (TRL's
-    `disable_dropout`; same rule). Attention dropout in transformers is a float attribute read at
-    call time, not a module, so it is zeroed too.
-    """
-    for module in model.modules():
-        if isinstance(module, torch.nn.Dropout):
-            module.p = 0.0
-        if isinstance(getattr(module, "attention_dropout", None), float):
-            module.attention_dropout = 0.0
 
 
 def make_ref_model(model, beta: float, tuner_type: str):
