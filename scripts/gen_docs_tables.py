@@ -10,7 +10,7 @@ Each table lives between a pair of markers in its page and is replaced whole:
     docs/rlhf.md       <!-- args-gkd:start --> ... (GkdArguments)
     docs/rollout.md    <!-- args-rollout-server:start --> ... (RolloutServerArguments + LogprobLimitArguments +
                        VllmArguments)
-    docs/app.md        <!-- args-app:start --> ... (AppArguments' own fields)
+    docs/app.md        <!-- args-app:start --> ... (AppArguments' own fields + SamplingArguments)
 
     .venv/bin/python scripts/gen_docs_tables.py          # rewrite the tables
     .venv/bin/python scripts/gen_docs_tables.py --check  # exit 1 if a table is out of date
@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 
 from swiftlike.arguments.app_args import AppArguments
-from swiftlike.arguments.infer_args import LogprobLimitArguments, VllmArguments
+from swiftlike.arguments.infer_args import LogprobLimitArguments, SamplingArguments, VllmArguments
 from swiftlike.arguments.rlhf_args import GkdArguments, PreferenceArguments, RolloutArguments
 from swiftlike.arguments.rollout_args import RolloutServerArguments
 
@@ -122,7 +122,7 @@ TABLES = {
                 ("args-gkd", lambda: args_table(GkdArguments))],
     "rollout.md": [("args-rollout-server", lambda: args_table(RolloutServerArguments, LogprobLimitArguments,
                                                               VllmArguments))],
-    "app.md": [("args-app", lambda: args_table(AppArguments))],
+    "app.md": [("args-app", lambda: args_table(AppArguments, SamplingArguments))],
 }
 
 

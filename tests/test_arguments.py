@@ -82,3 +82,65 @@ def test_python_api_exports():
     import swiftlike
     from swiftlike import InferArguments as A, infer_main
     assert A is InferArguments and callable(infer_main) and swiftlike.__version__
+
+
+def test_engine_flags_come_from_the_engine_options_declaration():
+    """A setting declared once in an engine's options dataclass is a flag of every command that composes the
+    group, with the same default and help, and comes back as the options object, validated there."""
+    import dataclasses
+
+    from swiftlike.arguments.deploy_args import DeployArguments
+    from swiftlike.arguments.engine_flags import engine_flags
+    from swiftlike.infer.engine.lmdeploy_engine import LmdeployOptions
+    from swiftlike.infer.engine.sglang_engine import SglangOptions
+    from swiftlike.infer.engine.vllm_engine import VllmOptions
+    from swiftlike.utils.fields import arg
+
+    deploy_fields = {f.name: f for f in dataclasses.fields(DeployArguments)}
+    for options_cls, prefix in ((VllmOptions, "vllm_"), (SglangOptions, "sglang_"), (LmdeployOptions, "lmdeploy_")):
+        settings = [f for f in dataclasses.fields(options_cls) if f.metadata.get("help")]
+        assert settings, options_cls
+        for f in settings:
+            flag = deploy_fields[prefix + f.name]
+            assert (flag.default, flag.metadata["help"]) == (f.default, f.metadata["help"])
+    assert "vllm_max_loras" not in deploy_fields and "vllm_logprobs_mode" not in deploy_fields  # set by swiftlike
+
+    @dataclasses.dataclass
+    class ToyOptions:
+        depth: int = arg(3, "How deep.")
+        seed: int = 0
+        internal: str = "ours"
+
+        def __post_init__(self):
+            if self.depth < 1:
+                raise ValueError(f"--toy_depth must be >= 1, got {self.depth}")
+
+    @dataclasses.dataclass
+    class ToyArguments(engine_flags(ToyOptions, "toy_", "ToyFlags", doc="Toy engine.", module=__name__)):
+        seed: int = 7
+
+    args = parse_args(ToyArguments, ["--toy_depth", "5"], prog="toy")
+    assert args.toy_options() == ToyOptions(depth=5, seed=7)  # shared settings pass through by name
+    assert not hasattr(args, "toy_internal")
+    with pytest.raises(ValueError, match="--toy_depth must be >= 1"):
+        ToyArguments(toy_depth=0).toy_options()
+    vllm = InferArguments(model="m", vllm_max_model_len=128, vllm_enable_prefix_caching=True).vllm_options()
+    assert (vllm.max_model_len, vllm.enable_prefix_caching, vllm.seed) == (128, True, 42)
+    with pytest.raises(ValueError, match="--vllm_max_num_seqs must be >= 1"):
+        InferArguments(model="m", vllm_max_num_seqs=0).vllm_options()
+
+
+def test_sampling_flags_are_one_group_with_defaults_by_command():
+    from swiftlike.arguments import RlhfArguments
+    from swiftlike.arguments.infer_args import GenerationArguments, SamplingArguments
+    from swiftlike.arguments.rlhf_args import GrpoArguments
+
+    for name in ("temperature", "top_p", "top_k", "repetition_penalty"):
+        assert name in SamplingArguments.__annotations__
+        assert name not in GrpoArguments.__annotations__ and name not in GenerationArguments.__annotations__
+    assert issubclass(RlhfArguments, SamplingArguments) and issubclass(InferArguments, SamplingArguments)
+    assert InferArguments(model="m").temperature == 0.0
+    common = dict(model="m", dataset=["d.jsonl"])
+    assert RlhfArguments(rlhf_type="grpo", reward_funcs=["accuracy"], **common).temperature == 1.0
+    assert RlhfArguments(rlhf_type="gkd", teacher_model="t", **common).temperature == 0.9
+    assert RlhfArguments(rlhf_type="grpo", reward_funcs=["accuracy"], top_k=20, **common).top_k == 20

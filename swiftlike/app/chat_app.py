@@ -53,7 +53,8 @@ class ChatReplies:
         import openai
         request = InferRequest(messages=chat_messages(message, history, system),
                                adapter=None if model == self.engine.model_name else model)
-        config = RequestConfig(max_tokens=int(max_tokens), temperature=temperature, top_p=self.args.top_p)
+        config = RequestConfig(max_tokens=int(max_tokens), temperature=temperature, top_p=self.args.top_p,
+                               top_k=self.args.top_k, repetition_penalty=self.args.repetition_penalty)
         try:
             if self.args.stream:
                 text = ""

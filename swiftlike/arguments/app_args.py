@@ -6,10 +6,11 @@ from typing import Literal
 
 from .base import BaseArguments, arg
 from .deploy_args import DeployArguments
+from .infer_args import SamplingArguments
 
 
 @dataclass
-class AppArguments(DeployArguments):
+class AppArguments(DeployArguments, SamplingArguments):
     """swiftlike app: a Gradio chat page over --model (deployed in this process) or over --base_url."""
 
     command = "app"
@@ -19,14 +20,14 @@ class AppArguments(DeployArguments):
     studio_title: str | None = arg(None, "Title shown on the page; default the model's name.")
     lang: Literal["en", "zh"] = arg("en", "Language of the page's labels.")
     stream: bool = arg(True, "Show the reply token by token as it is generated.")
-    temperature: float = arg(0.7, "Initial sampling temperature (the page has a slider).")
-    top_p: float = arg(1.0, "Nucleus sampling for every reply.")
     host: str = arg("127.0.0.1", "Address the page (and, with --model, the OpenAI API under /v1) binds; "
                     "0.0.0.0 serves every interface.", aliases=("--server_name",))
     port: int = arg(7860, "TCP port of the page.", aliases=("--server_port",))
 
     def __post_init__(self) -> None:
         BaseArguments.__post_init__(self)
+        if self.temperature is None:
+            self.temperature = 0.7  # the page's slider starts here
         if self.model is None and self.base_url is None:
             raise ValueError("give --model (served by this process) or --base_url (a running OpenAI-compatible "
                              "server, e.g. http://127.0.0.1:8000/v1)")

@@ -5,21 +5,13 @@ Names follow ms-swift so a user's `swift ...` command runs as `swiftlike ...`.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from ..model.loader import ATTN_IMPLS
+from ..utils.fields import arg
 from .parser import check_choices
-
-
-def arg(default=None, help: str = "", aliases: tuple[str, ...] = (), **kwargs):
-    """A dataclass field whose help text and CLI aliases live next to its default."""
-    if isinstance(default, (list, dict)):
-        kwargs["default_factory"] = (lambda d=default: type(d)(d))
-    else:
-        kwargs["default"] = default
-    return field(metadata={"help": help, "aliases": aliases}, **kwargs)
 
 
 @dataclass

@@ -5,11 +5,11 @@ from dataclasses import dataclass
 from typing import Literal
 
 from .base import BaseArguments, arg
-from .infer_args import VllmArguments
+from .infer_args import SamplingArguments, VllmArguments
 
 
 @dataclass
-class EvalArguments(BaseArguments, VllmArguments):
+class EvalArguments(BaseArguments, SamplingArguments, VllmArguments):
     """swiftlike eval: accuracy and pass@k of a model, or of a running OpenAI-compatible endpoint."""
 
     command = "eval"
@@ -27,8 +27,6 @@ class EvalArguments(BaseArguments, VllmArguments):
     eval_concurrency: int = arg(16, "Requests in flight at once against --eval_url.")
     eval_output_dir: str = arg("eval_output", "Where each run writes report.json, report.md and predictions.jsonl.")
     infer_backend: Literal["pt", "vllm"] = arg("pt", "Engine for --model.")
-    temperature: float = arg(0.0, "Sampling temperature; 0 = greedy (use > 0 with --eval_num_samples > 1).")
-    top_p: float = arg(1.0, "Nucleus sampling.")
     max_new_tokens: int = arg(256, "Most tokens per answer.")
     max_batch_size: int = arg(16, "Prompts per forward batch in the pt engine.")
 
@@ -44,6 +42,8 @@ class EvalArguments(BaseArguments, VllmArguments):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.temperature is None:
+            self.temperature = 0.0  # greedy; --eval_num_samples > 1 needs a temperature > 0
         if self.eval_backend != "Native":
             raise ValueError(f"--eval_backend {self.eval_backend}: swiftlike supports Native only (the built-in "
                              "benchmarks math and mcq, and .jsonl files); OpenCompass and VLMEvalKit are not "

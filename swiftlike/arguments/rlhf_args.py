@@ -10,7 +10,7 @@ from typing import Literal
 
 from ..utils.errors import NotBuiltError
 from .base import arg
-from .infer_args import VllmArguments
+from .infer_args import SamplingArguments, VllmArguments
 from .train_args import TrainArguments
 
 
@@ -20,12 +20,6 @@ class GrpoArguments:
 
     num_generations: int = arg(8, "Completions sampled per prompt (the group size G).")
     max_completion_length: int = arg(512, "Most tokens generated per completion.")
-    temperature: float | None = arg(None, "Sampling temperature of the rollout; the trainer scores tokens at the "
-                                    "same one (gkd: also divides both models' logits in the divergence). Default "
-                                    "by --rlhf_type: 1.0 grpo, 0.9 gkd.")
-    top_p: float = arg(1.0, "Rollout nucleus sampling; the trainer renormalises over the same set.")
-    top_k: int = arg(-1, "Rollout top-k; -1 = all tokens.")
-    repetition_penalty: float = arg(1.0, "Rollout repetition penalty (not modelled by the trainer's log-probs).")
     epsilon: float = arg(0.2, "Lower clip range of the importance ratio (and upper when --epsilon_high is unset).")
     epsilon_high: float | None = arg(None, "Upper clip range (DAPO clip-higher, e.g. 0.28); default --epsilon.")
     importance_sampling_level: Literal["token", "sequence", "sequence_token"] = arg(
@@ -185,8 +179,8 @@ class PreferenceArguments:
 
 
 @dataclass
-class RlhfArguments(TrainArguments, PreferenceArguments, GkdArguments, GrpoArguments, RolloutArguments,
-                    VllmArguments):
+class RlhfArguments(TrainArguments, PreferenceArguments, GkdArguments, GrpoArguments, SamplingArguments,
+                    RolloutArguments, VllmArguments):
     """swiftlike rlhf: preference training (dpo, kto, cpo, simpo, orpo, rm), RL with rewards (grpo) and
     on-policy distillation (gkd)."""
 
@@ -386,8 +380,8 @@ class RlhfArguments(TrainArguments, PreferenceArguments, GkdArguments, GrpoArgum
             raise ValueError("--vllm_enable_lora true syncs a LoRA adapter; it needs --tuner_type lora")
         if self.vllm_enable_lora and self.lora_rank > self.vllm_max_lora_rank:
             raise ValueError(f"--lora_rank {self.lora_rank} exceeds --vllm_max_lora_rank {self.vllm_max_lora_rank}")
-        if self.vllm_tensor_parallel_size < 1:
-            raise ValueError(f"--vllm_tensor_parallel_size must be >= 1, got {self.vllm_tensor_parallel_size}")
+        if self.use_vllm:
+            self.vllm_options()  # the engine's options check their own values, named by flag
         if self.sleep_level == 2 and self.vllm_enable_lora:
             raise ValueError("--sleep_level 2 drops vLLM's base weights, which LoRA-only sync (--vllm_enable_lora "
                              "true) never sends back; use --sleep_level 1 or merged-weight sync")

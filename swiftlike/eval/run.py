@@ -33,6 +33,7 @@ class EngineAnswers:
         self.engine = build_engine(args.engine_spec())
         self.adapter = None if args.eval_url else next(iter(self.engine.adapters), None)
         self.config = RequestConfig(max_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
+                                    top_k=args.top_k, repetition_penalty=args.repetition_penalty,
                                     n=args.eval_num_samples)
         self.name = self.engine.model_name if self.adapter is None else f"{args.model} + {self.adapter}"
 
@@ -82,7 +83,8 @@ def run_eval(args: EvalArguments) -> dict:
     finally:
         answers.close()
     report = {"model": answers.name, "source": args.eval_url or args.infer_backend, "benchmarks": benchmarks,
-              "settings": {"temperature": args.temperature, "top_p": args.top_p, "max_new_tokens": args.max_new_tokens,
+              "settings": {"temperature": args.temperature, "top_p": args.top_p, "top_k": args.top_k,
+                           "repetition_penalty": args.repetition_penalty, "max_new_tokens": args.max_new_tokens,
                            "eval_num_samples": k, "eval_limit": args.eval_limit},
               "elapsed_s": round(time.time() - start, 1)}
     out_dir = Path(args.eval_output_dir) / time.strftime("%Y%m%d-%H%M%S")

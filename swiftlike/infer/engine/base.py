@@ -144,9 +144,14 @@ class InferEngine(ABC):
             stop.set()
             await asyncio.shield(worker)
 
+    def __new__(cls, *args, **kwargs):
+        # Made here rather than in __init__ so that every engine has it whatever its own __init__ does.
+        engine = super().__new__(cls)
+        engine._serial_lock = threading.Lock()
+        return engine
+
     def _one_at_a_time(self, fn, *args):
-        lock = self.__dict__.setdefault("_serial_lock", threading.Lock())
-        with lock:
+        with self._serial_lock:
             return fn(*args)
 
     def sleep(self, level: int = 1) -> None:

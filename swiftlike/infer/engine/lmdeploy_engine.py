@@ -19,9 +19,11 @@ import contextlib
 import itertools
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
+from typing import Literal
 
 from ...model import ResolvedModel, check_adapter_dir, load_tokenizer
 from ...template import Template, get_template
+from ...utils.fields import arg
 from ..protocol import (InferRequest, InferResponse, InvalidSamplingParam, RequestConfig, StreamDelta, TokenLogprob,
                         TopLogprob)
 from .async_engine import AsyncInferEngine, LoggedDelta, collect, import_backend, merge_streams
@@ -32,12 +34,14 @@ Decode = Callable[[list[int]], str]
 
 @dataclass
 class LmdeployOptions:
-    """Engine construction options; mirrors the `--lmdeploy_*` arguments (ms-swift's names)."""
+    """LMDeploy engine settings (NVIDIA GPU only); TurboMind engine, or the PyTorch engine when --adapters are given.
 
-    tp: int = 1
-    session_len: int | None = None
-    cache_max_entry_count: float = 0.8
-    quant_policy: int = 0
+    The fields with help text are the `--lmdeploy_*` flags (arguments/engine_flags.py, ms-swift's names)."""
+
+    tp: int = arg(1, "GPUs per model (tensor parallel).")
+    session_len: int | None = arg(None, "Longest sequence (prompt + answer); None: the model's.")
+    cache_max_entry_count: float = arg(0.8, "Fraction of free GPU memory for the KV cache.")
+    quant_policy: Literal[0, 4, 8] = arg(0, "KV cache quantization: 0 (none), 4 or 8 bits.")
     torch_dtype: str = "auto"
 
     def __post_init__(self) -> None:

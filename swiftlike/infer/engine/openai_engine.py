@@ -8,6 +8,8 @@ lacks, travel as extra body fields, as vLLM's and our server's APIs read them.
 """
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -139,3 +141,13 @@ class OpenAIEngine(InferEngine):
 
     def close(self) -> None:
         self.client.close()
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        if loop is not None:
+            loop.create_task(self.async_client.close())
+            return
+        # Its connections may belong to an event loop that has already ended; then there is nothing left to close.
+        with contextlib.suppress(RuntimeError):
+            asyncio.run(self.async_client.close())

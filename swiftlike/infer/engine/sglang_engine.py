@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from ...model import ResolvedModel, check_adapter_dir, load_tokenizer
 from ...template import Template, get_template
+from ...utils.fields import arg
 from ..protocol import (Choice, FinishReason, InferRequest, InferResponse, RequestConfig, StreamDelta, TokenLogprob,
                         TopLogprob, Usage)
 from .async_engine import AsyncInferEngine, LoggedDelta, LoopThread, import_backend
@@ -29,19 +30,23 @@ Decode = Callable[[list[int]], str]
 
 @dataclass
 class SglangOptions:
-    """Engine construction options; mirrors the `--sglang_*` arguments (ms-swift's names)."""
+    """SGLang engine settings (NVIDIA GPU only); each maps to the sglang server argument without the prefix.
 
-    tp_size: int = 1
-    pp_size: int = 1
-    dp_size: int = 1
-    ep_size: int = 1
-    mem_fraction_static: float | None = None
-    context_length: int | None = None
-    disable_cuda_graph: bool = False
-    quantization: str | None = None
-    kv_cache_dtype: str = "auto"
-    enable_dp_attention: bool = False
-    disable_custom_all_reduce: bool = True
+    The fields with help text are the `--sglang_*` flags (arguments/engine_flags.py, ms-swift's names); the others
+    swiftlike sets."""
+
+    tp_size: int = arg(1, "GPUs per model replica (tensor parallel).")
+    pp_size: int = arg(1, "Pipeline-parallel stages.")
+    dp_size: int = arg(1, "Model replicas (data parallel).")
+    ep_size: int = arg(1, "Expert-parallel size for MoE models.")
+    mem_fraction_static: float | None = arg(None, "Fraction of GPU memory for weights and KV cache; "
+                                            "None lets sglang choose.")
+    context_length: int | None = arg(None, "Longest sequence the engine plans for; None: the model's.")
+    disable_cuda_graph: bool = arg(False, "Run without CUDA graphs (faster start, slower decoding).")
+    quantization: str | None = arg(None, "Weight quantization method, e.g. fp8, awq, gptq.")
+    kv_cache_dtype: str = arg("auto", "KV cache data type, e.g. auto, fp8_e5m2, fp8_e4m3.")
+    enable_dp_attention: bool = arg(False, "Data-parallel attention (with --sglang_dp_size, for MoE models).")
+    disable_custom_all_reduce: bool = arg(True, "Use NCCL all-reduce instead of sglang's custom kernel.")
     torch_dtype: str = "auto"
     seed: int = 0
     # LoRA with no adapter at start-up (they come later through add_adapter): sglang sizes its LoRA memory now.

