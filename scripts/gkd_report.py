@@ -42,8 +42,8 @@ def kl(out_dir: str, teacher_dir: str, model_dir: str, stage: str) -> None:
 
     from swiftlike.model import load_tokenizer, resolve_model
     from swiftlike.rl.distill import forward_kl_per_token
-    from swiftlike.rl.gkd_trainer import tensorize
     from swiftlike.rl.preference_data import PreferenceEncoder
+    from swiftlike.rl.teacher import PackedSequences, completion_logits
     from swiftlike.template import get_template
     out = Path(out_dir)
     resolved = resolve_model(model_dir)
@@ -56,12 +56,9 @@ def kl(out_dir: str, teacher_dir: str, model_dir: str, stage: str) -> None:
     total, tokens = 0.0, 0
     with torch.no_grad():
         for start in range(0, len(sequences), 8):
-            batch = tensorize(sequences[start:start + 8], template.tokenizer.pad_token_id)
-            inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
-            t = teacher(**inputs).logits[:, :-1]
-            s = model(**inputs).logits[:, :-1]
-            n = int(batch["completion_mask"].sum())
-            total += float(forward_kl_per_token(s, t, batch["completion_mask"])) * n
+            batch = PackedSequences.pack(sequences[start:start + 8])
+            n = len(batch.predict_at)
+            total += float(forward_kl_per_token(completion_logits(model, batch), completion_logits(teacher, batch))) * n
             tokens += n
     result = {"stage": stage, "model": model_dir, "prompts": len(rows), "tokens": tokens, "kl": total / tokens}
     (out / f"kl_{stage}.json").write_text(json.dumps(result))

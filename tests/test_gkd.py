@@ -17,8 +17,9 @@ import torch
 from swiftlike.arguments.rlhf_args import RlhfArguments
 from swiftlike.commands.rlhf import rlhf_main
 from swiftlike.rl.distill import generalized_jsd, teacher_topk, topk_generalized_jsd
-from swiftlike.rl.gkd_trainer import gkd_loss, tensorize
-from swiftlike.rl.teacher import LocalTeacher, ServedTeacher, checkpoint_bytes, fits_in_memory
+from swiftlike.rl.gkd_trainer import gkd_loss
+from swiftlike.rl.teacher import (LocalTeacher, PackedSequences, ServedTeacher, checkpoint_bytes, completion_logits,
+                                  fits_in_memory)
 from swiftlike.train.outputs import read_log
 from swiftlike.utils.errors import NotBuiltError
 
@@ -175,17 +176,18 @@ def teacher_dir(tiny_resolved, tiny_adapter, tmp_path_factory) -> str:
     return str(out)
 
 
-def gkd_run(tmp_path, data_file, *extra, steps: int = 3, batch: int = 2,
-            own_process: bool = False) -> tuple[list[dict], Path]:
-    """A GKD run; `own_process` runs the CLI in a child process, which a colocated vLLM engine needs: closing one
-    in this process would tear down vLLM's process-wide state under the session's shared engine."""
+def gkd_run(tmp_path, data_file, *extra, steps: int = 3, batch: int = 2, own_process: bool = False,
+            env: dict | None = None) -> tuple[list[dict], Path]:
+    """A GKD run; `own_process` runs the CLI in a child process (with `env` added to its environment), which a
+    colocated vLLM engine needs: closing one in this process would tear down vLLM's process-wide state under the
+    session's shared engine."""
     argv = ["--rlhf_type", "gkd", "--model", TINY, "--dataset", data_file, "--max_steps", str(steps),
             "--per_device_train_batch_size", str(batch), "--gradient_accumulation_steps", "1",
             "--split_dataset_ratio", "0", "--max_completion_length", "12", "--logging_steps", "1",
             "--report_to", "none", "--output_dir", str(tmp_path / "out"), "--save_steps", "1000", *extra]
     if own_process:
         env = {**os.environ, "SWIFTLIKE_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1",
-               "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+               "VLLM_ENABLE_V1_MULTIPROCESSING": "0", **(env or {})}
         done = subprocess.run([sys.executable, "-m", "swiftlike.cli.main", "rlhf", *argv], env=env,
                               capture_output=True, text=True, timeout=900)
         assert done.returncode == 0, done.stderr[-4000:]
@@ -205,6 +207,17 @@ def test_lora_student_with_its_own_base_as_teacher_starts_at_zero(tmp_path, data
     assert logged[0]["loss"] == pytest.approx(logged[0]["jsd"] + 0.1 * logged[0]["sft_loss"], abs=1e-5)
     assert {e["on_policy"] for e in logged} == {0.0, 1.0}  # seeded draws: both kinds of micro-batch ran
     assert (run_dir / "images").is_dir() and any((run_dir / "images").glob("*jsd*.png"))
+
+
+def test_two_processes_share_the_coin_and_the_adapter_disabled_teacher(tmp_path, data_file):
+    """NPROC_PER_NODE=2 (gloo): the teacher is each rank's DDP-wrapped student with its adapter disabled, so the
+    first divergence is 0 on both; both ranks draw the same on-policy coin (a step is all on-policy or all not,
+    never a mix of the two in the combined metric), and training goes on from there."""
+    logged, _ = gkd_run(tmp_path, data_file, "--teacher_model", TINY, "--tuner_type", "lora", "--lmbda", "0.5",
+                        "--learning_rate", "1e-2", steps=4, own_process=True, env={"NPROC_PER_NODE": "2"})
+    assert len(logged) == 4 and abs(logged[0]["jsd"]) < 1e-6
+    assert all(e["on_policy"] in (0.0, 1.0) for e in logged) and {e["on_policy"] for e in logged} == {0.0, 1.0}
+    assert all(math.isfinite(e["loss"]) for e in logged) and logged[-1]["jsd"] > 0
 
 
 def test_full_student_distils_a_different_teacher_on_a_repeated_batch(tmp_path, data_file, teacher_dir):
@@ -244,10 +257,14 @@ def teacher_server(teacher_dir, tmp_path_factory):
     proc.wait(timeout=60)
 
 
-def encoded_batch(tiny_template) -> dict:
+def encoded_sequences(tiny_template) -> list[tuple[list[int], list[int]]]:
     from swiftlike.rl.preference_data import PreferenceEncoder
     encoder = PreferenceEncoder(tiny_template)
-    return tensorize([encoder.split(r["messages"]) for r in ROWS], tiny_template.tokenizer.pad_token_id)
+    return [encoder.split(r["messages"]) for r in ROWS]
+
+
+def encoded_batch(tiny_template) -> PackedSequences:
+    return PackedSequences.pack(encoded_sequences(tiny_template))
 
 
 def test_served_teacher_gives_the_in_process_loss(teacher_server, teacher_dir, tiny_resolved, tiny_template):
@@ -260,16 +277,16 @@ def test_served_teacher_gives_the_in_process_loss(teacher_server, teacher_dir, t
     torch.manual_seed(0)
     student = load_model(tiny_resolved, "float32", "cpu")
     with torch.no_grad():
-        student_logits = student(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits[:, :-1]
+        student_logits = completion_logits(student, batch)
     local = LocalTeacher(AutoModelForCausalLM.from_pretrained(teacher_dir, dtype=torch.float32), 8, False, "cpu")
     served = ServedTeacher(url, 8, 60, tiny_template.tokenizer, student_logits.shape[-1])
-    local_out = local(student, batch["input_ids"], batch["attention_mask"])
-    served_out = served(student, batch["input_ids"], batch["attention_mask"])
-    mask = batch["completion_mask"]
-    assert torch.equal(local_out.topk_ids[mask], served_out.topk_ids[mask])
+    local_out = local(student, batch)
+    served_out = served(student, batch)
+    assert local_out.topk_ids.shape == (len(batch.predict_at), 8)
+    assert torch.equal(local_out.topk_ids, served_out.topk_ids)
     for beta in (0.0, 0.5, 1.0):
-        a = gkd_loss(student_logits, local_out, mask, beta, 0.9)
-        b = gkd_loss(student_logits, served_out, mask, beta, 0.9)
+        a = gkd_loss(student_logits, local_out, None, beta, 0.9)
+        b = gkd_loss(student_logits, served_out, None, beta, 0.9)
         assert abs(float(a) - float(b)) < 1e-4, (beta, float(a), float(b))
     served.close()
 
@@ -321,7 +338,7 @@ def test_served_teacher_refuses_another_tokenizer_and_reports_a_dead_server(teac
     batch = encoded_batch(tiny_template)
     started = time.time()
     with pytest.raises(RuntimeError, match="not reachable"):
-        served(None, batch["input_ids"], batch["attention_mask"])
+        served(None, batch)
     assert time.time() - started < 10
 
 
@@ -345,19 +362,29 @@ def test_cli_reports_bad_input_with_exit_status_2(data_file):
     assert result.returncode == 2 and "--lmbda must be in [0, 1]" in result.stderr
 
 
-def test_shifted_logits_skip_only_the_shared_prompt(tiny_resolved, tiny_template):
-    """The LM head runs from the first completion position on; what it returns equals the full forward's."""
+def test_packed_batch_gives_the_padded_batch_logits(tiny_resolved, tiny_template):
+    """Sequences packed end to end without padding (attention kept inside each by the restarting position ids)
+    give the logits a right-padded batch gives at every completion token, and the LM head runs only there."""
     from swiftlike.model import load_model
-    from swiftlike.rl.teacher import shifted_logits
     model = load_model(tiny_resolved, "float32", "cpu").eval()
-    batch = encoded_batch(tiny_template)
-    start = int(batch["completion_mask"].float().argmax(-1).min())
+    sequences = encoded_sequences(tiny_template)
+    assert len({len(p) for p, _ in sequences}) > 1 and len({len(p) + len(a) for p, a in sequences}) > 1
+    width = max(len(p) + len(a) for p, a in sequences)
+    ids = torch.zeros(len(sequences), width, dtype=torch.long)
+    attention = torch.zeros_like(ids)
+    completion = torch.zeros(len(sequences), width - 1, dtype=torch.bool)
+    for i, (prompt, answer) in enumerate(sequences):
+        ids[i, :len(prompt) + len(answer)] = torch.tensor(prompt + answer)
+        attention[i, :len(prompt) + len(answer)] = 1
+        completion[i, len(prompt) - 1:len(prompt) + len(answer) - 1] = True
+    batch = PackedSequences.pack(sequences)
     with torch.no_grad():
-        full = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits[:, :-1]
-        part = shifted_logits(model, batch["input_ids"], batch["attention_mask"], start)
-    assert start > 0 and part.shape[1] == full.shape[1] - start
-    assert torch.allclose(part, full[:, start:], atol=1e-5)
-    assert not batch["completion_mask"][:, :start].any()
+        padded = model(input_ids=ids, attention_mask=attention).logits[:, :-1][completion]
+        packed = completion_logits(model, batch)
+    assert packed.shape == padded.shape == (sum(len(a) for _, a in sequences), padded.shape[-1])
+    assert torch.allclose(packed, padded, atol=1e-5), float((packed - padded).abs().max())
+    assert batch.targets.tolist() == [t for _, answer in sequences for t in answer]
+    assert batch.sequences() == [p + a for p, a in sequences]
 
 
 def test_server_mode_student_rollouts_with_the_rollout_server_as_teacher(tmp_path, data_file):

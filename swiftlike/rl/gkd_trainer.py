@@ -20,7 +20,7 @@ from ..train.outputs import PLOTTED
 from .distill import generalized_jsd, topk_generalized_jsd
 from .rollout import RolloutWorker
 from .rollout_trainer import RolloutTrainer
-from .teacher import TeacherOutput, shifted_logits
+from .teacher import PackedSequences, TeacherOutput, completion_logits
 
 # The curves a GKD run draws into images/.
 GKD_PLOTTED = (*PLOTTED, "jsd", "teacher_kl", "sft_loss", "on_policy", "completions/mean_length", "timing/*")
@@ -32,20 +32,6 @@ def prompt_only(row: dict) -> dict:
     while messages and messages[-1].get("role") == "assistant":
         messages.pop()
     return {**row, "messages": messages}
-
-
-def tensorize(sequences: list[tuple[list[int], list[int]]], pad_id: int) -> dict[str, torch.Tensor]:
-    """Right-padded prompt + completion ids, and the completion mask aligned with ids[:, 1:] (next tokens)."""
-    width = max(len(p) + len(c) for p, c in sequences)
-    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
-    attention = torch.zeros((len(sequences), width), dtype=torch.long)
-    completion = torch.zeros((len(sequences), width - 1), dtype=torch.bool)
-    for i, (prompt, answer) in enumerate(sequences):
-        n = len(prompt) + len(answer)
-        ids[i, :n] = torch.tensor(prompt + answer)
-        attention[i, :n] = 1
-        completion[i, len(prompt) - 1:n - 1] = True
-    return {"input_ids": ids, "attention_mask": attention, "completion_mask": completion}
 
 
 def teacher_kl(student_logits: torch.Tensor, teacher: TeacherOutput, mask: torch.Tensor | None) -> torch.Tensor:
@@ -78,16 +64,13 @@ class GkdTrainer(RolloutTrainer):
             sequences = self._generate(rows)
         else:
             sequences = [(r["prompt_ids"], r["answer_ids"]) for r in rows]
-        batch = {k: v.to(self.args.device) for k, v in tensorize(sequences, self.processing_class.pad_token_id).items()}
-        # Every row is prompt before its first completion token: no logits are needed there (shifted_logits).
-        batch["start"] = min(len(prompt) for prompt, _ in sequences) - 1
+        batch = PackedSequences.pack(sequences).to(self.args.device)
         t = time.time()
-        batch["teacher"] = self.teacher(self.accelerator.unwrap_model(self.model), batch["input_ids"],
-                                        batch["attention_mask"], batch["start"])
+        teacher = self.teacher(self.accelerator.unwrap_model(self.model), batch)
         self._metrics["timing/teacher"].append(time.time() - t)
         self._metrics["on_policy"].append(float(on_policy))
         self._metrics["completions/mean_length"].append(sum(len(c) for _, c in sequences) / len(sequences))
-        return batch
+        return {"batch": batch, "teacher": teacher}
 
     def _generate(self, rows: list[dict]) -> list[tuple[list[int], list[int]]]:
         self._sync_weights()
@@ -105,17 +88,14 @@ class GkdTrainer(RolloutTrainer):
         return out
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        start = inputs["start"]
-        logits = shifted_logits(model, inputs["input_ids"], inputs["attention_mask"], start)
-        # The divergence is over the completion tokens only, so only they are normalised: (tokens, vocab).
-        mask = inputs["completion_mask"][:, start:]
-        logits, teacher = logits[mask], inputs["teacher"].select(mask)
+        batch, teacher = inputs["batch"], inputs["teacher"]
+        # (completion tokens, vocab): the divergence is over the completion tokens only, so only they are normalised
+        logits = completion_logits(model, batch)
         jsd = gkd_loss(logits, teacher, None, self.g.beta, self.g.temperature)
         loss = jsd
         metrics = {"jsd": jsd.detach()}
         if self.g.sft_alpha > 0:
-            targets = inputs["input_ids"][:, start + 1:][mask]
-            nll = -logits.float().log_softmax(-1).gather(-1, targets[:, None]).mean()
+            nll = -logits.float().log_softmax(-1).gather(-1, batch.targets[:, None]).mean()
             loss = loss + self.g.sft_alpha * nll
             metrics["sft_loss"] = nll.detach()
         with torch.no_grad():

@@ -24,27 +24,66 @@ TOKENIZER_PROBE = ("Teacher and student must share one tokenizer: 12 + 7 = 19, n
 
 
 @dataclass
+class PackedSequences:
+    """A batch of prompt + completion sequences as one row without padding: the sequences end to end, position
+    ids restarting at each one (transformers then keeps attention inside each sequence), and the flat positions
+    whose next token is a completion token, the only ones GKD compares.
+
+    Packed rather than padded: the student's forward and backward, most of a GKD step on a CPU, then run on the
+    real tokens only (prompts of different lengths padded to the longest cost a third more on the alpaca
+    prompts of bench-gkd), and the LM head (a small model's largest matmul) only where a completion token is
+    predicted."""
+
+    input_ids: torch.Tensor  # (1, total tokens)
+    position_ids: torch.Tensor  # (1, total tokens)
+    predict_at: torch.Tensor  # (completion tokens,) flat position t predicts the completion token at t + 1
+    prompt_lengths: list[int]
+    lengths: list[int]
+
+    @classmethod
+    def pack(cls, sequences: list[tuple[list[int], list[int]]]) -> PackedSequences:
+        ids, positions, predict_at, offset = [], [], [], 0
+        for prompt, answer in sequences:
+            n = len(prompt) + len(answer)
+            ids += prompt + answer
+            positions += range(n)
+            predict_at += range(offset + len(prompt) - 1, offset + n - 1)
+            offset += n
+        return cls(torch.tensor([ids]), torch.tensor([positions]), torch.tensor(predict_at, dtype=torch.long),
+                   [len(p) for p, _ in sequences], [len(p) + len(a) for p, a in sequences])
+
+    @property
+    def targets(self) -> torch.Tensor:
+        """The completion tokens, in `predict_at` order."""
+        return self.input_ids[0, self.predict_at + 1]
+
+    def sequences(self) -> list[list[int]]:
+        flat, out, offset = self.input_ids[0].tolist(), [], 0
+        for n in self.lengths:
+            out.append(flat[offset:offset + n])
+            offset += n
+        return out
+
+    def to(self, device) -> PackedSequences:
+        return PackedSequences(self.input_ids.to(device), self.position_ids.to(device), self.predict_at.to(device),
+                               self.prompt_lengths, self.lengths)
+
+
+@dataclass
 class TeacherOutput:
-    """Aligned with the student's shifted logits from position `start` on (position t predicts token t+1):
-    either `logits` (batch, seq-1-start, vocab) or `topk_logps` and `topk_ids` (batch, seq-1-start, k)."""
+    """The teacher's next-token distribution at each completion token of a PackedSequences, in `predict_at`
+    order: either `logits` (tokens, vocab) or `topk_logps` and `topk_ids` (tokens, k)."""
 
     logits: torch.Tensor | None = None
     topk_logps: torch.Tensor | None = None
     topk_ids: torch.Tensor | None = None
 
-    def select(self, mask: torch.Tensor) -> TeacherOutput:
-        """The positions where `mask` (batch, positions) is true, flattened: (tokens, vocab or k)."""
-        if self.logits is not None:
-            return TeacherOutput(logits=self.logits[mask])
-        return TeacherOutput(topk_logps=self.topk_logps[mask], topk_ids=self.topk_ids[mask])
 
-
-def shifted_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, start: int) -> torch.Tensor:
-    """The next-token logits of positions start .. seq-2, without computing the LM head (the largest matmul of a
-    small model) on the positions before `start`, which are prompt on every row."""
-    keep = input_ids.shape[1] - start
-    return model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False,
-                 logits_to_keep=keep).logits[:, :-1]
+def completion_logits(model, batch: PackedSequences) -> torch.Tensor:
+    """(completion tokens, vocab): the model's logits where a completion token is predicted, with the LM head
+    computed there only (transformers' `logits_to_keep` takes the positions)."""
+    return model(input_ids=batch.input_ids, position_ids=batch.position_ids, use_cache=False,
+                 logits_to_keep=batch.predict_at).logits[0]
 
 
 def same_tokenizer(student_tokenizer, teacher_tokenizer) -> bool:
@@ -99,18 +138,18 @@ class LocalTeacher:
                 model.to("cpu")
 
     @torch.no_grad()
-    def __call__(self, student, input_ids: torch.Tensor, attention_mask: torch.Tensor, start: int = 0) -> TeacherOutput:
+    def __call__(self, student, batch: PackedSequences) -> TeacherOutput:
         if self.model is None:
             was_training = student.training
             student.eval()
             try:
                 with student.disable_adapter():
-                    logits = shifted_logits(student, input_ids, attention_mask, start)
+                    logits = completion_logits(student, batch)
             finally:
                 student.train(was_training)
         else:
             with self._on_device():
-                logits = shifted_logits(self.model, input_ids, attention_mask, start)
+                logits = completion_logits(self.model, batch)
         logits = logits.float()
         if self.topk is None:
             return TeacherOutput(logits=logits)
@@ -182,37 +221,38 @@ class ServedTeacher:
                              "student (the same text encodes to different token ids); GKD compares the two "
                              "models token by token, so the teacher must share the student's tokenizer")
 
-    def __call__(self, student, input_ids: torch.Tensor, attention_mask: torch.Tensor, start: int = 0) -> TeacherOutput:
-        lengths = attention_mask.sum(-1).tolist()
-        sequences = [row[:n] for row, n in zip(input_ids.tolist(), lengths)]
+    def __call__(self, student, batch: PackedSequences) -> TeacherOutput:
+        sequences = batch.sequences()
         body = {"model": self.model_name, "prompt": sequences, "max_tokens": 1, "temperature": 0,
                 "prompt_logprobs": self.topk}
         choices = self._request("POST", "/v1/completions", json=body)["choices"]
         if len(choices) != len(sequences):
             raise RuntimeError(f"teacher server {self.url} answered {len(choices)} choices for {len(sequences)} "
                                "prompts")
-        batch, width = input_ids.shape
-        logps = torch.zeros(batch, width - 1, self.topk)
-        ids = torch.zeros(batch, width - 1, self.topk, dtype=torch.long)
-        for b, (choice, n) in enumerate(zip(choices, lengths)):
+        tokens = len(batch.predict_at)
+        logps = torch.zeros(tokens, self.topk)
+        ids = torch.zeros(tokens, self.topk, dtype=torch.long)
+        row = 0
+        for b, (choice, prompt_length, n) in enumerate(zip(choices, batch.prompt_lengths, batch.lengths)):
             positions = choice.get("prompt_logprobs")
             if positions is None or len(positions) != n:
                 raise RuntimeError(f"teacher server {self.url} sent no prompt_logprobs for prompt {b}; it must "
                                    "answer vLLM's prompt_logprobs (swiftlike deploy / rollout, or vllm serve)")
-            for t in range(1, n):  # position t's distribution predicts token t: the student's position t-1
+            for t in range(prompt_length, n):  # the distribution that predicts completion token t
                 ranked = sorted(((int(k), v) for k, v in positions[t].items() if v["rank"] <= self.topk),
                                 key=lambda kv: kv[1]["rank"])
                 if len(ranked) != self.topk:
                     raise RuntimeError(f"teacher server {self.url} sent {len(ranked)} alternatives, not "
                                        f"--gkd_logits_topk {self.topk}; raise its --max_logprobs")
-                ids[b, t - 1] = torch.tensor([k for k, _ in ranked])
-                logps[b, t - 1] = torch.tensor([v["logprob"] for _, v in ranked])
-        if int(ids.max()) >= self.vocab_size:
+                ids[row] = torch.tensor([k for k, _ in ranked])
+                logps[row] = torch.tensor([v["logprob"] for _, v in ranked])
+                row += 1
+        if tokens and int(ids.max()) >= self.vocab_size:
             raise ValueError(f"the teacher served at {self.url} sent token id {int(ids.max())}, outside the "
                              f"student's vocabulary of {self.vocab_size}; the teacher must share the student's "
                              "vocabulary")
-        return TeacherOutput(topk_logps=logps[:, start:].to(input_ids.device),
-                             topk_ids=ids[:, start:].to(input_ids.device))
+        device = batch.input_ids.device
+        return TeacherOutput(topk_logps=logps.to(device), topk_ids=ids.to(device))
 
     def close(self) -> None:
         self.session.close()
