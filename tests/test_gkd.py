@@ -220,6 +220,19 @@ def test_two_processes_share_the_coin_and_the_adapter_disabled_teacher(tmp_path,
     assert all(math.isfinite(e["loss"]) for e in logged) and logged[-1]["jsd"] > 0
 
 
+def test_bfloat16_colocated_vllm_with_top_k_top_p(tmp_path, data_file, teacher_dir):
+    """At real precision: student, teacher and the colocated vLLM engine in bfloat16, sampling with --top_k 20
+    --top_p 0.9, LoRA-only sync; every logged divergence, loss and grad norm is finite."""
+    logged, _ = gkd_run(tmp_path, data_file, "--teacher_model", teacher_dir, "--tuner_type", "lora", "--lmbda", "1",
+                        "--torch_dtype", "bfloat16", "--use_vllm", "true", "--vllm_mode", "colocate",
+                        "--vllm_enable_lora", "true", "--vllm_max_model_len", "512", "--top_k", "20", "--top_p", "0.9",
+                        steps=3, own_process=True)
+    assert len(logged) == 3 and all(e["on_policy"] == 1.0 for e in logged)
+    for e in logged:
+        assert all(math.isfinite(e[key]) for key in ("loss", "jsd", "teacher_kl", "grad_norm")), e
+        assert e["jsd"] > 0
+
+
 def test_full_student_distils_a_different_teacher_on_a_repeated_batch(tmp_path, data_file, teacher_dir):
     logged, _ = gkd_run(tmp_path, data_file, "--teacher_model", teacher_dir, "--tuner_type", "full", "--lmbda", "0",
                         "--learning_rate", "1e-3", steps=12, batch=4)
