@@ -233,6 +233,27 @@ def test_bfloat16_colocated_vllm_with_top_k_top_p(tmp_path, data_file, teacher_d
         assert e["jsd"] > 0
 
 
+def test_validation_scores_the_dataset_answers(tmp_path, data_file, teacher_dir):
+    """A validation split is scored on its answers by the training divergence: exactly 0 against the student's
+    own base before any update (the adapter-disabled teacher, learning rate 0), above 0 against another teacher;
+    eval_teacher_kl beside it, and the summary's eval_loss is the last one logged."""
+    common = ("--tuner_type", "lora", "--lmbda", "0", "--split_dataset_ratio", "0.5", "--eval_steps", "1")
+    same, _ = gkd_eval_run(tmp_path / "same", data_file, "--teacher_model", TINY, "--learning_rate", "0", *common)
+    other, result = gkd_eval_run(tmp_path / "other", data_file, "--teacher_model", teacher_dir, *common)
+    assert [e["step"] for e in same] == [1, 2] and all(abs(e["eval_loss"]) < 1e-6 for e in same)
+    assert all(e["eval_loss"] > 1e-4 and e["eval_teacher_kl"] > 1e-4 for e in other)
+    assert result.eval_loss == other[-1]["eval_loss"]
+
+
+def gkd_eval_run(tmp_path, data_file, *extra):
+    argv = ["--rlhf_type", "gkd", "--model", TINY, "--dataset", data_file, "--max_steps", "2",
+            "--per_device_train_batch_size", "2", "--per_device_eval_batch_size", "2", "--max_completion_length", "12",
+            "--logging_steps", "1", "--report_to", "none", "--output_dir", str(tmp_path / "out"), "--save_steps",
+            "1000", *extra]
+    result = rlhf_main(argv)
+    return [e for e in read_log(result.run_dir) if "eval_loss" in e], result
+
+
 def test_full_student_distils_a_different_teacher_on_a_repeated_batch(tmp_path, data_file, teacher_dir):
     logged, _ = gkd_run(tmp_path, data_file, "--teacher_model", teacher_dir, "--tuner_type", "full", "--lmbda", "0",
                         "--learning_rate", "1e-3", steps=12, batch=4)

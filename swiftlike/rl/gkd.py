@@ -17,7 +17,7 @@ from .preference_data import PreferenceEncoder
 
 logger = get_logger("swiftlike.rl")
 
-SUMMARY_KEYS = ("jsd", "teacher_kl", "on_policy", "completions/mean_length")
+SUMMARY_KEYS = ("jsd", "teacher_kl", "on_policy", "completions/mean_length", "eval_teacher_kl")
 
 
 def gkd_rows(rows: list[dict], encoder: PreferenceEncoder, needs_answers: bool) -> tuple[list[dict], EncodeStats]:
@@ -51,6 +51,18 @@ def gkd_rows(rows: list[dict], encoder: PreferenceEncoder, needs_answers: bool) 
     if not out:
         raise ValueError(f"no gkd rows left after encoding ({stats.describe(encoder.max_length, encoder.truncation_strategy)})")
     return out, stats
+
+
+def validation_rows(rows: list[dict], encoder: PreferenceEncoder) -> list[dict]:
+    """The validation rows that end in an answer: validation scores the dataset's answers (the student's samples
+    would differ at every evaluation), so a row without one has nothing to score and is left out, said once."""
+    if not rows:
+        return []
+    encoded = [r for r in gkd_rows(rows, encoder, needs_answers=False)[0] if r["answer_ids"] is not None]
+    if len(encoded) < len(rows):
+        logger.info("validation: %d of %d rows end in an assistant answer and are scored (eval_loss: the divergence "
+                    "on those answers)", len(encoded), len(rows))
+    return encoded
 
 
 def build_teacher(args: RlhfArguments, resolved, tokenizer, student, device: str):
@@ -105,13 +117,12 @@ def train_gkd(args: RlhfArguments) -> TrainResult:
     tokenizer = load_tokenizer(resolved)
     template = get_template(args.template or resolved.meta.template, tokenizer, args.system)
     train_rows, val_rows = load_train_val_rows(args)
-    if val_rows:
-        logger.info("%d validation rows are not evaluated: gkd reports the training divergence only", len(val_rows))
     encoder = PreferenceEncoder(template, args.max_length, args.max_completion_length, args.truncation_strategy)
     rows, stats = gkd_rows(train_rows, encoder, needs_answers=args.lmbda < 1)
     logger.info("train data: %s", stats.describe(args.max_length, args.truncation_strategy))
+    val = validation_rows(val_rows, encoder)
 
-    training_args = training_arguments(args, Path(args.output_dir or "output"), has_eval=False)
+    training_args = training_arguments(args, Path(args.output_dir or "output"), has_eval=bool(val))
     training_args.include_num_input_tokens_seen = "no"  # batches are built at each step, not input_ids to count
     training_args.remove_unused_columns = False
     run_dir = shared_run_dir(args, training_args, resolved)
@@ -127,6 +138,7 @@ def train_gkd(args: RlhfArguments) -> TrainResult:
     rollout = RolloutWorker(args, resolved, template, model) if args.lmbda > 0 else None
     callback = RunLogCallback(run_dir, log, GKD_PLOTTED)
     trainer = GkdTrainer(model=model, args=training_args, train_dataset=ListDataset(rows),
+                         eval_dataset=ListDataset(val) if val else None,
                          data_collator=lambda batch: batch, processing_class=tokenizer, callbacks=[callback],
                          checkpoint_extras=checkpoint_args_writer(saved_args), gkd_args=args, rollout=rollout,
                          teacher=teacher)
@@ -139,6 +151,8 @@ def train_gkd(args: RlhfArguments) -> TrainResult:
     last = {}
     for entry in trainer.state.log_history:
         last.update({k: v for k, v in entry.items() if k in SUMMARY_KEYS})
-    return TrainResult(run_dir=run_dir, last_checkpoint=latest_checkpoint(run_dir), best_checkpoint=None,
-                       global_step=trainer.state.global_step, train_loss=callback.last_train_loss, eval_loss=None,
+    eval_losses = [e["eval_loss"] for e in trainer.state.log_history if "eval_loss" in e]
+    return TrainResult(run_dir=run_dir, last_checkpoint=latest_checkpoint(run_dir),
+                       best_checkpoint=trainer.state.best_model_checkpoint, global_step=trainer.state.global_step,
+                       train_loss=callback.last_train_loss, eval_loss=eval_losses[-1] if eval_losses else None,
                        elapsed_s=time.time() - start, train_tokens_per_second=None, data=stats, metrics=last)

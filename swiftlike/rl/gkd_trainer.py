@@ -19,11 +19,12 @@ import torch
 from ..train.outputs import PLOTTED
 from .distill import generalized_jsd, topk_generalized_jsd
 from .rollout import RolloutWorker
+from .distributed import reduce_metrics
 from .rollout_trainer import RolloutTrainer
 from .teacher import PackedSequences, TeacherOutput, completion_logits
 
 # The curves a GKD run draws into images/.
-GKD_PLOTTED = (*PLOTTED, "jsd", "teacher_kl", "sft_loss", "on_policy", "completions/mean_length", "timing/*")
+GKD_PLOTTED = (*PLOTTED, "jsd", "teacher_kl", "eval_teacher_kl", "sft_loss", "on_policy", "completions/mean_length", "timing/*")
 
 
 def prompt_only(row: dict) -> dict:
@@ -56,6 +57,7 @@ class GkdTrainer(RolloutTrainer):
         self.g = gkd_args
         self.teacher = teacher
         self._coin = random.Random(gkd_args.seed)
+        self._eval_teacher_kl: list[float] = []
 
     # ------------------------------------------------------------------ batches
     def _prepare_inputs(self, rows: list[dict]) -> dict:
@@ -64,13 +66,16 @@ class GkdTrainer(RolloutTrainer):
             sequences = self._generate(rows)
         else:
             sequences = [(r["prompt_ids"], r["answer_ids"]) for r in rows]
-        batch = PackedSequences.pack(sequences).to(self.args.device)
         t = time.time()
-        teacher = self.teacher(self.accelerator.unwrap_model(self.model), batch)
+        inputs = self._scored(sequences)
         self._metrics["timing/teacher"].append(time.time() - t)
         self._metrics["on_policy"].append(float(on_policy))
         self._metrics["completions/mean_length"].append(sum(len(c) for _, c in sequences) / len(sequences))
-        return {"batch": batch, "teacher": teacher}
+        return inputs
+
+    def _scored(self, sequences: list[tuple[list[int], list[int]]]) -> dict:
+        batch = PackedSequences.pack(sequences).to(self.args.device)
+        return {"batch": batch, "teacher": self.teacher(self.accelerator.unwrap_model(self.model), batch)}
 
     def _generate(self, rows: list[dict]) -> list[tuple[list[int], list[int]]]:
         self._sync_weights()
@@ -86,6 +91,23 @@ class GkdTrainer(RolloutTrainer):
         out = super().training_step(model, inputs, num_items_in_batch)
         self._metrics["timing/train"].append(time.time() - t)  # forward, loss and backward of the student
         return out
+
+    def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):
+        """Validation scores the dataset's answers (no sampling, so every evaluation sees the same tokens) by the
+        training divergence: eval_loss; KL(teacher || student) at temperature 1 is logged as eval_teacher_kl."""
+        scored = self._scored([(r["prompt_ids"], r["answer_ids"]) for r in inputs])
+        with torch.no_grad():
+            logits = completion_logits(model, scored["batch"])
+            loss = gkd_loss(logits, scored["teacher"], None, self.g.beta, self.g.temperature)
+            self._eval_teacher_kl.append(float(teacher_kl(logits, scored["teacher"], None)))
+        return loss.detach(), None, None
+
+    def log(self, logs: dict, start_time: float | None = None) -> None:
+        if "eval_loss" in logs and self._eval_teacher_kl:
+            local = sum(self._eval_teacher_kl) / len(self._eval_teacher_kl)
+            logs["eval_teacher_kl"] = reduce_metrics({"eval_teacher_kl": local})["eval_teacher_kl"]
+            self._eval_teacher_kl.clear()
+        super().log(logs, start_time)
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         batch, teacher = inputs["batch"], inputs["teacher"]
