@@ -22,7 +22,8 @@ SEED=42
 N_SFT=${DEMO_N_SFT:-100}     # SFT warm-up rows (worked answers)
 N_HELD=64                    # held-out prompts, disjoint from the SFT rows and from GRPO's dataset
 K=8                          # samples a held-out prompt at the training temperature (mean@K)
-TEMP=1.0                     # GRPO's sampling temperature, and the one mean@K is measured at
+TEMP=${DEMO_TEMP:-1.0}       # GRPO's sampling temperature, and the one mean@K is measured at
+DYNAMIC=${DEMO_DYNAMIC_SAMPLE:-false}  # DAPO dynamic sampling: replace groups whose rewards are all equal
 STEPS=${DEMO_STEPS:-8}
 rm -rf "$OUT" && mkdir -p "$OUT"
 START=$(date +%s)
@@ -71,7 +72,7 @@ echo "=== 4/6 GRPO on the warmed-up model: LoRA, colocated vLLM, merged-weight s
 $SWIFTLIKE rlhf --rlhf_type grpo --model "$WARM" --dataset swiftlike/arithmetic \
   --reward_funcs accuracy \
   --num_generations 4 --per_device_train_batch_size 16 --gradient_accumulation_steps 3 \
-  --max_completion_length 40 --temperature "$TEMP" --beta 0.04 --learning_rate ${DEMO_LR:-1e-4} \
+  --max_completion_length 40 --temperature "$TEMP" --dynamic_sample "$DYNAMIC" --beta 0.04 --learning_rate ${DEMO_LR:-1e-4} \
   --lr_scheduler_type constant --lora_dropout 0 \
    --max_steps "$STEPS" --save_steps "$STEPS" --logging_steps 1 --seed "$SEED" \
   --use_vllm true --gradient_checkpointing false --torch_dtype float32 --report_to none \
