@@ -10,7 +10,7 @@ import torch
 
 from swiftlike.arguments import RlhfArguments
 from swiftlike.rl.advantages import select_groups
-from swiftlike.rl.grpo_trainer import corrected_policy_loss, tensorize
+from swiftlike.rl.grpo_trainer import completion_logps, corrected_policy_loss, tensorize
 from swiftlike.rl.memory import ColocateMemory
 from swiftlike.rl.rollout import Rollout
 from swiftlike.train.outputs import plot_curves, read_log
@@ -44,12 +44,38 @@ def test_tensorize_overlong_filter_zeroes_truncated_completion_masks():
     part = [Rollout([1, 2], [3, 4], "a", "stop", [-0.1, -0.2]),
             Rollout([1], [5, 6, 7], "b", "length", [-0.3, -0.4, -0.5])]
     plain = tensorize(part, pad_id=0)
-    assert plain["input_ids"].tolist() == [[1, 2, 3, 4], [1, 5, 6, 7]]
-    assert plain["completion_mask"].tolist() == [[False, True, True], [True, True, True]]
-    assert plain["rollout_logps"][1].tolist() == pytest.approx([-0.3, -0.4, -0.5])
+    # prompts left-padded, completions right-padded: the completions start in one column
+    assert plain["input_ids"].tolist() == [[1, 2, 3, 4, 0], [0, 1, 5, 6, 7]]
+    assert plain["attention_mask"].tolist() == [[1, 1, 1, 1, 0], [0, 1, 1, 1, 1]]
+    assert plain["position_ids"].tolist() == [[0, 1, 2, 3, 3], [0, 0, 1, 2, 3]]
+    assert plain["completion_mask"].tolist() == [[True, True, False], [True, True, True]]
+    assert plain["rollout_logps"].tolist() == [pytest.approx([-0.1, -0.2, 0.0]), pytest.approx([-0.3, -0.4, -0.5])]
     filtered = tensorize(part, pad_id=0, overlong_filter=True)
-    assert filtered["completion_mask"].tolist() == [[False, True, True], [False, False, False]]
+    assert filtered["completion_mask"].tolist() == [[True, True, False], [False, False, False]]
     assert torch.equal(filtered["input_ids"], plain["input_ids"])
+
+
+def test_completion_logps_of_the_padded_batch_equal_each_sequence_alone(tiny_resolved):
+    """Left-padded prompts, right-padded completions and the LM head on the completion positions only give
+    each completion token the log-prob an unpadded forward of its own sequence gives (and grads stay finite)."""
+    from swiftlike.model import load_model
+    model = load_model(tiny_resolved, "float32", "cpu")
+    part = [Rollout([11, 12, 13, 14, 15], [21, 22], "a", "stop", None),
+            Rollout([31, 32], [41, 42, 43, 44], "b", "stop", None),
+            Rollout([51, 52, 53], [61], "c", "stop", None)]
+    batch = tensorize(part, pad_id=0)
+    out = completion_logps(model, batch, 0.7, 5, 0.9, with_unfiltered=True)
+    assert out.logps.shape == (3, 4)
+    for i, r in enumerate(part):
+        ids = torch.tensor([r.prompt_ids + r.completion_ids])
+        with torch.no_grad():
+            logits = model(input_ids=ids).logits[0, len(r.prompt_ids) - 1:-1]
+        alone = torch.log_softmax(logits / 0.7, -1).gather(-1, torch.tensor(r.completion_ids)[:, None])[:, 0]
+        n = len(r.completion_ids)
+        assert torch.allclose(out.unfiltered[i, :n], alone, atol=1e-5)
+    masked = torch.where(batch["completion_mask"], out.logps, torch.zeros_like(out.logps))
+    masked.sum().backward()
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
 
 
 # ---------------------------------------------------------------- loss wiring: OPSM and metric gating
