@@ -10,7 +10,8 @@ import torch
 
 from swiftlike.arguments import RlhfArguments
 from swiftlike.rl.advantages import select_groups
-from swiftlike.rl.grpo_trainer import completion_logps, corrected_policy_loss, tensorize
+from swiftlike.rl.grpo_batch import completion_logps, full_sequences, tensorize
+from swiftlike.rl.grpo_trainer import corrected_policy_loss
 from swiftlike.rl.memory import ColocateMemory
 from swiftlike.rl.rollout import Rollout
 from swiftlike.train.outputs import plot_curves, read_log
@@ -40,42 +41,76 @@ def test_select_groups_prefers_signal_in_pool_order_then_fills():
 # ---------------------------------------------------------------- overlong filter
 
 
-def test_tensorize_overlong_filter_zeroes_truncated_completion_masks():
+def test_tensorize_lays_out_each_prompt_once_and_completions_in_columns():
     part = [Rollout([1, 2], [3, 4], "a", "stop", [-0.1, -0.2]),
-            Rollout([1], [5, 6, 7], "b", "length", [-0.3, -0.4, -0.5])]
+            Rollout([1], [5, 6, 7], "b", "length", [-0.3, -0.4, -0.5]),
+            Rollout([1, 2], [8], "c", "stop", [-0.6])]
     plain = tensorize(part, pad_id=0)
-    # prompts left-padded, completions right-padded: the completions start in one column
-    assert plain["input_ids"].tolist() == [[1, 2, 3, 4, 0], [0, 1, 5, 6, 7]]
-    assert plain["attention_mask"].tolist() == [[1, 1, 1, 1, 0], [0, 1, 1, 1, 1]]
-    assert plain["position_ids"].tolist() == [[0, 1, 2, 3, 3], [0, 0, 1, 2, 3]]
-    assert plain["completion_mask"].tolist() == [[True, True, False], [True, True, True]]
-    assert plain["rollout_logps"].tolist() == [pytest.approx([-0.1, -0.2, 0.0]), pytest.approx([-0.3, -0.4, -0.5])]
+    # each distinct prompt once, left-padded; rows point at their prompt
+    assert plain["prompt_ids"].tolist() == [[1, 2], [0, 1]]
+    assert plain["prompt_attention_mask"].tolist() == [[1, 1], [0, 1]]
+    assert plain["prompt_index"].tolist() == [0, 1, 0]
+    # completions right-padded: column j is the j-th completion token
+    assert plain["completion_ids"].tolist() == [[3, 4, 0], [5, 6, 7], [8, 0, 0]]
+    assert plain["completion_mask"].tolist() == [[True, True, False], [True, True, True], [True, False, False]]
+    assert plain["rollout_logps"].tolist() == [pytest.approx([-0.1, -0.2, 0.0]), pytest.approx([-0.3, -0.4, -0.5]),
+                                               pytest.approx([-0.6, 0.0, 0.0])]
+    ids, attn, positions = full_sequences(plain)
+    assert ids.tolist() == [[1, 2, 3, 4, 0], [0, 1, 5, 6, 7], [1, 2, 8, 0, 0]]
+    assert attn.tolist() == [[1, 1, 1, 1, 0], [0, 1, 1, 1, 1], [1, 1, 1, 0, 0]]
+    assert positions.tolist() == [[0, 1, 2, 3, 3], [0, 0, 1, 2, 3], [0, 1, 2, 2, 2]]
+    # overlong filter: the truncated completion keeps its tokens but leaves the loss mask
     filtered = tensorize(part, pad_id=0, overlong_filter=True)
-    assert filtered["completion_mask"].tolist() == [[True, True, False], [False, False, False]]
-    assert torch.equal(filtered["input_ids"], plain["input_ids"])
+    assert filtered["completion_mask"].tolist() == [[True, True, False], [False, False, False], [True, False, False]]
+    assert filtered["completion_attention_mask"].tolist() == plain["completion_attention_mask"].tolist()
 
 
-def test_completion_logps_of_the_padded_batch_equal_each_sequence_alone(tiny_resolved):
-    """Left-padded prompts, right-padded completions and the LM head on the completion positions only give
-    each completion token the log-prob an unpadded forward of its own sequence gives (and grads stay finite)."""
-    from swiftlike.model import load_model
-    model = load_model(tiny_resolved, "float32", "cpu")
+@pytest.mark.parametrize("model_type", ["qwen2_5", "llama3"])
+@pytest.mark.parametrize("share", [True, False])
+def test_completion_logps_equal_each_sequence_alone_and_both_paths_agree(model_type, share):
+    """Both forward paths (a group's prompt once with its KV cache shared, or one row per sequence) give each
+    completion token the log-prob an unpadded forward of its own sequence gives, and the same gradients."""
+    from swiftlike.model import load_model, resolve_model
+    from swiftlike.rl.grpo_batch import shares_prompts
+    torch.manual_seed(0)
+    model = load_model(resolve_model(f"tiny-random/{model_type}"), "float32", "cpu")
     part = [Rollout([11, 12, 13, 14, 15], [21, 22], "a", "stop", None),
-            Rollout([31, 32], [41, 42, 43, 44], "b", "stop", None),
-            Rollout([51, 52, 53], [61], "c", "stop", None)]
+            Rollout([11, 12, 13, 14, 15], [23, 24, 25, 26], "b", "stop", None),
+            Rollout([31, 32], [41, 42, 43, 44], "c", "stop", None),
+            Rollout([31, 32], [61], "d", "stop", None)]
     batch = tensorize(part, pad_id=0)
-    out = completion_logps(model, batch, 0.7, 5, 0.9, with_unfiltered=True)
-    assert out.logps.shape == (3, 4)
+    assert shares_prompts(model, batch, share) is share
+    out = completion_logps(model, batch, 0.7, 5, 0.9, share_prompts=share, with_unfiltered=True)
+    assert out.logps.shape == (4, 4)
     for i, r in enumerate(part):
         ids = torch.tensor([r.prompt_ids + r.completion_ids])
         with torch.no_grad():
             logits = model(input_ids=ids).logits[0, len(r.prompt_ids) - 1:-1]
         alone = torch.log_softmax(logits / 0.7, -1).gather(-1, torch.tensor(r.completion_ids)[:, None])[:, 0]
-        n = len(r.completion_ids)
-        assert torch.allclose(out.unfiltered[i, :n], alone, atol=1e-5)
-    masked = torch.where(batch["completion_mask"], out.logps, torch.zeros_like(out.logps))
-    masked.sum().backward()
-    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+        assert torch.allclose(out.unfiltered[i, :len(r.completion_ids)], alone, atol=1e-5)
+    torch.where(batch["completion_mask"], out.logps, torch.zeros_like(out.logps)).sum().backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    assert grads and all(torch.isfinite(g).all() for g in grads.values())
+    model.zero_grad()
+    other = completion_logps(model, batch, 0.7, 5, 0.9, share_prompts=not share)
+    torch.where(batch["completion_mask"], other.logps, torch.zeros_like(other.logps)).sum().backward()
+    for n, p in model.named_parameters():
+        if n in grads:
+            assert (p.grad - grads[n]).norm() <= 1e-5 * grads[n].norm() + 1e-8, n
+
+
+def test_gradient_checkpointing_in_training_takes_the_full_path(tiny_resolved):
+    from swiftlike.model import load_model
+    from swiftlike.rl.grpo_batch import shares_prompts
+    model = load_model(tiny_resolved, "float32", "cpu")
+    batch = tensorize([Rollout([1, 2], [3], "a", "stop", None), Rollout([1, 2], [4], "b", "stop", None)], 0)
+    model.gradient_checkpointing_enable()
+    model.train()
+    assert not shares_prompts(model, batch, True)
+    model.eval()  # no-grad passes keep the cache under checkpointing
+    assert shares_prompts(model, batch, True)
+    distinct = tensorize([Rollout([1, 2], [3], "a", "stop", None), Rollout([5], [4], "b", "stop", None)], 0)
+    assert not shares_prompts(model, distinct, True)
 
 
 # ---------------------------------------------------------------- loss wiring: OPSM and metric gating

@@ -44,6 +44,10 @@ class GrpoArguments:
     disable_dropout: bool = arg(True, "Zero every dropout rate (including --lora_dropout) in the policy and the "
                                 "reference, so old, new and reference log-probs of a token agree before an update "
                                 "(TRL's disable_dropout); false keeps dropout in the policy's training passes.")
+    share_prompt_prefix: bool = arg(True, "Score a group's shared prompt once per micro-batch and run its "
+                                    "completions on that prompt's KV cache (gradients flow through it), instead "
+                                    "of once per completion: the same loss up to float rounding, about half the "
+                                    "tokens. Off under --gradient_checkpointing, which drops the cache in training.")
     on_nonfinite: Literal["error", "skip"] = arg(
         "error", "A NaN/inf loss, gradient norm or metric: error stops the run at that step, naming the value; skip "
         "drops that step's update (counted in nonfinite/skipped_steps) and keeps training.")

@@ -27,11 +27,12 @@ from ..train.outputs import PLOTTED
 from .advantages import group_advantages, groups_with_signal, select_groups
 from .correction import mismatch_metrics, off_policy_sequence_mask, rollout_is_weights
 from .distributed import concat_across_processes, sum_across_processes
+from .grpo_batch import completion_logps, tensorize
 from .losses import policy_loss
 from .rewards import combine_rewards
 from .rollout import Rollout, RolloutWorker
 from .rollout_trainer import RolloutTrainer, disable_dropout
-from .sampling import SampledLogps, selected_logps
+from .sampling import SampledLogps
 
 # The curves a GRPO run draws into images/ (patterns are matched against the logged keys).
 GRPO_PLOTTED = (*PLOTTED, "reward", "reward_std", "rewards/*/mean", "completions/mean_length", "kl", "entropy",
@@ -290,10 +291,12 @@ class GrpoTrainer(RolloutTrainer):
         return combine_rewards(self.reward_funcs, self.g.reward_weights, [r.text for r in rollouts], **columns)
 
     def _logps(self, model, batch: dict, with_entropy: bool = False, with_unfiltered: bool = False) -> SampledLogps:
-        """Per-token log-probs (batch, completion width) of the completion tokens under vLLM's sampling
-        distribution; the logits of the last completion-width + 1 positions only (see `tensorize`)."""
+        """Per-token log-probs (rows, completion width) of the completion tokens under vLLM's sampling
+        distribution (`grpo_batch.completion_logps`)."""
         return completion_logps(model, batch, self.g.temperature, self.g.top_k, self.g.top_p,
-                                with_entropy=with_entropy, with_unfiltered=with_unfiltered)
+                                share_prompts=self.g.share_prompt_prefix,
+                                prompt_model=self.accelerator.unwrap_model(model), with_entropy=with_entropy,
+                                with_unfiltered=with_unfiltered)
 
     def _ref_logps(self, batch: dict) -> torch.Tensor:
         """The reference's temperature-scaled log-probs, without top-k/top-p (the KL rule in sampling.py)."""
@@ -359,49 +362,6 @@ class GrpoTrainer(RolloutTrainer):
                                     "completion": r.text, "reward": rew, "advantage": adv,
                                     "policy_version": r.policy_version, "trainer_version": current},
                                    ensure_ascii=False) + "\n")
-
-
-def tensorize(part: list[Rollout], pad_id: int, overlong_filter: bool = False) -> dict:
-    """Prompts left-padded and completions right-padded (TRL's layout), so every completion starts in the same
-    column: the LM head then runs on the completion positions only (`logits_to_keep`, see `_logps`), and each
-    per-token tensor is (batch, longest completion), column j holding the j-th completion token.
-
-    The LM head over a 49k-token vocabulary and the log-softmax after it are a small model's largest cost per
-    position; computing them on the prompt too, as a right-padded batch must, made the trainer's forward and
-    backward 1.6x slower on SmolLM2 (docs/benchmarks.md). `position_ids` count from each row's first real
-    token, so left padding leaves every position where an unpadded forward puts it.
-
-    With `overlong_filter` (DAPO), a completion the engine cut at max_tokens keeps its tokens in the
-    batch but gets an all-false completion mask: a truncated answer's reward says little about its
-    tokens, so it neither contributes loss nor counts in the loss normaliser.
-    """
-    prompt_width = max(len(r.prompt_ids) for r in part)
-    completion_width = max(1, max(len(r.completion_ids) for r in part))
-    ids = torch.full((len(part), prompt_width + completion_width), pad_id, dtype=torch.long)
-    attn = torch.zeros_like(ids)
-    cmask = torch.zeros((len(part), completion_width), dtype=torch.bool)
-    rollout_lp = torch.zeros((len(part), completion_width), dtype=torch.float32)
-    have_lp = all(r.rollout_logps is not None for r in part)
-    for i, r in enumerate(part):
-        p, c = len(r.prompt_ids), len(r.completion_ids)
-        ids[i, prompt_width - p:prompt_width + c] = torch.tensor(r.prompt_ids + r.completion_ids)
-        attn[i, prompt_width - p:prompt_width + c] = 1
-        cmask[i, :c] = not (overlong_filter and r.finish_reason == "length")
-        if have_lp:
-            rollout_lp[i, :c] = torch.tensor(r.rollout_logps)
-    return {"input_ids": ids, "attention_mask": attn, "position_ids": (attn.cumsum(-1) - 1).clamp(min=0),
-            "completion_mask": cmask, "rollout_logps": rollout_lp if have_lp else None}
-
-
-def completion_logps(model, batch: dict, temperature: float, top_k: int, top_p: float, *, with_entropy: bool = False,
-                     with_unfiltered: bool = False) -> SampledLogps:
-    """`selected_logps` of a `tensorize`d batch's completion tokens, (batch, completion width): the LM head on the
-    last completion-width + 1 positions only, the last of which predicts nothing and is dropped."""
-    width = batch["completion_mask"].shape[1]
-    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                   position_ids=batch["position_ids"], use_cache=False, logits_to_keep=width + 1).logits
-    return selected_logps(logits[:, :-1], batch["input_ids"][:, -width:], temperature, top_k, top_p,
-                          with_entropy=with_entropy, with_unfiltered=with_unfiltered)
 
 
 def corrected_policy_loss(logps: torch.Tensor, inputs: dict, g, *, reused: bool, num_processes: int = 1,
