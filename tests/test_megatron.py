@@ -321,6 +321,8 @@ def test_bad_inputs_are_refused_clearly(models):
     ids = torch.ones(2, 5, dtype=torch.long)
     with pytest.raises(NotImplementedError, match="no KV cache"):
         megatron(ids, past_key_values=object())
+    with pytest.raises(NotImplementedError, match="inputs_embeds"):
+        megatron(ids, inputs_embeds=torch.zeros(2, 5, 64))
     with pytest.raises(ValueError, match=r"attention_mask must be HF's \(batch, seq\)"):
         megatron(ids, attention_mask=torch.ones(2, 1, 5, 5))
 

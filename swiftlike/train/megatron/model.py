@@ -199,6 +199,8 @@ class MegatronCausalLM(torch.nn.Module):
         if past_key_values is not None:
             raise NotImplementedError("the Megatron backend has no KV cache: pass past_key_values=None (for GRPO, "
                                       "--share_prompt_prefix false)")
+        if unused.get("inputs_embeds") is not None:
+            raise NotImplementedError("the Megatron backend embeds input_ids itself; inputs_embeds is not supported")
         batch, seq = input_ids.shape
         if position_ids is None:
             position_ids = torch.arange(seq, device=input_ids.device).expand(batch, -1)

@@ -4,15 +4,17 @@ megatron-core is written for NVIDIA GPUs, and two places on the forward path of 
 even when every tensor is on the CPU:
 
 - `GlobalMemoryBuffer.get_tensor` allocates its scratch buffer on `torch.cuda.current_device()`. Core attention
-  (`DotProductAttention`) takes the `baddbmm` output buffer from it, and the tensor-parallel all-gathers take
-  theirs, so the first attention call fails on a CPU-only torch build ("Torch not compiled with CUDA enabled").
-  The shim allocates the same buffer on the CPU.
+  (`DotProductAttention`) takes the `baddbmm` output buffer from it (the sequence-parallel all-gathers take
+  theirs too), so the first attention call fails on a CPU-only torch build ("Torch not compiled with CUDA
+  enabled"). The shim allocates the same buffer on the CPU.
 - `CudaRNGStatesTracker.fork` swaps the CUDA generator's state around attention dropout, so that tensor-parallel
   ranks draw different dropout masks; it needs a state registered by `model_parallel_cuda_manual_seed`, which
   itself calls `torch.cuda.manual_seed`. Without CUDA there is no such generator; the shim makes `fork` a no-op, so
   dropout (zero in the supported checkpoints) draws from the CPU generator.
 
-They are applied only when CUDA is unavailable (on a GPU the real code is right) and at most once per process.
+Two more CUDA allocations (the output layer's vocabulary gather and RotaryEmbedding's table) are not patched but
+avoided: model.py gathers the logits itself and rope.py builds the table. The shims are applied only when CUDA
+is unavailable (on a GPU the real code is right) and at most once per process.
 """
 from __future__ import annotations
 
