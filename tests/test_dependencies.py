@@ -40,6 +40,7 @@ OPTIONAL: dict[str, tuple[str, ...]] = {
     "swanlab": ("swanlab",),
     "sglang": ("sglang",),
     "lmdeploy": ("lmdeploy",),
+    "megatron": ("megatron",),
 }
 
 # Core dependencies that swiftlike/ does not import, and why they are core all the same.
@@ -109,6 +110,8 @@ def third_party_imports(folder: Path) -> dict[str, dict[str, bool]]:
     """name -> {file: imported at module level there} for every non-stdlib, non-local top-level import."""
     local = {p.stem for p in folder.rglob("*.py")} | {p.name for p in folder.rglob("*") if p.is_dir()}
     local |= {"swiftlike", "tests", "benchmarks", "scripts"}
+    # A package named after the library it wraps (swiftlike/train/megatron/) must not hide that library's imports.
+    local -= set(OPTIONAL) | set(IMPORT_TO_DIST)
     found: dict[str, dict[str, bool]] = {}
     for path in sorted(folder.rglob("*.py")):
         collector = ImportCollector()
