@@ -274,6 +274,9 @@ class GrpoTrainer(RolloutTrainer):
         groups = select_groups(signal, needed)
         index = torch.tensor([gi * g + k for gi in groups for k in range(g)])
         self._metrics["dynamic_sample/rounds"].append(float(rounds))
+        # `reward` is over the kept groups, which the selection biases towards mixed outcomes; this one is the
+        # policy's success rate on every prompt it was shown this step, the figure whose trend means learning.
+        self._metrics["dynamic_sample/reward_generated"].append(float(all_rewards.mean()))
         self._metrics["dynamic_sample/resampled_groups"].append(float(sum(gi >= needed for gi in groups)))
         self._metrics["dynamic_sample/zero_std_groups_kept"].append(float(sum(not signal[gi] for gi in groups)))
         per_func = {name: torch.cat([f[name] for f in pool_funcs])[index] for name in per_func}
