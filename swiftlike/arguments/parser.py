@@ -37,11 +37,24 @@ def _unwrap_optional(tp: Any) -> Any:
     return tp
 
 
+def json_object(value: str) -> dict:
+    """The value of a flag that takes a JSON object (ms-swift's --vllm_engine_kwargs)."""
+    try:
+        parsed = json.loads(value)
+    except json.JSONDecodeError as e:
+        raise argparse.ArgumentTypeError(f"expected a JSON object such as '{{\"key\": 1}}', got {value!r} ({e})")
+    if not isinstance(parsed, dict):
+        raise argparse.ArgumentTypeError(f"expected a JSON object, got {value!r}")
+    return parsed
+
+
 def field_kind(tp: Any) -> tuple[str, Any]:
-    """('bool'|'list'|'choice'|'scalar', element type or choices)."""
+    """('bool'|'list'|'choice'|'json'|'scalar', element type or choices)."""
     tp = _unwrap_optional(tp)
     if tp is bool:
         return "bool", bool
+    if tp is dict or get_origin(tp) is dict:
+        return "json", dict
     if get_origin(tp) is Literal:
         return "choice", get_args(tp)
     if get_origin(tp) in (list, tuple):
@@ -86,6 +99,8 @@ def _add_field(group, f: dataclasses.Field, hint: Any) -> None:
         kwargs.update(choices=extra, type=type(extra[0]))
     elif kind == "list":
         kwargs.update(nargs="+", type=extra)
+    elif kind == "json":
+        kwargs.update(type=json_object, metavar="JSON")
     else:
         kwargs.update(type=extra)
     group.add_argument(*names, **kwargs)
@@ -117,6 +132,8 @@ def _config_to_argv(data: dict[str, Any]) -> list[str]:
         argv.append(f"--{key}")
         if isinstance(value, (list, tuple)):
             argv.extend(str(v) for v in value)
+        elif isinstance(value, dict):
+            argv.append(json.dumps(value))
         elif isinstance(value, bool):
             argv.append("true" if value else "false")
         else:

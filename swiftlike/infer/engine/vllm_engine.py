@@ -42,6 +42,9 @@ class VllmOptions:
                             "adapter to vLLM instead of the merged weights.")
     max_lora_rank: int = arg(16, "Largest LoRA rank vLLM accepts (>= --lora_rank when rlhf syncs adapters).")
     enable_prefix_caching: bool = arg(False, "Reuse KV cache of shared prompt prefixes.")
+    engine_kwargs: dict | None = arg(None, "More `vllm.LLM` keyword arguments as a JSON object, e.g. "
+                                     "'{\"max_num_batched_tokens\": 8192}'; they override swiftlike's own "
+                                     "(ms-swift's --vllm_engine_kwargs).")
     max_loras: int = 4
     torch_dtype: str = "auto"
     seed: int = 0
@@ -61,6 +64,12 @@ class VllmOptions:
             raise ValueError(f"--vllm_max_model_len must be >= 1, got {self.max_model_len}")
         if not 0 < self.gpu_memory_utilization <= 1:
             raise ValueError(f"--vllm_gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
+        if self.engine_kwargs is not None and not isinstance(self.engine_kwargs, dict):
+            raise ValueError(f"--vllm_engine_kwargs must be a JSON object of vllm.LLM arguments, got "
+                             f"{self.engine_kwargs!r}")
+        if self.engine_kwargs and "max_logprobs" in self.engine_kwargs:
+            # vLLM's own cap, and the one our servers check requests against: one number, the larger.
+            self.max_logprobs = max(self.max_logprobs, int(self.engine_kwargs["max_logprobs"]))
 
 
 def on_cpu() -> bool:
@@ -93,6 +102,8 @@ def engine_kwargs(model_dir: str, opts: VllmOptions) -> dict:
         kwargs["kv_cache_memory_bytes"] = int(gib * (1 << 30))
     else:
         kwargs["gpu_memory_utilization"] = opts.gpu_memory_utilization
+    kwargs.update(opts.engine_kwargs or {})
+    kwargs["max_logprobs"] = opts.max_logprobs
     return kwargs
 
 
