@@ -31,7 +31,7 @@ class DeployArguments(BaseArguments, VllmArguments, SglangArguments, LmdeployArg
         self.check_serving()
 
     def check_serving(self) -> None:
-        self.check_logprob_limit()
+        self.check_logprob_limit(self.vllm_engine_kwargs)
         if not 0 < self.port < 65536:
             raise ValueError(f"--port must be in 1..65535, got {self.port}")
         for name in ("max_concurrency", "max_new_tokens", "max_batch_size"):

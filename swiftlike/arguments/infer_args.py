@@ -59,9 +59,13 @@ class LogprobLimitArguments:
                             "prompt_logprobs); a GKD teacher served for --gkd_logits_topk K needs K or more "
                             "(vLLM's --max-logprobs).")
 
-    def check_logprob_limit(self) -> None:
+    def check_logprob_limit(self, vllm_engine_kwargs: dict | None) -> None:
+        """`vllm_engine_kwargs`: the server's --vllm_engine_kwargs, where ms-swift users raise vLLM's cap; the
+        served cap is then the larger of the two numbers."""
         if self.max_logprobs < 0:
             raise ValueError(f"--max_logprobs must be >= 0, got {self.max_logprobs}")
+        if vllm_engine_kwargs and "max_logprobs" in vllm_engine_kwargs:
+            self.max_logprobs = max(self.max_logprobs, int(vllm_engine_kwargs["max_logprobs"]))
 
 
 VllmArguments = engine_flags(

@@ -119,9 +119,10 @@ class GkdArguments:
                                       "made it the teacher).")
     teacher_model_type: str | None = arg(None, "gkd: model type of --teacher_model; default detected.")
     teacher_model_revision: str | None = arg(None, "gkd: hub revision of --teacher_model.")
-    teacher_model_server: str | None = arg(None, "gkd: URL of a served teacher (`swiftlike deploy ... "
-                                           "--max_logprobs K` or `swiftlike rollout`, or vLLM's server) that "
-                                           "answers top-k prompt log-probs; needs --gkd_logits_topk.")
+    teacher_model_server: list[str] = arg([], "gkd: URL(s) of a served teacher (`swiftlike deploy ... --max_logprobs "
+                                          "K` or `swiftlike rollout`, or vLLM's server) that answers top-k prompt "
+                                          "log-probs; needs --gkd_logits_topk. Several URLs serve one teacher: "
+                                          "batches go to them in turn.")
     teacher_model_server_timeout: float = arg(300.0, "gkd: seconds to wait for the teacher server's answer to one "
                                               "batch before the run stops with an error.")
     gkd_logits_topk: int | None = arg(None, "gkd: compare the distributions over the teacher's K most likely "
@@ -135,6 +136,23 @@ class GkdArguments:
                        "built; the dataset's answers are used).")
     sft_alpha: float = arg(0.0, "gkd: weight of an NLL (SFT) loss on the completion tokens, added to the "
                            "divergence.")
+
+
+@dataclass
+class RayArguments:
+    """Ray placement of the train, rollout and teacher roles from one YAML (docs/ray.md)."""
+
+    use_ray: bool = arg(False, "Run the roles of the --config YAML as Ray actors in placement groups. The YAML is "
+                        "ms-swift's: shared arguments at the top, then one group per role (train, rollout, teacher) "
+                        "with its device count `gpus:` (CPU slots on a machine without a GPU) and its own "
+                        "arguments, and optional `colocate_groups: [[train, rollout]]` (time-sharing the same "
+                        "devices) instead of separate placement.")
+    ray_address: str | None = arg(None, "Ray cluster to join: the head's host:port (what `ray start --head` "
+                                  "prints) or `auto`. Default: Ray's own RAY_ADDRESS, else a local cluster started "
+                                  "for this run and stopped after it.")
+    train_backend: Literal["transformers", "megatron"] = arg(
+        "transformers", "Model backend of the train role: transformers, or megatron (megatron-core's GPTModel, "
+        "Llama and Qwen2 families; `swiftlike megatron rlhf` sets it, as ms-swift's `megatron rlhf` does).")
 
 
 PREFERENCE_TYPES = ("dpo", "kto", "cpo", "simpo", "orpo", "rm")
@@ -184,7 +202,7 @@ class PreferenceArguments:
 
 @dataclass
 class RlhfArguments(TrainArguments, PreferenceArguments, GkdArguments, GrpoArguments, SamplingArguments,
-                    RolloutArguments, VllmArguments):
+                    RolloutArguments, VllmArguments, RayArguments):
     """swiftlike rlhf: preference training (dpo, kto, cpo, simpo, orpo, rm), RL with rewards (grpo) and
     on-policy distillation (gkd)."""
 
@@ -212,6 +230,8 @@ class RlhfArguments(TrainArguments, PreferenceArguments, GkdArguments, GrpoArgum
             self.temperature = DEFAULT_TEMPERATURE.get(self.rlhf_type, 1.0)
         if isinstance(self.loss_type, str):  # the Python API may pass one name
             self.loss_type = [self.loss_type]
+        if isinstance(self.teacher_model_server, str):  # ms-swift's form: one URL
+            self.teacher_model_server = [self.teacher_model_server]
         if self.loss_type is None:
             self.loss_type = [DEFAULT_LOSS_TYPE[self.rlhf_type]] if self.rlhf_type in DEFAULT_LOSS_TYPE else []
         super().__post_init__()
@@ -352,8 +372,9 @@ class RlhfArguments(TrainArguments, PreferenceArguments, GkdArguments, GrpoArgum
             if self.teacher_adapters or self.teacher_model_type or self.offload_teacher_model:
                 raise ValueError("--teacher_adapters / --teacher_model_type / --offload_teacher_model describe an "
                                  "in-process teacher; a served teacher is configured where it is served")
-            if not self.teacher_model_server.startswith(("http://", "https://")):
-                raise ValueError(f"--teacher_model_server must be an http(s) URL, got {self.teacher_model_server!r}")
+            bad = [url for url in self.teacher_model_server if not url.startswith(("http://", "https://"))]
+            if bad:
+                raise ValueError(f"--teacher_model_server must be http(s) URLs, got {bad}")
         if self.teacher_model_server_timeout <= 0:
             raise ValueError(f"--teacher_model_server_timeout must be > 0 seconds, got "
                              f"{self.teacher_model_server_timeout}")

@@ -33,7 +33,7 @@ class RolloutServerArguments(BaseArguments, VllmArguments, LogprobLimitArguments
             raise ValueError(f"--vllm_data_parallel_size {self.vllm_data_parallel_size}: one engine per server is "
                              "built so far; start one `swiftlike rollout` per port and pass every port to the "
                              "trainer's --vllm_server_port, which spreads generation across them")
-        self.check_logprob_limit()
+        self.check_logprob_limit(self.vllm_engine_kwargs)
         for name in ("max_bucket_mb", "max_prompts", "default_max_tokens", "vllm_tensor_parallel_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"--{name} must be >= 1, got {getattr(self, name)}")

@@ -15,6 +15,34 @@ def _world_size() -> int:
     return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
 
 
+def process_rank() -> tuple[int, int]:
+    """(rank, world size) of this trainer process; (0, 1) without a process group."""
+    import torch.distributed as dist
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def barrier() -> None:
+    import torch.distributed as dist
+    if _world_size() > 1:
+        dist.barrier()
+
+
+def server_shares(num_servers: int, rank: int, world: int) -> tuple[list[int], bool]:
+    """Which rollout servers trainer process `rank` of `world` generates on, and whether it owns them (pushes
+    their weights).
+
+    With at least as many servers as processes, each server belongs to one process (servers r, r + world, ...),
+    so every process syncs its own servers and none waits for another. With fewer servers, process r shares
+    server r % num_servers with others and the lowest of them (rank r < num_servers) owns it: all processes hold
+    the same weights after an optimizer step, so one push serves them all, and the others wait for it.
+    """
+    if num_servers >= world:
+        return list(range(rank, num_servers, world)), True
+    return [rank % num_servers], rank < num_servers
+
+
 def sum_across_processes(counts: list[int], device: torch.device | str = "cpu") -> list[int]:
     """Element-wise sum of every process's `counts` (all must pass lists of the same length).
 

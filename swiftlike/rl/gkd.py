@@ -68,12 +68,15 @@ def validation_rows(rows: list[dict], encoder: PreferenceEncoder) -> list[dict]:
 def build_teacher(args: RlhfArguments, resolved, tokenizer, student, device: str):
     """The teacher `teacher.py` describes, after every check that can fail before training: reachability and
     tokenizer of a served one; tokenizer and memory of an in-process one."""
-    from .teacher import LocalTeacher, ServedTeacher, checkpoint_bytes, fits_in_memory, free_memory_bytes, same_tokenizer
+    from .teacher import (LocalTeacher, ServedTeacher, TeacherReplicas, checkpoint_bytes, fits_in_memory,
+                          free_memory_bytes, same_tokenizer)
     if args.teacher_model_server:
-        teacher = ServedTeacher(args.teacher_model_server, args.gkd_logits_topk, args.teacher_model_server_timeout,
-                                tokenizer, student.get_output_embeddings().weight.shape[0])
-        logger.info("teacher: %s served at %s (top-%d log-probs)", teacher.model_name, teacher.url, teacher.topk)
-        return teacher
+        vocab = student.get_output_embeddings().weight.shape[0]
+        served = [ServedTeacher(url, args.gkd_logits_topk, args.teacher_model_server_timeout, tokenizer, vocab)
+                  for url in args.teacher_model_server]
+        logger.info("teacher: %s served at %s (top-%d log-probs)", served[0].model_name,
+                    ", ".join(t.url for t in served), args.gkd_logits_topk)
+        return served[0] if len(served) == 1 else TeacherReplicas(served)
     teacher_resolved = resolve_model(args.teacher_model, args.teacher_model_type, args.use_hf,
                                      args.teacher_model_revision)
     if (args.tuner_type == "lora" and not args.teacher_adapters

@@ -65,9 +65,6 @@ def train_grpo(args: RlhfArguments) -> TrainResult:
     if len(rows) < gen_prompts:
         raise ValueError(f"{len(rows)} prompts, fewer than the {gen_prompts} one generation batch needs "
                          f"over {training_args.world_size} process(es)")
-    if args.use_vllm and args.vllm_mode == "server" and training_args.world_size > 1:
-        raise ValueError("--vllm_mode server with several trainer processes is not built yet (every rank would "
-                         "push its weights to the servers); train in one process, which can use several servers")
     run_dir = shared_run_dir(args, training_args, resolved)
     training_args.output_dir = str(run_dir)
     training_args.include_num_input_tokens_seen = "no"  # batches are rollouts, not input_ids the Trainer can count

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from ..infer.protocol import InferRequest, RequestConfig
 from ..utils import get_logger
+from .distributed import barrier, process_rank, server_shares
 from .memory import ColocateMemory
 
 logger = get_logger("swiftlike.rl")
@@ -68,8 +69,15 @@ class RolloutWorker:
         self._asleep = False
         self._syncs = 0
         self._background: ThreadPoolExecutor | None = None
+        # Several trainer processes in server mode: each generates on its share of the servers and pushes the
+        # weights of the servers it owns (`server_shares`); shared servers are waited for at every sync.
+        self.owns_servers, self.shares_servers = True, False
         if args.use_vllm and args.vllm_mode == "server":
-            self.engine = _remote_engine(args, template)
+            addresses = args.server_addresses()
+            rank, world = process_rank()
+            mine, self.owns_servers = server_shares(len(addresses), rank, world)
+            self.shares_servers = len(addresses) < world
+            self.engine = _remote_engine(args, template, [addresses[i] for i in mine])
         elif args.use_vllm:
             from ..infer.engine import EngineSpec, build_engine
             opts = args.vllm_options()
@@ -134,9 +142,19 @@ class RolloutWorker:
         """Push the trainer's weights; returns sync/bytes and sync/seconds."""
         if not self.needs_sync:
             return {}
-        import torch
         start = time.time()
         self._wake()
+        nbytes = self._push(model) if self.owns_servers else 0
+        if self.shares_servers:
+            barrier()  # a shared server has its update before any process generates on it
+            if not self.owns_servers:
+                self.engine.follow_update(POLICY_ADAPTER if self.lora_sync else None)
+        self._syncs += 1
+        return {"sync/bytes": float(nbytes), "sync/seconds": time.time() - start}
+
+    def _push(self, model) -> int:
+        """The adapter (LoRA-only sync) or the merged weights to this process's engine; returns the bytes sent."""
+        import torch
         if self.lora_sync:
             if self.args.vllm_mode == "server":  # a server may still hold an earlier run's full weights
                 self.engine.ensure_base_weights(lambda: _stripped_state(model), self.args.model)
@@ -146,23 +164,22 @@ class RolloutWorker:
             # Same name, new LoRA id: vLLM loads the new files on the next request that names it.
             self.engine.add_adapter(POLICY_ADAPTER, str(path))
             self._retire(path)
-        else:
-            # The engine copies the weights before update_weights returns (in-process load, or sent over the
-            # transport), so it reads the merged parameters in place and the adapter is unmerged afterwards:
-            # no second copy of the model.
-            merged = hasattr(model, "merge_adapter")
+            return nbytes
+        # The engine copies the weights before update_weights returns (in-process load, or sent over the
+        # transport), so it reads the merged parameters in place and the adapter is unmerged afterwards:
+        # no second copy of the model.
+        merged = hasattr(model, "merge_adapter")
+        if merged:
+            model.merge_adapter()
+        try:
+            with torch.no_grad():
+                tensors = _stripped_state(model)
+                nbytes = sum(t.numel() * t.element_size() for _, t in tensors)
+                self.engine.update_weights(tensors)
+        finally:
             if merged:
-                model.merge_adapter()
-            try:
-                with torch.no_grad():
-                    tensors = _stripped_state(model)
-                    nbytes = sum(t.numel() * t.element_size() for _, t in tensors)
-                    self.engine.update_weights(tensors)
-            finally:
-                if merged:
-                    model.unmerge_adapter()
-        self._syncs += 1
-        return {"sync/bytes": float(nbytes), "sync/seconds": time.time() - start}
+                model.unmerge_adapter()
+        return nbytes
 
     def _wake(self) -> None:
         if self._asleep:
@@ -185,11 +202,11 @@ class RolloutWorker:
             self.engine.close()
 
 
-def _remote_engine(args, template):
+def _remote_engine(args, template, addresses: list[tuple[str, int]]):
     from ..rollout.client import RemoteEngine, ServerClient
     from ..rollout.transport import make_transport
     clients = [ServerClient(host, port, args.vllm_server_timeout, args.vllm_server_api_key)
-               for host, port in args.server_addresses()]
+               for host, port in addresses]
     transport = make_transport(args.weight_transport, args.weight_bucket_mb, args.weight_sync_path)
     engine = RemoteEngine(clients, template, transport)
     if args.vllm_enable_lora and not engine.supports_lora:

@@ -256,3 +256,26 @@ class ServedTeacher:
 
     def close(self) -> None:
         self.session.close()
+
+
+class TeacherReplicas:
+    """Several servers of one teacher: each batch goes to the next, so the trainer's processes spread their
+    requests over the replicas (the ones a Ray job's `teacher:` group starts)."""
+
+    def __init__(self, replicas: list[ServedTeacher]):
+        names = {r.model_name for r in replicas}
+        if len(names) > 1:
+            raise ValueError(f"the teacher servers serve different models ({sorted(names)}); give the URLs of one "
+                             "teacher's replicas")
+        self.replicas = replicas
+        self.model_name = replicas[0].model_name
+        self._next = 0
+
+    def __call__(self, student, batch: PackedSequences) -> TeacherOutput:
+        replica = self.replicas[self._next % len(self.replicas)]
+        self._next += 1
+        return replica(student, batch)
+
+    def close(self) -> None:
+        for replica in self.replicas:
+            replica.close()

@@ -251,6 +251,14 @@ class RemoteEngine(InferEngine):
                                      "/info (an older swiftlike); upgrade it to use LoRA-only sync")
         return info
 
+    def follow_update(self, adapter: str | None) -> None:
+        """Another trainer process pushed this sync to these (shared) servers: count it, re-read where each
+        server's versions stand (the pusher may also have restored a base), and know its adapter."""
+        self.policy_version += 1
+        self._base_versions = [c.get("/info")["policy_version"] - self.policy_version for c in self.clients]
+        if adapter is not None:
+            self._adapters[adapter] = "(pushed by another trainer process)"
+
     def _count(self, versions: list[int]) -> None:
         local = {v - base for v, base in zip(versions, self._base_versions)}
         if len(local) > 1:

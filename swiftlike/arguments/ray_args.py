@@ -1,0 +1,260 @@
+"""The YAML of `swiftlike rlhf --use_ray true --config job.yaml`, in ms-swift's form, as typed arguments per role.
+
+```yaml
+rlhf_type: grpo            # shared arguments: every role reads the ones that concern it
+model: Qwen/Qwen2.5-7B-Instruct
+use_vllm: true
+colocate_groups: [[train, rollout]]   # optional: time-share devices instead of separate placement
+train:                     # one group per role: its device count and its own arguments
+  gpus: 4
+  tuner_type: lora
+rollout:
+  gpus: 4
+  vllm_max_model_len: 8192
+teacher:                   # gkd only: standalone vLLM replicas answering top-k log-probs
+  gpus: 2
+  model: Qwen/Qwen2.5-14B-Instruct
+```
+
+Everything is checked here, before Ray starts: unknown roles and arguments (named with their group), a colocate
+group whose roles ask for different device counts, a teacher without gkd, and each role's arguments by the same
+classes the single-process commands use (`RlhfArguments` for train, `RolloutServerArguments` for a rollout or
+teacher replica), so a value that `swiftlike rlhf` or `swiftlike rollout` refuses is refused here with the same
+message. The cluster's size is checked by the driver once it knows the cluster.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from .parser import _config_to_argv, build_parser, load_config_file, parse_args
+from .rlhf_args import RlhfArguments
+from .rollout_args import RolloutServerArguments
+
+ROLES = ("train", "rollout", "teacher")
+# ms-swift's colocate groups that have a meaning here: rollout engines inside the train workers (weights handed over
+# in memory), and an in-process teacher on the train workers.
+COLOCATABLE = ({"train", "rollout"}, {"train", "teacher"}, {"train", "rollout", "teacher"})
+# Top-level keys that place roles rather than configure one. `nnodes` is accepted for ms-swift's YAMLs; Ray places
+# the bundles across nodes by itself.
+PLACEMENT_KEYS = ("colocate_groups", "nnodes")
+DEVICE_KEY = "gpus"
+TEACHER_PLACEHOLDER = "http://teacher-replicas.ray"
+
+
+def _fields(cls: type) -> set[str]:
+    return {f.name for f in dataclasses.fields(cls) if f.init}
+
+
+@dataclass(frozen=True)
+class RoleGroup:
+    """One role's group of the YAML: how many devices it takes and its own arguments."""
+
+    name: str
+    devices: int
+    settings: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class RayJob:
+    """A checked Ray job: each role's arguments, and where each role runs."""
+
+    config_path: str
+    train: RlhfArguments
+    groups: dict[str, RoleGroup]
+    colocate_groups: list[list[str]]
+    rollout: RolloutServerArguments | None = None  # one rollout replica's arguments (separate placement)
+    teacher: RolloutServerArguments | None = None  # one teacher replica's arguments (standalone teacher)
+
+    def colocated_with_train(self, role: str) -> bool:
+        return any(role in group and "train" in group for group in self.colocate_groups)
+
+    @property
+    def devices(self) -> dict[str, int]:
+        """Devices per placement unit: the train role with whatever is colocated with it, and each separate role."""
+        units = {"train": self.groups["train"].devices}
+        for role in ("rollout", "teacher"):
+            if role in self.groups and not self.colocated_with_train(role):
+                units[role] = self.groups[role].devices
+        return units
+
+
+def split_ray_config(path: str) -> tuple[dict, dict[str, RoleGroup], list[list[str]]]:
+    """(shared arguments, role groups, colocate groups) of the YAML at `path`, with the placement checked."""
+    data = dict(load_config_file(path))
+    colocate = data.pop("colocate_groups", None) or []
+    data.pop("nnodes", None)
+    groups: dict[str, RoleGroup] = {}
+    rlhf_fields = _fields(RlhfArguments)
+    for key in list(data):
+        value = data[key]
+        if key in ROLES:
+            data.pop(key)
+            groups[key] = _role_group(path, key, value)
+        elif isinstance(value, dict) and key not in rlhf_fields:
+            raise ValueError(f"{path}: `{key}:` is not a role; the roles are {', '.join(ROLES)} (each a group with "
+                             f"`{DEVICE_KEY}:` and its own arguments)")
+    if "train" not in groups:
+        raise ValueError(f"{path}: no `train:` group; give it `{DEVICE_KEY}: N`, the train role's device count")
+    _check_colocate_groups(path, colocate, groups)
+    return data, groups, colocate
+
+
+def _role_group(path: str, name: str, value: Any) -> RoleGroup:
+    if not isinstance(value, dict):
+        raise ValueError(f"{path}: `{name}:` must be a group of arguments with `{DEVICE_KEY}: N`, got {value!r}")
+    settings = dict(value)
+    devices = settings.pop(DEVICE_KEY, None)
+    if not isinstance(devices, int) or isinstance(devices, bool) or devices < 1:
+        raise ValueError(f"{path}: `{name}.{DEVICE_KEY}` must be a whole number >= 1 (the role's device count; CPU "
+                         f"slots on a machine without a GPU), got {devices!r}")
+    for key in PLACEMENT_KEYS:
+        if key in settings:
+            raise ValueError(f"{path}: `{name}.{key}` belongs at the top level of the YAML, not inside a role")
+    return RoleGroup(name, devices, settings)
+
+
+def _check_colocate_groups(path: str, colocate: Any, groups: dict[str, RoleGroup]) -> None:
+    if not isinstance(colocate, list) or not all(isinstance(g, list) for g in colocate):
+        raise ValueError(f"{path}: `colocate_groups` must be a list of role lists, e.g. [[train, rollout]]; got "
+                         f"{colocate!r}")
+    seen: set[str] = set()
+    for i, group in enumerate(colocate):
+        where = f"{path}: colocate_groups[{i}] {group}"
+        unknown = [r for r in group if r not in ROLES]
+        if unknown:
+            raise ValueError(f"{where}: unknown role(s) {unknown}; the roles are {', '.join(ROLES)}")
+        if len(set(group)) < 2:
+            raise ValueError(f"{where}: a colocate group names at least two different roles")
+        if seen & set(group):
+            raise ValueError(f"{where}: role(s) {sorted(seen & set(group))} are in more than one colocate group")
+        seen |= set(group)
+        missing = [r for r in group if r not in groups]
+        if missing:
+            raise ValueError(f"{where}: no `{missing[0]}:` group with `{DEVICE_KEY}:` for role {missing[0]!r}")
+        sizes = {r: groups[r].devices for r in group}
+        if len(set(sizes.values())) > 1:
+            raise ValueError(f"{where}: colocated roles share one set of devices, so their `{DEVICE_KEY}` must be "
+                             f"equal; got {', '.join(f'{r}.{DEVICE_KEY}={n}' for r, n in sizes.items())}")
+        if set(group) not in COLOCATABLE:
+            raise ValueError(f"{where}: colocation is built for [train, rollout], [train, teacher] and [train, "
+                             "rollout, teacher]; place the other roles separately (leave them out of "
+                             "colocate_groups)")
+
+
+def _check_keys(path: str, role: str, settings: dict, allowed: set[str], what: str) -> None:
+    unknown = sorted(k for k in settings if k not in allowed)
+    if unknown:
+        raise ValueError(f"{path}: `{role}:` group: unknown argument(s) {', '.join(unknown)} for {what}")
+
+
+def _arguments(cls: type, settings: dict, overrides: list[str]):
+    """`cls` from a settings mapping, the command-line `overrides` last (they win)."""
+    return parse_args(cls, _config_to_argv(settings) + overrides)
+
+
+def load_ray_job(argv: list[str]) -> RayJob:
+    """The job described by `--config` in `argv`; the other flags of `argv` override every role's settings."""
+    path, overrides = _config_flag(argv)
+    shared, groups, colocate = split_ray_config(path)
+    rlhf_fields = _fields(RlhfArguments)
+    _check_keys(path, "(top level)", shared, rlhf_fields, "swiftlike rlhf")
+    _check_keys(path, "train", groups["train"].settings, rlhf_fields, "the train role (swiftlike rlhf's arguments)")
+    placement = RayJob(path, None, groups, colocate)  # type: ignore[arg-type]  # placement only, until parsed
+    train_settings = {**shared, **groups["train"].settings, **_train_placement(placement, shared)}
+    job = RayJob(path, _arguments(RlhfArguments, train_settings, overrides), groups, colocate)
+    if "rollout" in groups and not job.colocated_with_train("rollout"):
+        job.rollout = _arguments(RolloutServerArguments, _replica_settings(job, shared, "rollout"),
+                                 _known_overrides(overrides, _fields(RolloutServerArguments)))
+    if "teacher" in groups and not job.colocated_with_train("teacher"):
+        settings = _replica_settings(job, shared, "teacher")
+        settings["max_logprobs"] = max(int(settings.get("max_logprobs", 0)), job.train.gkd_logits_topk)
+        settings["vllm_enable_lora"] = False
+        job.teacher = _arguments(RolloutServerArguments, settings,
+                                 _known_overrides(overrides, _fields(RolloutServerArguments) - {"model"}))
+    return job
+
+
+def _train_placement(job: RayJob, shared: dict) -> dict:
+    """The train role's arguments that follow from the placement: where its completions come from (engines
+    inside the workers, or rollout replicas), and its teacher (in-process, or replicas)."""
+    path, groups = job.config_path, job.groups
+    out: dict[str, Any] = {}
+    use_vllm = bool({**shared, **groups["train"].settings}.get("use_vllm", False))
+    rlhf_type = {**shared, **groups["train"].settings}.get("rlhf_type")
+    if "rollout" in groups:
+        if not use_vllm:
+            raise ValueError(f"{path}: a `rollout:` group places vLLM engines; set use_vllm: true (without it the "
+                             "train workers generate with the training model itself)")
+        out["vllm_mode"] = "colocate" if job.colocated_with_train("rollout") else "server"
+    elif use_vllm:
+        raise ValueError(f"{path}: use_vllm: true needs a `rollout:` group with `{DEVICE_KEY}:` (and colocate_groups: "
+                         "[[train, rollout]] to run the engines inside the train workers)")
+    if "teacher" not in groups:
+        return out
+    if rlhf_type != "gkd":
+        raise ValueError(f"{path}: a `teacher:` group is for rlhf_type: gkd (on-policy distillation); this job's "
+                         f"rlhf_type is {rlhf_type}")
+    teacher_model = groups["teacher"].settings.get("model")
+    if job.colocated_with_train("teacher"):
+        if teacher_model:  # the in-process teacher, on the train workers' devices
+            out["teacher_model"] = teacher_model
+        return out
+    if shared.get("teacher_model") or groups["train"].settings.get("teacher_model"):
+        raise ValueError(f"{path}: a standalone `teacher:` group serves the teacher itself; remove teacher_model (it "
+                         "would load a second, in-process teacher on the train workers)")
+    if not teacher_model:
+        raise ValueError(f"{path}: `teacher:` needs `model:`, the teacher checkpoint its replicas serve")
+    if {**shared, **groups["train"].settings}.get("gkd_logits_topk") is None:
+        raise ValueError(f"{path}: standalone teacher replicas answer top-k log-probs only; set gkd_logits_topk: K")
+    # The replicas' addresses are known once they run; until then the train role is checked as a served-teacher
+    # run against a placeholder, which the driver replaces.
+    out["teacher_model_server"] = [TEACHER_PLACEHOLDER]
+    return out
+
+
+def uses_ray(argv: list[str]) -> bool:
+    """`--use_ray true` on the command line, or `use_ray: true` at the top of the --config YAML."""
+    from .parser import str2bool
+    if "--use_ray" in argv and argv.index("--use_ray") + 1 < len(argv):
+        return str2bool(argv[argv.index("--use_ray") + 1])
+    if "--config" in argv and argv.index("--config") + 1 < len(argv):
+        return bool(load_config_file(argv[argv.index("--config") + 1]).get("use_ray", False))
+    return False
+
+
+def _config_flag(argv: list[str]) -> tuple[str, list[str]]:
+    if "--config" not in argv or argv.index("--config") + 1 >= len(argv):
+        raise ValueError("--use_ray true takes the job from a YAML: add --config job.yaml (examples/ray/ has some)")
+    i = argv.index("--config")
+    overrides = argv[:i] + argv[i + 2:]
+    build_parser(RlhfArguments, "swiftlike rlhf").parse_args(overrides)  # bad flags fail here, by argparse
+    return argv[i + 1], overrides
+
+
+def _replica_settings(job: RayJob, shared: dict, role: str) -> dict:
+    """What one vLLM replica of `role` is started with: the shared arguments a rollout server has, the train
+    role's LoRA and length settings (so the replica accepts its adapters and sequences), then the group's own."""
+    server_fields = _fields(RolloutServerArguments)
+    group = job.groups[role]
+    _check_keys(job.config_path, role, group.settings, server_fields, f"a {role} replica (swiftlike rollout's "
+                "arguments)")
+    train = job.train
+    settings = {k: v for k, v in shared.items() if k in server_fields}
+    settings.update(vllm_enable_lora=train.vllm_enable_lora, vllm_max_lora_rank=train.vllm_max_lora_rank,
+                    vllm_max_model_len=train.vllm_max_model_len or (train.max_length or 1024)
+                    + train.max_completion_length, torch_dtype=train.torch_dtype)
+    settings.update(group.settings)
+    return settings
+
+
+def _known_overrides(overrides: list[str], names: set[str]) -> list[str]:
+    """The command-line flags (with their values) that a replica has too."""
+    out, keep = [], False
+    for token in overrides:
+        if token.startswith("--"):
+            keep = token[2:] in names
+        if keep:
+            out.append(token)
+    return out

@@ -1,0 +1,93 @@
+"""The processes of a Ray job, as plain classes the driver turns into actors (`ray.remote(...)`).
+
+They run the single-process code unchanged: a train worker is one rank of `swiftlike rlhf` (the GRPO or GKD
+trainer with its rollout worker, losses, correction and weight sync), joined to the others by torch.distributed
+as torchrun would join them; a replica is one `swiftlike rollout` server (its vLLM engine, weight-update routes
+and policy versions) listening on its node. So a train role with separate rollout replicas is server mode, and a
+colocated one is colocate mode, each with every check and metric those modes have.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+
+
+def node_address() -> str:
+    """This node's address as other nodes reach it (Ray's view of the node)."""
+    import ray
+    return ray.util.get_node_ip_address()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
+
+
+class TrainWorker:
+    """One data-parallel rank of the train role."""
+
+    def rendezvous(self) -> tuple[str, int]:
+        """Rank 0's address and a free port on it, for every rank's torch.distributed rendezvous."""
+        return node_address(), free_port()
+
+    def train(self, args, rank: int, world_size: int, master: tuple[str, int], one_device_each: bool):
+        """Run the trainer as rank `rank` of `world_size`; returns its TrainResult (rank 0's holds the run).
+
+        `one_device_each`: on GPUs, Ray shows each actor only its own device, so every rank is local rank 0 of a
+        one-device view, which is what the trainer then uses.
+        """
+        local_rank = 0 if one_device_each else rank
+        os.environ.update(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(local_rank),
+                          LOCAL_WORLD_SIZE="1" if one_device_each else str(world_size), MASTER_ADDR=master[0],
+                          MASTER_PORT=str(master[1]))
+        from ..rl.gkd import train_gkd
+        from ..rl.grpo import train_grpo
+        return (train_gkd if args.rlhf_type == "gkd" else train_grpo)(args)
+
+
+class RolloutReplica:
+    """One rollout (or teacher) server: `swiftlike rollout` on this actor's node, on `port`.
+
+    The port is fixed by the driver, so the trainer's clients keep their address whatever happens to the process
+    behind it. Serving runs on a thread of the actor; the actor's methods answer the driver's health checks.
+    """
+
+    def __init__(self, args, port: int):
+        import dataclasses
+
+        from ..infer.engine import build_engine
+        from ..rollout.app import create_app
+        from ..rollout.service import RolloutService
+        import uvicorn
+        self.args = dataclasses.replace(args, host="0.0.0.0", port=port)
+        spec = self.args.engine_spec("vllm")
+        spec.logprobs_mode = "processed_logprobs"  # RL trainers score tokens after temperature / top-k / top-p
+        self.service = RolloutService(self.args, lambda: build_engine(spec))
+        config = uvicorn.Config(create_app(self.service), host="0.0.0.0", port=port, log_level="warning")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, name="swiftlike-replica-http", daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + 60
+        while not self.server.started:
+            if not self.thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"the rollout replica's HTTP server did not start on port {port}")
+            time.sleep(0.05)
+        self.url = f"http://{node_address()}:{port}"
+
+    def address(self) -> tuple[str, int]:
+        return node_address(), self.args.port
+
+    def health(self) -> dict:
+        """The driver's liveness probe: the serving thread is up, and how far the replica has come."""
+        if not self.thread.is_alive():
+            raise RuntimeError(f"the rollout replica at {self.url} stopped serving")
+        return {"url": self.url, "policy_version": self.service.version,
+                "samples_generated": self.service.samples_generated}
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+        self.service.close()

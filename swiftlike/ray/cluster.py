@@ -1,0 +1,111 @@
+"""The Ray cluster a job runs on: joined or started, what kind of device a role's `gpus:` count means there, and
+placement groups that hold each role's devices.
+
+Why placement groups: a role's N devices are reserved as N bundles before any of its actors starts, so a job that
+does not fit fails at once with the count it lacked, instead of starting half its actors and waiting forever for
+the rest.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from ..utils import get_logger
+
+logger = get_logger("swiftlike.ray")
+
+PLACEMENT_TIMEOUT_S = 60.0
+# Environment the actors need to find models, data and engine settings the way the driver does.
+FORWARDED_ENV_PREFIXES = ("SWIFTLIKE_", "VLLM_", "HF_", "MODELSCOPE_", "TRANSFORMERS_", "TOKENIZERS_", "PYTHONPATH",
+                          "OMP_NUM_THREADS")
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """`device`: "GPU" or "CPU", what one unit of a role's `gpus:` is here; `started`: whether this run started the
+    cluster (and so stops it)."""
+
+    address: str
+    device: str
+    available: int
+    started: bool
+
+
+def forwarded_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k.startswith(FORWARDED_ENV_PREFIXES)}
+
+
+def connect(address: str | None, needed: int) -> Cluster:
+    """Join `address` (or RAY_ADDRESS), else start a local cluster sized for `needed` devices.
+
+    A local cluster on a machine without a GPU gets max(cores, needed) CPU slots: one slot per device a role asks
+    for, even if that is more than the cores (the processes then share them, which is said in a warning).
+    """
+    import ray
+    address = address or os.environ.get("RAY_ADDRESS")
+    runtime_env = {"env_vars": forwarded_env()}
+    if address:
+        ray.init(address=address, runtime_env=runtime_env, logging_level="WARNING")
+        started = False
+    else:
+        import torch
+        gpus = torch.cuda.device_count()
+        cores = os.cpu_count() or 1
+        cpus = max(cores, needed) if not gpus else max(cores, gpus)
+        if not gpus and needed > cores:
+            logger.warning("this job asks for %d devices and the machine has %d CPU cores and no GPU: its %d CPU "
+                           "slots share the cores", needed, cores, needed)
+        ray.init(num_cpus=cpus, num_gpus=gpus, include_dashboard=False, runtime_env=runtime_env,
+                 logging_level="WARNING")
+        started = True
+    resources = ray.cluster_resources()
+    gpus = int(resources.get("GPU", 0))
+    device = "GPU" if gpus else "CPU"
+    available = gpus if gpus else int(resources.get("CPU", 0))
+    if device == "CPU":
+        logger.warning("no GPU in the Ray cluster: each role's `gpus: N` means N CPU slots")
+    cluster = Cluster(ray.get_runtime_context().gcs_address, device, available, started)
+    logger.info("Ray cluster %s (%s): %d %s slots", cluster.address, "started here" if started else "joined",
+                available, device)
+    return cluster
+
+
+def check_fits(cluster: Cluster, devices: dict[str, int]) -> None:
+    """Refuse a job that needs more devices than the cluster has, before any actor starts."""
+    needed = sum(devices.values())
+    if needed > cluster.available:
+        parts = " + ".join(f"{role} {n}" for role, n in devices.items())
+        raise ValueError(f"this job needs {needed} {cluster.device} slots ({parts}) and the Ray cluster at "
+                         f"{cluster.address} has {cluster.available}; lower the roles' `gpus:` or add nodes "
+                         "(`ray start --address ...` on each, docs/ray.md)")
+
+
+def bundle(device: str, per_actor: int = 1) -> dict[str, float]:
+    return {"GPU": float(per_actor), "CPU": 1.0} if device == "GPU" else {"CPU": float(per_actor)}
+
+
+def reserve(role: str, count: int, device: str, per_bundle: int = 1):
+    """A ready placement group of `count` bundles of `per_bundle` devices for `role`."""
+    import ray
+    from ray.util.placement_group import placement_group
+    group = placement_group([bundle(device, per_bundle)] * count, strategy="PACK", name=f"swiftlike-{role}")
+    ready, _ = ray.wait([group.ready()], timeout=PLACEMENT_TIMEOUT_S)
+    if not ready:
+        raise RuntimeError(f"Ray could not place the {role} role's {count} bundle(s) of {per_bundle} {device} within "
+                           f"{PLACEMENT_TIMEOUT_S:.0f} s; the cluster's free resources: {ray.available_resources()}")
+    return group
+
+
+def on_bundle(group, index: int) -> dict:
+    """Actor options that pin it to bundle `index` of `group`."""
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+    return {"scheduling_strategy": PlacementGroupSchedulingStrategy(placement_group=group,
+                                                                    placement_group_bundle_index=index)}
+
+
+def shutdown(cluster: Cluster | None) -> None:
+    import ray
+    if ray.is_initialized():
+        ray.shutdown()
+    if cluster is not None and not cluster.started:
+        logger.info("left the Ray cluster at %s running", cluster.address)

@@ -1,0 +1,176 @@
+"""`swiftlike rlhf --use_ray true`: place a job's roles on Ray, run them, and stop them all however it ends.
+
+Placement (the YAML's `colocate_groups`, arguments/ray_args.py):
+
+- train + rollout colocated: each train worker runs its own vLLM engine in its process (colocate mode), on its
+  bundle's device; weights go to the engine in memory every step.
+- rollout separate: `rollout.gpus / vllm_tensor_parallel_size` replicas, each a `swiftlike rollout` server in an
+  actor on its own bundle; the train workers are server-mode trainers that spread their prompts over the
+  replicas and push weights to them (full or LoRA-only, over the --weight_transport transports).
+- teacher (gkd): colocated means the in-process teacher on the train workers; a separate `teacher:` group is
+  replicas of the teacher model answering top-k prompt log-probs.
+
+The driver watches every actor while the trainers run. A replica or worker that dies stops the run within
+`HEALTH_PERIOD_S` + `HEALTH_TIMEOUT_S` seconds with an error naming the role and replica, and every actor and
+placement group is removed on the way out, so nothing is left running and nothing hangs.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+
+from ..arguments.ray_args import RayJob
+from ..train.sft import TrainResult
+from ..utils import get_logger
+from . import cluster as ray_cluster
+from .actors import RolloutReplica, TrainWorker, free_port
+
+logger = get_logger("swiftlike.ray")
+
+HEALTH_PERIOD_S = 5.0
+HEALTH_TIMEOUT_S = 30.0
+REPLICA_START_TIMEOUT_S = 600.0
+
+
+class RoleFailed(RuntimeError):
+    """A role's actor died or raised; the message names the role."""
+
+
+@dataclasses.dataclass
+class _Replicas:
+    role: str
+    actors: list
+    urls: list[str]
+
+
+def replica_count(job: RayJob, role: str) -> tuple[int, int]:
+    """(replicas, devices per replica) of a separate rollout or teacher role."""
+    args = job.rollout if role == "rollout" else job.teacher
+    per = max(1, args.vllm_tensor_parallel_size)
+    devices = job.groups[role].devices
+    if devices % per:
+        raise ValueError(f"{job.config_path}: `{role}.gpus` {devices} is not a multiple of its "
+                         f"vllm_tensor_parallel_size {per} (devices per replica)")
+    return devices // per, per
+
+
+def run_ray_job(job: RayJob) -> TrainResult:
+    import ray
+    devices = job.devices
+    for role in ("rollout", "teacher"):
+        if role in devices:
+            replica_count(job, role)  # a bad split fails before Ray starts
+    cluster = ray_cluster.connect(job.train.ray_address, sum(devices.values()))
+    groups, actors = [], []
+    try:
+        ray_cluster.check_fits(cluster, devices)
+        replicas = {}
+        for role in ("rollout", "teacher"):
+            if role in devices:
+                replicas[role] = _start_replicas(job, role, cluster.device, groups)
+                actors += replicas[role].actors
+        args = _train_arguments(job, replicas)
+        workers, group = _start_workers(job, cluster.device, groups)
+        actors += workers
+        results = _train(args, workers, group, cluster.device == "GPU", replicas)
+        return results[0]
+    finally:
+        for actor in actors:
+            ray.kill(actor, no_restart=True)
+        for group in groups:
+            ray.util.remove_placement_group(group)
+        ray_cluster.shutdown(cluster)
+
+
+def _start_replicas(job: RayJob, role: str, device: str, groups: list) -> _Replicas:
+    import ray
+    count, per = replica_count(job, role)
+    group = ray_cluster.reserve(role, count, device, per)
+    groups.append(group)
+    args = job.rollout if role == "rollout" else job.teacher
+    resources = {"num_gpus": per} if device == "GPU" else {"num_cpus": per}
+    cls = ray.remote(RolloutReplica)
+    actors = [cls.options(name=f"swiftlike-{role}-{i}", **resources, **ray_cluster.on_bundle(group, i))
+              .remote(args, free_port()) for i in range(count)]
+    logger.info("starting %d %s replica(s) of %s", count, role, args.model)
+    addresses = _wait_for(role, [a.address.remote() for a in actors], REPLICA_START_TIMEOUT_S)
+    urls = [f"http://{host}:{port}" for host, port in addresses]
+    logger.info("%s replicas ready: %s", role, ", ".join(urls))
+    return _Replicas(role, actors, urls)
+
+
+def _train_arguments(job: RayJob, replicas: dict[str, _Replicas]):
+    """The train role's arguments with the replicas' addresses filled in (validated again by the dataclass)."""
+    changes = {}
+    if "rollout" in replicas:
+        addresses = [url.removeprefix("http://").rsplit(":", 1) for url in replicas["rollout"].urls]
+        changes.update(vllm_server_host=[host for host, _ in addresses],
+                       vllm_server_port=[int(port) for _, port in addresses])
+    if "teacher" in replicas:
+        changes["teacher_model_server"] = replicas["teacher"].urls
+    return dataclasses.replace(job.train, **changes)
+
+
+def _start_workers(job: RayJob, device: str, groups: list):
+    import ray
+    count = job.groups["train"].devices
+    group = ray_cluster.reserve("train", count, device)
+    groups.append(group)
+    resources = {"num_gpus": 1} if device == "GPU" else {"num_cpus": 1}
+    cls = ray.remote(max_restarts=0)(TrainWorker)
+    workers = [cls.options(name=f"swiftlike-train-{rank}", **resources, **ray_cluster.on_bundle(group, rank)).remote()
+               for rank in range(count)]
+    return workers, group
+
+
+def _train(args, workers: list, group, one_device_each: bool, replicas: dict[str, _Replicas]) -> list[TrainResult]:
+    """Every rank's TrainResult; stops with RoleFailed as soon as an actor of any role fails."""
+    import ray
+    master = ray.get(workers[0].rendezvous.remote())
+    world = len(workers)
+    logger.info("training on %d worker(s) (%s)", world, "colocated vLLM engines" if args.use_vllm and
+                args.vllm_mode == "colocate" else "rollout replicas" if "rollout" in replicas else
+                "the training model's own generate")
+    pending = {w.train.remote(args, rank, world, master, one_device_each): rank for rank, w in enumerate(workers)}
+    results: dict[int, TrainResult] = {}
+    while pending:
+        done, _ = ray.wait(list(pending), num_returns=1, timeout=HEALTH_PERIOD_S)
+        for ref in done:
+            rank = pending.pop(ref)
+            try:
+                results[rank] = ray.get(ref)
+            except Exception as e:
+                raise RoleFailed(f"role train, worker rank {rank} failed: {_reason(e)}") from None
+        if pending:
+            _check_replicas(replicas)
+    return [results[rank] for rank in range(world)]
+
+
+def _check_replicas(replicas: dict[str, _Replicas]) -> None:
+    import ray
+    for group in replicas.values():
+        probes = [a.health.remote() for a in group.actors]
+        for i, probe in enumerate(probes):
+            try:
+                ray.get(probe, timeout=HEALTH_TIMEOUT_S)
+            except Exception as e:
+                raise RoleFailed(f"role {group.role}, replica {i} ({group.urls[i]}) is gone: {_reason(e)}") from None
+
+
+def _wait_for(role: str, refs: list, timeout: float) -> list:
+    import ray
+    deadline = time.monotonic() + timeout
+    out = []
+    for i, ref in enumerate(refs):
+        try:
+            out.append(ray.get(ref, timeout=max(1.0, deadline - time.monotonic())))
+        except Exception as e:
+            raise RoleFailed(f"role {role}, replica {i} did not start: {_reason(e)}") from None
+    return out
+
+
+def _reason(error: Exception) -> str:
+    """The root cause of a Ray error in one line: the remote exception's own message where there is one."""
+    cause = getattr(error, "cause", None) or error
+    text = str(cause).strip().splitlines()
+    return (text[-1] if text else type(cause).__name__)[:500]
