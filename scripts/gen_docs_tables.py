@@ -25,7 +25,8 @@ from pathlib import Path
 
 from swiftlike.arguments.app_args import AppArguments
 from swiftlike.arguments.infer_args import LogprobLimitArguments, SamplingArguments, VllmArguments
-from swiftlike.arguments.rlhf_args import GkdArguments, PreferenceArguments, RolloutArguments
+from swiftlike.arguments.megatron_args import MegatronArguments
+from swiftlike.arguments.rlhf_args import GkdArguments, PreferenceArguments, RayArguments, RolloutArguments
 from swiftlike.arguments.rollout_args import RolloutServerArguments
 
 from swiftlike.dataset import DATASET_REGISTRY
@@ -123,6 +124,8 @@ TABLES = {
     "rollout.md": [("args-rollout-server", lambda: args_table(RolloutServerArguments, LogprobLimitArguments,
                                                               VllmArguments))],
     "app.md": [("args-app", lambda: args_table(AppArguments, SamplingArguments))],
+    "ray.md": [("args-ray", lambda: args_table(RayArguments))],
+    "megatron.md": [("args-megatron", lambda: args_table(MegatronArguments))],
 }
 
 

@@ -13,6 +13,7 @@ _LAZY = {
     "sft_main": "swiftlike.commands.train",
     "pt_main": "swiftlike.commands.train",
     "rlhf_main": "swiftlike.commands.rlhf",
+    "megatron_main": "swiftlike.commands.megatron",
     "rollout_main": "swiftlike.commands.rollout",
     "deploy_main": "swiftlike.commands.deploy",
     "eval_main": "swiftlike.commands.eval",
@@ -24,6 +25,7 @@ _LAZY = {
     "TrainArguments": "swiftlike.arguments",
     "PtArguments": "swiftlike.arguments",
     "RlhfArguments": "swiftlike.arguments",
+    "MegatronRlhfArguments": "swiftlike.arguments.megatron_args",
     "RolloutServerArguments": "swiftlike.arguments",
     "DeployArguments": "swiftlike.arguments",
     "EvalArguments": "swiftlike.arguments",
@@ -42,7 +44,8 @@ _LAZY = {
     "iter_dataset": "swiftlike.dataset",
 }
 # ms-swift's spellings of the same classes
-_ALIASES = {"RLHFArguments": "RlhfArguments", "RolloutArguments": "RolloutServerArguments"}
+_ALIASES = {"RLHFArguments": "RlhfArguments", "RolloutArguments": "RolloutServerArguments",
+            "MegatronRLHFArguments": "MegatronRlhfArguments"}
 
 __all__ = [*_LAZY, *_ALIASES, "__version__"]  # noqa: PLE0604 (built from the tables above)
 

@@ -154,16 +154,22 @@ def _arguments(cls: type, settings: dict, overrides: list[str]):
     return parse_args(cls, _config_to_argv(settings) + overrides)
 
 
-def load_ray_job(argv: list[str]) -> RayJob:
-    """The job described by `--config` in `argv`; the other flags of `argv` override every role's settings."""
-    path, overrides = _config_flag(argv)
+def load_ray_job(argv: list[str], cls: type[RlhfArguments] = RlhfArguments) -> RayJob:
+    """The job described by `--config` in `argv`; the other flags of `argv` override every role's settings.
+    `cls` is the train role's arguments class: RlhfArguments, or MegatronRlhfArguments (`swiftlike megatron
+    rlhf`), which also takes Megatron-LM's names and gets its data-parallel size from `train.gpus`."""
+    path, overrides = _config_flag(argv, cls)
     shared, groups, colocate = split_ray_config(path)
-    rlhf_fields = _fields(RlhfArguments)
+    rlhf_fields = _fields(cls)
     _check_keys(path, "(top level)", shared, rlhf_fields, "swiftlike rlhf")
     _check_keys(path, "train", groups["train"].settings, rlhf_fields, "the train role (swiftlike rlhf's arguments)")
     placement = RayJob(path, None, groups, colocate)  # type: ignore[arg-type]  # placement only, until parsed
     train_settings = {**shared, **groups["train"].settings, **_train_placement(placement, shared)}
-    job = RayJob(path, _arguments(RlhfArguments, train_settings, overrides), groups, colocate)
+    if "data_parallel_size" in rlhf_fields and train_settings.get("data_parallel_size") is None:
+        per_replica = (int(train_settings.get("tensor_model_parallel_size", 1))
+                       * int(train_settings.get("pipeline_model_parallel_size", 1)))
+        train_settings["data_parallel_size"] = max(1, groups["train"].devices // per_replica)
+    job = RayJob(path, _arguments(cls, train_settings, overrides), groups, colocate)
     if "rollout" in groups and not job.colocated_with_train("rollout"):
         job.rollout = _arguments(RolloutServerArguments, _replica_settings(job, shared, "rollout"),
                                  _known_overrides(overrides, _fields(RolloutServerArguments)))
@@ -224,12 +230,12 @@ def uses_ray(argv: list[str]) -> bool:
     return False
 
 
-def _config_flag(argv: list[str]) -> tuple[str, list[str]]:
+def _config_flag(argv: list[str], cls: type) -> tuple[str, list[str]]:
     if "--config" not in argv or argv.index("--config") + 1 >= len(argv):
         raise ValueError("--use_ray true takes the job from a YAML: add --config job.yaml (examples/ray/ has some)")
     i = argv.index("--config")
     overrides = argv[:i] + argv[i + 2:]
-    build_parser(RlhfArguments, "swiftlike rlhf").parse_args(overrides)  # bad flags fail here, by argparse
+    build_parser(cls, f"swiftlike {cls.command}").parse_args(overrides)  # bad flags fail here, by argparse
     return argv[i + 1], overrides
 
 

@@ -8,10 +8,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from ..utils import get_logger
 from ..utils.errors import NotBuiltError
 from .base import arg
 from .infer_args import SamplingArguments, VllmArguments
 from .train_args import TrainArguments
+
+logger = get_logger("swiftlike.arguments")
 
 
 @dataclass
@@ -148,8 +151,8 @@ class RayArguments:
                         "arguments, and optional `colocate_groups: [[train, rollout]]` (time-sharing the same "
                         "devices) instead of separate placement.")
     ray_address: str | None = arg(None, "Ray cluster to join: the head's host:port (what `ray start --head` "
-                                  "prints) or `auto`. Default: Ray's own RAY_ADDRESS, else a local cluster started "
-                                  "for this run and stopped after it.")
+                                  "prints), or `auto` for the one `ray start` runs on this machine. Default: Ray's "
+                                  "own RAY_ADDRESS, else a new local cluster for this run, stopped after it.")
     train_backend: Literal["transformers", "megatron"] = arg(
         "transformers", "Model backend of the train role: transformers, or megatron (megatron-core's GPTModel, "
         "Llama and Qwen2 families; `swiftlike megatron rlhf` sets it, as ms-swift's `megatron rlhf` does).")
@@ -243,6 +246,8 @@ class RlhfArguments(TrainArguments, PreferenceArguments, GkdArguments, GrpoArgum
             self._check_preference()
         if self.steps_per_generation is None:
             self.steps_per_generation = self.gradient_accumulation_steps
+        if self.train_backend == "megatron":
+            self._check_megatron_backend()
 
     @property
     def grpo_loss_type(self) -> str:
@@ -410,6 +415,25 @@ class RlhfArguments(TrainArguments, PreferenceArguments, GkdArguments, GrpoArgum
         if self.sleep_level == 2 and self.vllm_enable_lora:
             raise ValueError("--sleep_level 2 drops vLLM's base weights, which LoRA-only sync (--vllm_enable_lora "
                              "true) never sends back; use --sleep_level 1 or merged-weight sync")
+
+    def _check_megatron_backend(self) -> None:
+        """What the Megatron backend (train/megatron/) does not have, refused before any model loads; the two
+        options it makes meaningless are turned off with a note."""
+        if self.rlhf_type not in ("grpo", "gkd"):
+            raise ValueError(f"--train_backend megatron trains grpo and gkd; --rlhf_type {self.rlhf_type} runs on "
+                             "transformers (leave --train_backend unset)")
+        refused = {"--vllm_enable_lora true": self.vllm_enable_lora,
+                   "--resume_from_checkpoint": self.resume_from_checkpoint, "--deepspeed": self.deepspeed,
+                   "--adapters": self.adapters}
+        given = [name for name, value in refused.items() if value]
+        if given:
+            raise NotBuiltError(f"{', '.join(given)}: not built for --train_backend megatron (its checkpoints are HF "
+                                "weights with LoRA merged, and its LoRA layers carry Megatron's fused names); "
+                                "sync merged weights and start from a checkpoint with --model")
+        if self.gradient_checkpointing or self.share_prompt_prefix:
+            self.gradient_checkpointing = self.share_prompt_prefix = False
+            logger.info("--train_backend megatron: no activation recompute and no KV cache in this backend, so "
+                        "--gradient_checkpointing and --share_prompt_prefix are off")
 
     def _refuse(self, names: tuple[str, ...], what: str) -> None:
         given = [f"--{name}" for name in names if getattr(self, name) not in (None, [], False)]

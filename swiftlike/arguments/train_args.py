@@ -69,7 +69,9 @@ class TrainArguments(BaseArguments, TunerArguments, TrainDataArguments):
     warmup_ratio: float = arg(0.0, "Fraction of steps with a linear learning-rate warm-up.")
     warmup_steps: int = arg(0, "Warm-up steps; overrides --warmup_ratio when > 0.")
     lr_scheduler_type: str = arg("cosine", "Learning-rate schedule (transformers names: cosine, linear, "
-                                 "constant, constant_with_warmup, ...).")
+                                 "constant, constant_with_warmup, cosine_with_min_lr, ...).")
+    lr_scheduler_kwargs: dict | None = arg(None, "The schedule's own arguments as a JSON object, e.g. "
+                                           "'{\"min_lr\": 1e-6}' for cosine_with_min_lr.")
     weight_decay: float = arg(0.1, "AdamW weight decay.")
     adam_beta1: float = arg(0.9, "AdamW beta1.")
     adam_beta2: float = arg(0.95, "AdamW beta2.")

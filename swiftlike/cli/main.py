@@ -14,6 +14,8 @@ COMMANDS: dict[str, tuple[str | None, str]] = {
     "sft": ("swiftlike.commands.train:sft_main", "supervised fine-tuning, full or LoRA"),
     "rlhf": ("swiftlike.commands.rlhf:rlhf_main", "preference training (DPO, KTO, CPO, SimPO, ORPO, reward "
              "models) and GRPO"),
+    "megatron": ("swiftlike.commands.megatron:megatron_main", "`megatron rlhf`: GRPO / GKD on the megatron-core "
+                 "backend, under Megatron-LM's argument names"),
     "rollout": ("swiftlike.commands.rollout:rollout_main", "vLLM rollout server for server-mode RL"),
     "deploy": ("swiftlike.commands.deploy:deploy_main", "OpenAI-compatible server (pt / vLLM engines)"),
     "eval": ("swiftlike.commands.eval:eval_main", "accuracy and pass@k on built-in or local benchmarks"),

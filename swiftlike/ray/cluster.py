@@ -20,6 +20,10 @@ FORWARDED_ENV_PREFIXES = ("SWIFTLIKE_", "VLLM_", "HF_", "MODELSCOPE_", "TRANSFOR
                           "OMP_NUM_THREADS")
 
 
+# Actors live in one namespace, named swiftlike-<job id>-<role>-<index>, so `ray list actors` shows whose they are.
+NAMESPACE = "swiftlike"
+
+
 @dataclass(frozen=True)
 class Cluster:
     """`device`: "GPU" or "CPU", what one unit of a role's `gpus:` is here; `started`: whether this run started the
@@ -35,17 +39,27 @@ def forwarded_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k.startswith(FORWARDED_ENV_PREFIXES)}
 
 
-def connect(address: str | None, needed: int) -> Cluster:
+def connect(address: str | None, needed: int, plugins: list[str]) -> Cluster:
     """Join `address` (or RAY_ADDRESS), else start a local cluster sized for `needed` devices.
 
     A local cluster on a machine without a GPU gets max(cores, needed) CPU slots: one slot per device a role asks
     for, even if that is more than the cores (the processes then share them, which is said in a warning).
+    Every worker process runs `_worker_setup` as it starts (Ray's worker_process_setup_hook): the driver's working
+    directory, then `plugins` (--external_plugins), so what they register exists in every actor before it runs
+    anything.
     """
-    import ray
     address = address or os.environ.get("RAY_ADDRESS")
-    runtime_env = {"env_vars": forwarded_env()}
     if address:
-        ray.init(address=address, runtime_env=runtime_env, logging_level="WARNING")
+        _use_cluster_token()  # before Ray is imported: it reads its auth mode then
+    import ray
+    runtime_env: dict = {"env_vars": forwarded_env()}
+    runtime_env["worker_process_setup_hook"] = _worker_setup_hook(os.getcwd(), list(plugins))
+    if address:
+        try:
+            ray.init(address=address, runtime_env=runtime_env, namespace=NAMESPACE, logging_level="WARNING")
+        except ConnectionError as e:
+            raise RuntimeError(f"cannot reach the Ray cluster at {address} ({e}); start it with `ray start --head` "
+                               "(docs/ray.md) or fix --ray_address / RAY_ADDRESS") from None
         started = False
     else:
         import torch
@@ -55,8 +69,9 @@ def connect(address: str | None, needed: int) -> Cluster:
         if not gpus and needed > cores:
             logger.warning("this job asks for %d devices and the machine has %d CPU cores and no GPU: its %d CPU "
                            "slots share the cores", needed, cores, needed)
-        ray.init(num_cpus=cpus, num_gpus=gpus, include_dashboard=False, runtime_env=runtime_env,
-                 logging_level="WARNING")
+        # address="local": a new cluster for this job even where `ray start` runs one (`--ray_address auto` joins it)
+        ray.init(address="local", num_cpus=cpus, num_gpus=gpus, include_dashboard=False, runtime_env=runtime_env,
+                 namespace=NAMESPACE, logging_level="WARNING")
         started = True
     resources = ray.cluster_resources()
     gpus = int(resources.get("GPU", 0))
@@ -68,6 +83,37 @@ def connect(address: str | None, needed: int) -> Cluster:
     logger.info("Ray cluster %s (%s): %d %s slots", cluster.address, "started here" if started else "joined",
                 available, device)
     return cluster
+
+
+def _use_cluster_token() -> None:
+    """Ray >= 2.59 clusters started with `ray start` require their token; `ray.init(address=...)` presents it only
+    in RAY_AUTH_MODE=token (unlike `address="auto"`), so that mode is set when a token is at hand and no mode was
+    chosen. A cluster without authentication ignores the token."""
+    have_token = (os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH")
+                  or os.path.isfile(os.path.expanduser("~/.ray/auth_token")))
+    if have_token and "RAY_AUTH_MODE" not in os.environ:
+        os.environ["RAY_AUTH_MODE"] = "token"
+
+
+def _worker_setup_hook(driver_cwd: str, plugins: list[str]):
+    """A named function (Ray serializes the hook by value and wants its name) that runs `_worker_setup`."""
+    def swiftlike_worker_setup() -> None:
+        _worker_setup(driver_cwd, plugins)
+    return swiftlike_worker_setup
+
+
+def _worker_setup(driver_cwd: str, plugins: list[str]) -> None:
+    """Every worker process starts in the driver's working directory where this node has it (one machine, or a
+    shared filesystem), so a YAML's relative paths (data, output_dir, plugins) mean what they mean to the driver;
+    then the plugins are imported."""
+    if os.path.isdir(driver_cwd):
+        os.chdir(driver_cwd)
+    else:
+        logger.warning("the driver's working directory %s is not on this node; relative paths in the job resolve "
+                       "against %s", driver_cwd, os.getcwd())
+    if plugins:
+        from ..rl.plugins import load_external_plugins
+        load_external_plugins(plugins)
 
 
 def check_fits(cluster: Cluster, devices: dict[str, int]) -> None:

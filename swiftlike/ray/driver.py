@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+import uuid
 
 from ..arguments.ray_args import RayJob
 from ..train.sft import TrainResult
@@ -55,22 +56,23 @@ def replica_count(job: RayJob, role: str) -> tuple[int, int]:
 
 
 def run_ray_job(job: RayJob) -> TrainResult:
-    import ray
+    job_id = uuid.uuid4().hex[:8]
     devices = job.devices
     for role in ("rollout", "teacher"):
         if role in devices:
             replica_count(job, role)  # a bad split fails before Ray starts
-    cluster = ray_cluster.connect(job.train.ray_address, sum(devices.values()))
+    cluster = ray_cluster.connect(job.train.ray_address, sum(devices.values()), job.train.external_plugins)
+    import ray
     groups, actors = [], []
     try:
         ray_cluster.check_fits(cluster, devices)
         replicas = {}
         for role in ("rollout", "teacher"):
             if role in devices:
-                replicas[role] = _start_replicas(job, role, cluster.device, groups)
+                replicas[role] = _start_replicas(job, job_id, role, cluster.device, groups)
                 actors += replicas[role].actors
         args = _train_arguments(job, replicas)
-        workers, group = _start_workers(job, cluster.device, groups)
+        workers, group = _start_workers(job, job_id, cluster.device, groups)
         actors += workers
         results = _train(args, workers, group, cluster.device == "GPU", replicas)
         return results[0]
@@ -82,7 +84,7 @@ def run_ray_job(job: RayJob) -> TrainResult:
         ray_cluster.shutdown(cluster)
 
 
-def _start_replicas(job: RayJob, role: str, device: str, groups: list) -> _Replicas:
+def _start_replicas(job: RayJob, job_id: str, role: str, device: str, groups: list) -> _Replicas:
     import ray
     count, per = replica_count(job, role)
     group = ray_cluster.reserve(role, count, device, per)
@@ -90,9 +92,9 @@ def _start_replicas(job: RayJob, role: str, device: str, groups: list) -> _Repli
     args = job.rollout if role == "rollout" else job.teacher
     resources = {"num_gpus": per} if device == "GPU" else {"num_cpus": per}
     cls = ray.remote(RolloutReplica)
-    actors = [cls.options(name=f"swiftlike-{role}-{i}", **resources, **ray_cluster.on_bundle(group, i))
+    actors = [cls.options(name=f"swiftlike-{job_id}-{role}-{i}", **resources, **ray_cluster.on_bundle(group, i))
               .remote(args, free_port()) for i in range(count)]
-    logger.info("starting %d %s replica(s) of %s", count, role, args.model)
+    logger.info("job %s: starting %d %s replica(s) of %s", job_id, count, role, args.model)
     addresses = _wait_for(role, [a.address.remote() for a in actors], REPLICA_START_TIMEOUT_S)
     urls = [f"http://{host}:{port}" for host, port in addresses]
     logger.info("%s replicas ready: %s", role, ", ".join(urls))
@@ -111,14 +113,14 @@ def _train_arguments(job: RayJob, replicas: dict[str, _Replicas]):
     return dataclasses.replace(job.train, **changes)
 
 
-def _start_workers(job: RayJob, device: str, groups: list):
+def _start_workers(job: RayJob, job_id: str, device: str, groups: list):
     import ray
     count = job.groups["train"].devices
     group = ray_cluster.reserve("train", count, device)
     groups.append(group)
     resources = {"num_gpus": 1} if device == "GPU" else {"num_cpus": 1}
     cls = ray.remote(max_restarts=0)(TrainWorker)
-    workers = [cls.options(name=f"swiftlike-train-{rank}", **resources, **ray_cluster.on_bundle(group, rank)).remote()
+    workers = [cls.options(name=f"swiftlike-{job_id}-train-{rank}", **resources, **ray_cluster.on_bundle(group, rank)).remote()
                for rank in range(count)]
     return workers, group
 

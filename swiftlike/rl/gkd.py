@@ -110,9 +110,10 @@ def train_gkd(args: RlhfArguments) -> TrainResult:
     from transformers import set_seed
 
     from ..train.trainer import RunLogCallback
-    from ..train.tuner import parameter_summary, prepare_model
+    from ..train.tuner import parameter_summary
     from .gkd_trainer import GKD_PLOTTED, GkdTrainer
     from .rollout import RolloutWorker
+    from .rollout_trainer import load_policy
 
     start = time.time()
     set_seed(args.seed)
@@ -135,7 +136,7 @@ def train_gkd(args: RlhfArguments) -> TrainResult:
                            model_type=resolved.model_type, data=stats.__dict__) if log is not None else {}
 
     device = default_device()
-    model = prepare_model(args, resolved, device)
+    model = load_policy(args, resolved, device)
     logger.info("%s (gkd, %s); run directory %s", parameter_summary(model), args.tuner_type, run_dir)
     teacher = build_teacher(args, resolved, tokenizer, model, device)
     rollout = RolloutWorker(args, resolved, template, model) if args.lmbda > 0 else None

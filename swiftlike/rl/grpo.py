@@ -36,8 +36,9 @@ def train_grpo(args: RlhfArguments) -> TrainResult:
     from transformers import set_seed
 
     from ..train.trainer import RunLogCallback
-    from ..train.tuner import parameter_summary, prepare_model
+    from ..train.tuner import parameter_summary
     from .grpo_trainer import GRPO_PLOTTED, GrpoTrainer, make_ref_model
+    from .rollout_trainer import load_policy
     from .plugins import load_external_plugins
     from .reward_model import load_reward_models
     from .rewards import build_reward_funcs
@@ -72,7 +73,7 @@ def train_grpo(args: RlhfArguments) -> TrainResult:
     saved_args = save_args(run_dir, args, model_dir=str(resolved.model_dir), template=template.meta.name,
                            model_type=resolved.model_type) if log is not None else {}
 
-    model = prepare_model(args, resolved, default_device())
+    model = load_policy(args, resolved, default_device())
     logger.info("%s (%s); run directory %s", parameter_summary(model), args.tuner_type, run_dir)
     ref_model = make_ref_model(model, args.beta, args.tuner_type)
     rollout = RolloutWorker(args, resolved, template, model)

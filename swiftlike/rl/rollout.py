@@ -47,8 +47,13 @@ def request_config(args) -> RequestConfig:
 
 
 def _stripped_state(model) -> list[tuple[str, object]]:
-    """HF names of the model's weights, LoRA merged in (PEFT renames wrapped weights to *.base_layer.*)."""
+    """HF names of the model's weights, LoRA merged in (PEFT renames wrapped weights to *.base_layer.*; a
+    Megatron-backend model converts its fused weights back to HF's)."""
     from peft import PeftModel
+
+    from ..train.megatron.model import MegatronCausalLM
+    if isinstance(model, MegatronCausalLM):
+        return list(model.hf_state_dict().items())
     if isinstance(model, PeftModel):
         base = model.get_base_model()
         return [(n.replace(".base_layer.", "."), p.detach()) for n, p in base.named_parameters()

@@ -11,6 +11,15 @@ from ..train.trainer import SwiftlikeTrainer
 from .distributed import reduce_metrics
 
 
+def load_policy(args, resolved, device: str):
+    """The model GRPO or GKD trains, on the --train_backend it names (RlhfArguments)."""
+    if args.train_backend == "megatron":
+        from ..train.megatron import load_megatron_model
+        return load_megatron_model(args, resolved, device)
+    from ..train.tuner import prepare_model
+    return prepare_model(args, resolved, device)
+
+
 def disable_dropout(model: torch.nn.Module) -> None:
     """Zero every dropout rate (nn.Dropout modules, PEFT's lora_dropout, attention-dropout attributes).
 

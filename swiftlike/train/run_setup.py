@@ -43,7 +43,8 @@ def training_arguments(args: TrainArguments, run_dir: Path, has_eval: bool, conf
         per_device_eval_batch_size=args.per_device_eval_batch_size,
         gradient_accumulation_steps=args.gradient_accumulation_steps,
         warmup_steps=args.warmup_steps if args.warmup_steps > 0 else args.warmup_ratio,  # < 1 means a ratio
-        lr_scheduler_type=args.lr_scheduler_type, weight_decay=args.weight_decay,
+        lr_scheduler_type=args.lr_scheduler_type, lr_scheduler_kwargs=args.lr_scheduler_kwargs or {},
+        weight_decay=args.weight_decay,
         adam_beta1=args.adam_beta1, adam_beta2=args.adam_beta2, max_grad_norm=args.max_grad_norm, optim=args.optim,
         logging_steps=args.logging_steps, logging_first_step=True, logging_nan_inf_filter=False, save_strategy="steps", save_steps=args.save_steps,
         save_total_limit=args.save_total_limit, save_only_model=args.save_only_model,

@@ -70,6 +70,20 @@ class AtomicCheckpoints:
 class SwiftlikeTrainer(AtomicCheckpoints, Trainer):
     """transformers' Trainer with atomic checkpoints; sft, pt and GRPO train with it."""
 
+    def _save(self, output_dir: str | None = None, state_dict=None) -> None:
+        """A Megatron-backend model is saved as an HF checkpoint (LoRA merged), which transformers, vLLM and
+        `swiftlike deploy` load; the Trainer would write its GPTModel state dict under Megatron's names. Tensor
+        parallel size 1 (what the backend trains with) holds every weight on each rank, so rank 0 writes alone."""
+        from .megatron.model import MegatronCausalLM
+        model = self.accelerator.unwrap_model(self.model)
+        if not isinstance(model, MegatronCausalLM):
+            return super()._save(output_dir, state_dict)
+        out = Path(output_dir or self.args.output_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        model.write_hf_files(model.merged_hf_state_dict(), out)
+        if self.processing_class is not None:
+            self.processing_class.save_pretrained(out)
+
 PLOT_INTERVAL_S = 60.0
 
 

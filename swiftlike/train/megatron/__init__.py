@@ -9,3 +9,18 @@ from .shims import apply_cpu_shims
 
 __all__ = ["MegatronCausalLM", "apply_cpu_shims", "destroy_parallel", "gpt_model_kwargs", "hf_to_mcore",
            "initialize_parallel", "mcore_to_hf", "padded_vocab_size", "transformer_config"]
+
+
+def load_megatron_model(args, resolved, device: str):
+    """The train role's model on the Megatron backend: megatron's groups (TP 1, the world is data parallel), the
+    checkpoint converted into a GPTModel in the training dtype, and LoRA adapters for --tuner_type lora."""
+    from ...model import pick_dtype
+    from .lora import DEFAULT_TARGETS, apply_lora
+    from .model import MegatronCausalLM
+    from .parallel import initialize_parallel
+    initialize_parallel(1, 1, seed=args.seed)
+    model = MegatronCausalLM(resolved, params_dtype=pick_dtype(args.torch_dtype, device)).to(device)
+    if args.tuner_type == "lora":
+        targets = DEFAULT_TARGETS if "all-linear" in args.target_modules else tuple(args.target_modules)
+        apply_lora(model, args.lora_rank, args.lora_alpha, args.lora_dropout, targets)
+    return model

