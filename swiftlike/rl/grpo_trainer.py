@@ -410,7 +410,11 @@ def make_ref_model(model, beta: float, tuner_type: str):
     """A frozen copy for full training with beta > 0; LoRA uses the base with adapters disabled."""
     if beta == 0 or tuner_type == "lora":
         return None
-    ref = copy.deepcopy(model).eval()
+    from ..train.megatron.model import MegatronCausalLM
+    if isinstance(model, MegatronCausalLM):  # its layers hold process groups, which do not copy: load it again
+        ref = MegatronCausalLM(model.model_dir, params_dtype=model.params_dtype).to(model.device).eval()
+    else:
+        ref = copy.deepcopy(model).eval()
     for p in ref.parameters():
         p.requires_grad_(False)
     return ref

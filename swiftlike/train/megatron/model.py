@@ -207,7 +207,7 @@ class MegatronCausalLM(torch.nn.Module):
         elif position_ids.shape[0] != batch:
             position_ids = position_ids.expand(batch, -1)
         mask = attention_block_mask(attention_mask, position_ids)
-        hidden = self.gpt.embedding(input_ids=input_ids, position_ids=position_ids)
+        hidden = self._embed(input_ids, position_ids)
         hidden = self.gpt.decoder(hidden_states=hidden, attention_mask=mask,
                                   rotary_pos_emb=rotary_table(self.inv_freq, position_ids))
         keep = slice(-logits_to_keep, None) if isinstance(logits_to_keep, int) else logits_to_keep.to(hidden.device)
@@ -216,6 +216,19 @@ class MegatronCausalLM(torch.nn.Module):
         logits = self._logits(hidden)
         loss = shifted_cross_entropy(logits, labels, num_items_in_batch)
         return CausalLMOutputWithPast(loss=loss, logits=logits[:, keep])
+
+    def _embed(self, input_ids: Tensor, position_ids: Tensor) -> Tensor:
+        """The embedding lookup, [s, b, h]. transformers' Llama and Qwen2 build their embedding with
+        `padding_idx=config.pad_token_id`, so the embedding row of that token never gets a gradient from its
+        lookups, wherever it occurs (for many chat models it is the end-of-turn token, inside every prompt);
+        megatron's embedding has no padding index, so the lookups of that token are cut from the graph here.
+        Without it, the same batch updates that row differently on the two backends."""
+        hidden = self.gpt.embedding(input_ids=input_ids, position_ids=position_ids)
+        pad = self.config.pad_token_id
+        if pad is None or not torch.is_grad_enabled():
+            return hidden
+        frozen = (input_ids == pad).transpose(0, 1).unsqueeze(-1)
+        return torch.where(frozen, hidden.detach(), hidden)
 
     def hf_state_dict(self) -> dict[str, Tensor]:
         """The full model under HF names, on every rank (each TP shard is all-gathered over the TP group).

@@ -1,0 +1,117 @@
+"""GRPO with the train role on the Megatron backend (`swiftlike megatron rlhf`, megatron-core on CPU at TP 1):
+the same loss, gradient and update as the transformers backend on the same batch, Megatron-LM's argument names,
+LoRA, and a real run against a colocated vLLM engine whose weights are synced from the Megatron model."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from servers import ENV
+from swiftlike.train.outputs import read_log
+
+pytest.importorskip("megatron.core")
+
+TINY = "tiny-random/qwen2_5"
+HERE = Path(__file__).resolve().parent
+
+
+def test_megatron_names_become_the_trainers_fields(monkeypatch):
+    from swiftlike.arguments.megatron_args import MegatronRlhfArguments
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    args = MegatronRlhfArguments(rlhf_type="grpo", model=TINY, dataset=["d"], reward_funcs=["format"],
+                                 num_generations=2, micro_batch_size=2, global_batch_size=8, lr=5e-5, min_lr=5e-6,
+                                 train_iters=7, lr_warmup_fraction=0.1, no_save_optim=True,
+                                 cross_entropy_loss_fusion=True)
+    assert (args.per_device_train_batch_size, args.gradient_accumulation_steps, args.learning_rate, args.max_steps,
+            args.warmup_ratio, args.save_only_model) == (2, 2, 5e-5, 7, 0.1, True)
+    assert args.lr_scheduler_type == "cosine_with_min_lr" and args.lr_scheduler_kwargs == {"min_lr": 5e-6}
+    assert args.train_backend == "megatron" and not args.share_prompt_prefix and not args.gradient_checkpointing
+    constant = MegatronRlhfArguments(rlhf_type="grpo", model=TINY, dataset=["d"], reward_funcs=["format"],
+                                     num_generations=2, micro_batch_size=2, lr=5e-5, min_lr=5e-5)
+    assert constant.lr_scheduler_type == "constant"
+
+
+@pytest.mark.parametrize("flags, message", [
+    ({"per_device_train_batch_size": 4}, "one setting under two names"),
+    ({"global_batch_size": 6, "micro_batch_size": 4}, "not a multiple of --micro_batch_size 4"),
+    ({"tensor_model_parallel_size": 2}, "built for TP 1"),
+    ({"pipeline_model_parallel_size": 2}, "runs whole models"),
+    ({"vllm_enable_lora": True, "use_vllm": True, "tuner_type": "lora"}, "not built for --train_backend megatron"),
+    ({"rlhf_type": "dpo", "reward_funcs": []}, "trains grpo and gkd"),
+])
+def test_what_the_backend_lacks_is_refused_by_name(flags, message):
+    from swiftlike.arguments.megatron_args import MegatronRlhfArguments
+    base = dict(rlhf_type="grpo", model=TINY, dataset=["d"], reward_funcs=["format"], num_generations=2,
+                micro_batch_size=2)
+    with pytest.raises(Exception, match=message):
+        MegatronRlhfArguments(**{**base, **flags})
+
+
+def test_megatron_backend_trains_like_the_transformers_backend(tmp_path):
+    """The recorded rollouts of tests/test_grpo_ddp.py, one process each: loss, gradient norm and the update of
+    every weight (compared under HF names) agree within 1e-5 relative."""
+    import torch
+
+    from swiftlike.model import resolve_model
+    from swiftlike.train.megatron import mcore_to_hf
+    from test_grpo_ddp import PROMPTS, RTOL, RUNS, launch, record_rollouts, rel_diff, train_logs
+    from transformers import AutoConfig
+    rollouts, dataset = tmp_path / "rollouts.json", tmp_path / "prompts.jsonl"
+    record_rollouts(rollouts)
+    dataset.write_text("".join(json.dumps({"messages": [{"role": "user", "content": p}]}) + "\n" for p in PROMPTS))
+    hf, mc = tmp_path / "hf", tmp_path / "mc"
+    hf.mkdir()
+    mc.mkdir()
+    launch(hf, rollouts, dataset, 1, {"grpo": RUNS["grpo"]})
+    launch(mc, rollouts, dataset, 1, {"grpo": [*RUNS["grpo"], "--train_backend", "megatron"]})
+    a, b = train_logs(hf, "grpo"), train_logs(mc, "grpo")
+    assert [e["step"] for e in a] == [e["step"] for e in b] == [1, 2]
+    for x, y in zip(a, b):
+        for key in ("loss", "grad_norm", "kl"):
+            if x[key] or y[key]:
+                assert rel_diff(x[key], y[key]) < RTOL, (key, x[key], y[key])
+    config = AutoConfig.from_pretrained(resolve_model(TINY).model_dir)
+    p_hf, p_mc = torch.load(hf / "grpo.params.pt"), torch.load(mc / "grpo.params.pt")
+    strip = len("gpt.")
+    as_hf = {when: mcore_to_hf([{k[strip:]: v for k, v in p_mc[when].items()}], config) for when in ("before", "after")}
+    names = [n.removeprefix("model.") for n in p_hf["after"]]
+    worst = 0.0
+    for name in p_hf["after"]:
+        key = name if name in as_hf["after"] else name.removeprefix("model.")
+        update_hf = p_hf["after"][name] - p_hf["before"][name]
+        update_mc = as_hf["after"][key] - as_hf["before"][key]
+        if update_hf.any():
+            worst = max(worst, float((update_hf - update_mc).norm() / update_hf.norm()))
+    assert names and worst < RTOL, worst
+
+
+def test_megatron_grpo_with_colocated_vllm_and_lora(tmp_path):
+    """`swiftlike megatron rlhf` end to end: Megatron-LM's names, LoRA, merged weights synced to vLLM every step
+    (the engine's log-probs then equal the trainer's), and an HF checkpoint that transformers loads."""
+    plugin = tmp_path / "plugin.py"
+    plugin.write_text("from swiftlike.rl.rewards import register_reward\n\n"
+                      "@register_reward('text_length')\ndef text_length(completions, **kwargs):\n"
+                      "    return [len(c) / 100 for c in completions]\n")
+    cmd = [sys.executable, "-m", "swiftlike.cli.main", "megatron", "rlhf", "--rlhf_type", "grpo", "--model", TINY,
+           "--dataset", "swiftlike/arithmetic#32", "--external_plugins", str(plugin), "--reward_funcs", "text_length",
+           "--num_generations", "4", "--micro_batch_size", "4", "--global_batch_size", "8", "--train_iters", "3",
+           "--lr", "1e-3", "--min_lr", "1e-4", "--max_completion_length", "12", "--use_vllm", "true",
+           "--vllm_max_model_len", "512", "--tuner_type", "lora", "--lora_rank", "8", "--beta", "0.04",
+           "--logging_steps", "1", "--report_to", "none", "--torch_dtype", "float32",
+           "--log_rollout_offpolicy_metrics", "true", "--output_dir", str(tmp_path / "out"),
+           "--cross_entropy_loss_fusion", "true", "--recompute_granularity", "selective"]
+    result = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stderr[-5000:]
+    assert "no effect" in result.stderr  # the Megatron-LM kernel settings, said once
+    run_dir = next((tmp_path / "out").glob("v*"))
+    logged = [e for e in read_log(run_dir) if "loss" in e]
+    assert [e["step"] for e in logged] == [1, 2, 3]
+    assert all(e["grad_norm"] > 0 for e in logged) and logged[-1]["kl"] > 0
+    # after each sync the engine samples with the weights the trainer scores with (fp32 on both sides)
+    assert all(e["rollout_correction/k3_kl"] < 1e-4 for e in logged), [e["rollout_correction/k3_kl"] for e in logged]
+    checkpoint = run_dir / "checkpoint-3"
+    from transformers import AutoModelForCausalLM
+    model = AutoModelForCausalLM.from_pretrained(checkpoint)
+    assert type(model).__name__ == "Qwen2ForCausalLM" and (checkpoint / "args.json").is_file()
