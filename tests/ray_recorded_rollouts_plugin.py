@@ -3,8 +3,9 @@ tests/test_grpo_ddp.py records, and save what the test compares with a one-proce
 
 Ray imports it in every worker process as it starts (the driver's worker_process_setup_hook), before the
 trainer is built, which is the same point at which tests/grpo_ddp_worker.py puts its trainer in place; the
-trainer itself is that worker's `InjectedRolloutTrainer` (see there). Environment: DDP_TEST_ROLLOUTS and
-DDP_TEST_OUT, as for that worker.
+trainer itself is that worker's `InjectedRolloutTrainer` (see there). Environment: SWIFTLIKE_TEST_ROLLOUTS and
+SWIFTLIKE_TEST_OUT (the driver forwards SWIFTLIKE_* variables to every actor), which become that worker's
+DDP_TEST_ROLLOUTS and DDP_TEST_OUT.
 """
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+os.environ["DDP_TEST_ROLLOUTS"] = os.environ["SWIFTLIKE_TEST_ROLLOUTS"]
+os.environ["DDP_TEST_OUT"] = os.environ["SWIFTLIKE_TEST_OUT"]
 import grpo_ddp_worker as recorded  # noqa: E402
 
 

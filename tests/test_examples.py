@@ -102,7 +102,8 @@ def arguments_class(command: str) -> type:
     """The arguments dataclass that `<command>_main` takes, read from its signature."""
     module, func = COMMANDS[command][0].split(":")
     hint = typing.get_type_hints(getattr(importlib.import_module(module), func))["args"]
-    classes = [c for c in typing.get_args(hint) if dataclasses.is_dataclass(c)]
+    # the command's own arguments class (rlhf_main also takes a RayJob, which has no CLI of its own)
+    classes = [c for c in typing.get_args(hint) if dataclasses.is_dataclass(c) and hasattr(c, "command")]
     assert len(classes) == 1, f"{command}: cannot tell its arguments class from {hint}"
     return classes[0]
 

@@ -23,9 +23,10 @@ def test_megatron_names_become_the_trainers_fields(monkeypatch):
     args = MegatronRlhfArguments(rlhf_type="grpo", model=TINY, dataset=["d"], reward_funcs=["format"],
                                  num_generations=2, micro_batch_size=2, global_batch_size=8, lr=5e-5, min_lr=5e-6,
                                  train_iters=7, lr_warmup_fraction=0.1, no_save_optim=True,
-                                 cross_entropy_loss_fusion=True)
+                                 cross_entropy_loss_fusion=True, steps_per_generation=3)
     assert (args.per_device_train_batch_size, args.gradient_accumulation_steps, args.learning_rate, args.max_steps,
             args.warmup_ratio, args.save_only_model) == (2, 2, 5e-5, 7, 0.1, True)
+    assert args.steps_per_generation == 6  # 3 optimizer steps of 2 micro-batches each
     assert args.lr_scheduler_type == "cosine_with_min_lr" and args.lr_scheduler_kwargs == {"min_lr": 5e-6}
     assert args.train_backend == "megatron" and not args.share_prompt_prefix and not args.gradient_checkpointing
     constant = MegatronRlhfArguments(rlhf_type="grpo", model=TINY, dataset=["d"], reward_funcs=["format"],

@@ -3,11 +3,9 @@ tiny model: GRPO with separate and colocated rollout, GKD with standalone teache
 against one process, a killed replica, and a job larger than the cluster.
 
 One Ray head (`ray start --head`) serves the module; each job joins it with --ray_address, as a user's job joins
-a cluster, except the two-worker comparison, which lets the job start its own cluster (so the workers inherit
-the test's environment).
+a cluster.
 """
 import json
-import os
 import re
 import subprocess
 import sys
@@ -104,22 +102,6 @@ def test_grpo_separate_two_train_workers_one_rollout_replica(head, tmp_path):
     assert logged[-1]["policy_version"] == 2  # two syncs reached the replica shared by both workers
 
 
-def test_grpo_colocate_train_and_rollout(head, tmp_path):
-    config = write_job(tmp_path, GRPO, """
-        colocate_groups: [[train, rollout]]
-        offload_model: true
-        offload_optimizer: true
-        sleep_level: 1
-        vllm_enable_lora: true
-        train: {gpus: 1, tuner_type: lora, lora_rank: 8}
-        rollout: {gpus: 1, vllm_max_model_len: 512}
-        """)
-    result = run_job(config, "--ray_address", head)
-    check_synced(finished_log(result, tmp_path))
-    assert "colocated vLLM engines" in result.stderr
-    assert "no-op in this run (no CUDA device)" in result.stderr  # the ms-swift memory knobs, said once
-
-
 def test_gkd_with_a_standalone_teacher_replica(head, tmp_path):
     config = write_job(tmp_path, f"""
         rlhf_type: gkd
@@ -145,6 +127,69 @@ def test_gkd_with_a_standalone_teacher_replica(head, tmp_path):
     assert [e["step"] for e in logged] == [1, 2]
     assert all(e["teacher_kl"] > 0 and e["on_policy"] == 1.0 for e in logged)
     assert "teacher replicas ready" in result.stderr
+
+
+def test_ms_swift_megatron_ray_yaml_runs_as_swiftlike_megatron_rlhf(head, tmp_path):
+    """ms-swift's examples/ray/grpo/ray_grpo_colocate.yaml, its keys as they are (Megatron-LM's names, kernel
+    settings, memory knobs), on the tiny model: only the command name changes."""
+    config = write_job(tmp_path, f"""
+        rlhf_type: grpo
+        model: {TINY}
+        reward_funcs: [accuracy, format]
+        overlong_filter: false
+        dataset_num_proc: 4
+        split_dataset_ratio: 0
+        micro_batch_size: 2
+        global_batch_size: 4
+        num_generations: 2
+        steps_per_generation: 2
+        num_train_epochs: 1
+        train_iters: 2
+        logging_steps: 1
+        seed: 42
+        max_length: 256
+        max_completion_length: 8
+        padding_free: false
+        cross_entropy_loss_fusion: true
+        gradient_accumulation_fusion: false
+        lr: 5e-5
+        lr_warmup_fraction: 0.0
+        min_lr: 5e-5
+        attention_backend: flash
+        temperature: 1.0
+        beta: 0
+        epsilon: 0.2
+        epsilon_high: 0.28
+        loss_type: grpo
+        advantage_estimator: grpo
+        importance_sampling_level: token
+        log_rollout_offpolicy_metrics: true
+        torch_dtype: float32
+        report_to: [none]
+        use_vllm: true
+        colocate_groups: [[train, rollout]]
+        offload_model: true
+        offload_optimizer: true
+        sleep_level: 1
+        train:
+          gpus: 1
+          tuner_type: lora
+          lora_rank: 8
+          lora_alpha: 32
+          tensor_model_parallel_size: 1
+        rollout:
+          gpus: 1
+          vllm_tensor_parallel_size: 1
+          vllm_gpu_memory_utilization: 0.4
+          vllm_max_model_len: 512
+        """)
+    result = subprocess.run([sys.executable, "-m", "swiftlike.cli.main", "megatron", "rlhf", "--use_ray", "true",
+                             "--config", str(config), "--ray_address", head], env=ENV, capture_output=True, text=True,
+                            timeout=900)
+    logged = finished_log(result, tmp_path)
+    assert [e["step"] for e in logged] == [1, 2]
+    assert all(e["rollout_correction/k3_kl"] < 1e-4 for e in logged)
+    assert all(e["learning_rate"] == 5e-5 for e in logged)  # min_lr == lr: a constant rate
 
 
 def test_a_job_larger_than_the_cluster_is_refused_before_any_actor_starts(head, tmp_path):
@@ -180,7 +225,7 @@ def test_a_killed_rollout_replica_stops_the_run_naming_the_role(head, tmp_path):
     assert stopped < 60, stopped
 
 
-def test_two_ray_train_workers_match_one_process(tmp_path):
+def test_two_ray_train_workers_match_one_process(head, tmp_path):
     """The same global batch (recorded rollouts, served by tests/ray_recorded_rollouts_plugin.py) through two
     Ray train workers and through one plain process: the same losses, gradient norms and parameter update."""
     import torch
@@ -201,8 +246,8 @@ def test_two_ray_train_workers_match_one_process(tmp_path):
     config = tmp_path / "two.yaml"
     config.write_text("".join(f"{k}: {v}\n" for k, v in settings.items()) + "train: {gpus: 2}\n")
     result = subprocess.run([sys.executable, "-m", "swiftlike.cli.main", "rlhf", "--use_ray", "true", "--config",
-                             str(config)], env={**ENV, "DDP_TEST_ROLLOUTS": str(rollouts), "DDP_TEST_OUT": str(two),
-                                                "PYTHONPATH": os.pathsep.join([str(HERE.parent), str(HERE)])},
+                             str(config), "--ray_address", head],
+                            env={**ENV, "SWIFTLIKE_TEST_ROLLOUTS": str(rollouts), "SWIFTLIKE_TEST_OUT": str(two)},
                             capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stderr[-5000:]
     a = train_logs(one, "grpo")

@@ -1,6 +1,7 @@
 """The Ray job YAML (arguments/ray_args.py): ms-swift's form accepted, bad placements refused before Ray starts,
 each with a message naming the key."""
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -88,3 +89,12 @@ def test_standalone_teacher_needs_top_k_and_a_model(tmp_path):
 def test_without_config_the_error_says_what_to_add():
     with pytest.raises(ValueError, match="add --config job.yaml"):
         load_ray_job(["--use_ray", "true"])
+
+
+@pytest.mark.parametrize("config", sorted((Path(__file__).resolve().parent.parent / "examples" / "ray").rglob("*.yaml")),
+                         ids=lambda p: p.parent.name + "/" + p.name)
+def test_every_example_job_is_a_valid_job(config):
+    from swiftlike.arguments.megatron_args import MegatronRlhfArguments
+    cls = MegatronRlhfArguments if config.parent.name == "megatron" else None
+    job = load_ray_job(["--config", str(config)], *([cls] if cls else []))
+    assert job.groups["train"].devices >= 1 and job.train.model

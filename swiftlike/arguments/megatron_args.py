@@ -39,7 +39,9 @@ class MegatronArguments:
     micro_batch_size: int | None = arg(None, "Samples per forward pass per data-parallel rank (Megatron's name for "
                                        "--per_device_train_batch_size).")
     global_batch_size: int | None = arg(None, "Samples per optimizer step over all data-parallel ranks; sets "
-                                        "--gradient_accumulation_steps to global / (micro_batch_size x DP).")
+                                        "--gradient_accumulation_steps to global / (micro_batch_size x DP). With it, "
+                                        "--steps_per_generation counts optimizer steps, as in ms-swift's Megatron "
+                                        "GRPO (a generation batch of global_batch_size x steps_per_generation).")
     data_parallel_size: int | None = arg(None, "Data-parallel size that --global_batch_size is divided by; default "
                                          "WORLD_SIZE (torchrun) or NPROC_PER_NODE x NNODES over TP x PP. A Ray job "
                                          "sets it from `train.gpus`.")
@@ -124,6 +126,10 @@ class MegatronRlhfArguments(RlhfArguments, MegatronArguments):
                 raise ValueError(f"--global_batch_size {self.global_batch_size} is not a multiple of "
                                  f"--micro_batch_size {self.per_device_train_batch_size} x data-parallel size {dp}")
             self.gradient_accumulation_steps = self.global_batch_size // per_step
+            if self.steps_per_generation is not None:
+                # Megatron's steps_per_generation counts optimizer steps (a generation batch is global_batch_size x
+                # steps_per_generation samples); the trainers count micro-batches, as TRL does.
+                self.steps_per_generation *= self.gradient_accumulation_steps
 
     def _check_parallel(self) -> None:
         for name in ("pipeline_model_parallel_size", "context_parallel_size", "expert_model_parallel_size"):

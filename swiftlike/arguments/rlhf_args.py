@@ -151,8 +151,8 @@ class RayArguments:
                         "arguments, and optional `colocate_groups: [[train, rollout]]` (time-sharing the same "
                         "devices) instead of separate placement.")
     ray_address: str | None = arg(None, "Ray cluster to join: the head's host:port (what `ray start --head` "
-                                  "prints), or `auto` for the one `ray start` runs on this machine. Default: Ray's "
-                                  "own RAY_ADDRESS, else a new local cluster for this run, stopped after it.")
+                                  "prints). Default: Ray's own RAY_ADDRESS, else the cluster `ray start` runs on "
+                                  "this machine, else a local cluster started for this run and stopped after it.")
     train_backend: Literal["transformers", "megatron"] = arg(
         "transformers", "Model backend of the train role: transformers, or megatron (megatron-core's GPTModel, "
         "Llama and Qwen2 families; `swiftlike megatron rlhf` sets it, as ms-swift's `megatron rlhf` does).")

@@ -40,7 +40,8 @@ def forwarded_env() -> dict[str, str]:
 
 
 def connect(address: str | None, needed: int, plugins: list[str]) -> Cluster:
-    """Join `address` (or RAY_ADDRESS), else start a local cluster sized for `needed` devices.
+    """Join `address` (or RAY_ADDRESS, or a cluster `ray start` runs on this machine), else start a local cluster
+    sized for `needed` devices, as `ray.init()` would.
 
     A local cluster on a machine without a GPU gets max(cores, needed) CPU slots: one slot per device a role asks
     for, even if that is more than the cores (the processes then share them, which is said in a warning).
@@ -49,19 +50,18 @@ def connect(address: str | None, needed: int, plugins: list[str]) -> Cluster:
     anything.
     """
     address = address or os.environ.get("RAY_ADDRESS")
-    if address:
-        _use_cluster_token()  # before Ray is imported: it reads its auth mode then
+    _use_cluster_token()  # before Ray is imported: it reads its auth mode then
     import ray
-    runtime_env: dict = {"env_vars": forwarded_env()}
-    runtime_env["worker_process_setup_hook"] = _worker_setup_hook(os.getcwd(), list(plugins))
-    if address:
-        try:
-            ray.init(address=address, runtime_env=runtime_env, namespace=NAMESPACE, logging_level="WARNING")
-        except ConnectionError as e:
+    runtime_env: dict = {"env_vars": forwarded_env(),
+                         "worker_process_setup_hook": _worker_setup_hook(os.getcwd(), list(plugins))}
+    common = dict(runtime_env=runtime_env, namespace=NAMESPACE, logging_level="WARNING")
+    started = False
+    try:
+        ray.init(address=address or "auto", **common)
+    except ConnectionError as e:
+        if address:
             raise RuntimeError(f"cannot reach the Ray cluster at {address} ({e}); start it with `ray start --head` "
                                "(docs/ray.md) or fix --ray_address / RAY_ADDRESS") from None
-        started = False
-    else:
         import torch
         gpus = torch.cuda.device_count()
         cores = os.cpu_count() or 1
@@ -69,9 +69,7 @@ def connect(address: str | None, needed: int, plugins: list[str]) -> Cluster:
         if not gpus and needed > cores:
             logger.warning("this job asks for %d devices and the machine has %d CPU cores and no GPU: its %d CPU "
                            "slots share the cores", needed, cores, needed)
-        # address="local": a new cluster for this job even where `ray start` runs one (`--ray_address auto` joins it)
-        ray.init(address="local", num_cpus=cpus, num_gpus=gpus, include_dashboard=False, runtime_env=runtime_env,
-                 namespace=NAMESPACE, logging_level="WARNING")
+        ray.init(address="local", num_cpus=cpus, num_gpus=gpus, include_dashboard=False, **common)
         started = True
     resources = ray.cluster_resources()
     gpus = int(resources.get("GPU", 0))
