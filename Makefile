@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.setup-stamp
 
-.PHONY: setup test test-fast demo demo-dpo demo-gkd examples bench bench-train bench-grpo bench-rollout bench-deploy bench-dpo bench-gkd lint clean
+.PHONY: setup test test-fast demo demo-dpo demo-gkd examples bench bench-train bench-grpo bench-rollout bench-deploy bench-dpo bench-gkd bench-ray lint clean
 
 setup: $(STAMP)
 
@@ -51,6 +51,9 @@ bench-dpo: setup
 
 bench-gkd: setup
 	$(PY) benchmarks/bench_gkd.py
+
+bench-ray: setup
+	$(PY) benchmarks/bench_ray.py
 
 lint: setup
 	$(VENV)/bin/ruff check swiftlike tests benchmarks scripts

@@ -98,3 +98,19 @@ def test_every_example_job_is_a_valid_job(config):
     cls = MegatronRlhfArguments if config.parent.name == "megatron" else None
     job = load_ray_job(["--config", str(config)], *([cls] if cls else []))
     assert job.groups["train"].devices >= 1 and job.train.model
+
+
+def test_cpu_slots_share_the_cluster_and_pin_only_on_a_cluster_started_here():
+    import os
+
+    from swiftlike.ray.cluster import Cluster
+    cores = sorted(os.sched_getaffinity(0))
+    local = Cluster("x", "CPU", available=len(cores), cpus=len(cores), started=True)
+    assert local.slot_cpus(1) == len(cores) and local.slot_cpus(len(cores) * 2) == 1
+    sets = local.core_sets(len(cores))
+    assert sets == [[c] for c in cores]  # one core each, disjoint
+    assert local.core_sets(len(cores) + 1) is None  # more slots than cores: the processes share them, unpinned
+    joined = Cluster("x", "CPU", available=16, cpus=16, started=False)
+    assert joined.slot_cpus(4) == 4 and joined.core_sets(2) is None  # another node's cores are not known here
+    gpus = Cluster("x", "GPU", available=8, cpus=64, started=True)
+    assert gpus.slot_cpus(8) == 1 and gpus.core_sets(2) is None

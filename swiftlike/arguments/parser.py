@@ -124,7 +124,7 @@ def load_config_file(path: str) -> dict[str, Any]:
     return data
 
 
-def _config_to_argv(data: dict[str, Any]) -> list[str]:
+def settings_to_argv(data: dict[str, Any]) -> list[str]:
     argv: list[str] = []
     for key, value in data.items():
         if value is None:
@@ -150,7 +150,7 @@ def parse_args(cls: type, argv: list[str] | None = None, prog: str | None = None
     pre.add_argument("--config")
     known, _ = pre.parse_known_args(argv)
     if known.config:
-        file_argv = _config_to_argv(load_config_file(known.config))
+        file_argv = settings_to_argv(load_config_file(known.config))
         unknown = [a for a in file_argv if a.startswith("--") and a[2:] not in
                    {f.name for f in dataclasses.fields(cls)} | {"config"}]
         if unknown:

@@ -28,7 +28,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from .parser import _config_to_argv, build_parser, load_config_file, parse_args
+from .parser import settings_to_argv, build_parser, load_config_file, parse_args
 from .rlhf_args import RlhfArguments
 from .rollout_args import RolloutServerArguments
 
@@ -151,7 +151,7 @@ def _check_keys(path: str, role: str, settings: dict, allowed: set[str], what: s
 
 def _arguments(cls: type, settings: dict, overrides: list[str]):
     """`cls` from a settings mapping, the command-line `overrides` last (they win)."""
-    return parse_args(cls, _config_to_argv(settings) + overrides)
+    return parse_args(cls, settings_to_argv(settings) + overrides)
 
 
 def load_ray_job(argv: list[str], cls: type[RlhfArguments] = RlhfArguments) -> RayJob:

@@ -20,6 +20,17 @@ def node_address() -> str:
     return ray.util.get_node_ip_address()
 
 
+def pin_to(cores: list[int] | None) -> None:
+    """Run this process on `cores` only, with as many compute threads (torch's and OpenMP's): a CPU slot's share
+    of the machine (Slots in driver.py). vLLM's CPU engine binds its threads within this set."""
+    if not cores:
+        return
+    import torch
+    os.sched_setaffinity(0, cores)
+    os.environ["OMP_NUM_THREADS"] = str(len(cores))
+    torch.set_num_threads(len(cores))
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("", 0))
@@ -33,12 +44,14 @@ class TrainWorker:
         """Rank 0's address and a free port on it, for every rank's torch.distributed rendezvous."""
         return node_address(), free_port()
 
-    def train(self, args, rank: int, world_size: int, master: tuple[str, int], one_device_each: bool):
+    def train(self, args, rank: int, world_size: int, master: tuple[str, int], one_device_each: bool,
+              cores: list[int] | None = None):
         """Run the trainer as rank `rank` of `world_size`; returns its TrainResult (rank 0's holds the run).
 
         `one_device_each`: on GPUs, Ray shows each actor only its own device, so every rank is local rank 0 of a
-        one-device view, which is what the trainer then uses.
+        one-device view, which is what the trainer then uses. `cores`: see `pin_to`.
         """
+        pin_to(cores)
         local_rank = 0 if one_device_each else rank
         os.environ.update(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(local_rank),
                           LOCAL_WORLD_SIZE="1" if one_device_each else str(world_size), MASTER_ADDR=master[0],
@@ -55,13 +68,14 @@ class RolloutReplica:
     behind it. Serving runs on a thread of the actor; the actor's methods answer the driver's health checks.
     """
 
-    def __init__(self, args, port: int):
+    def __init__(self, args, port: int, cores: list[int] | None = None):
         import dataclasses
 
         from ..infer.engine import build_engine
         from ..rollout.app import create_app
         from ..rollout.service import RolloutService
         import uvicorn
+        pin_to(cores)
         self.args = dataclasses.replace(args, host="0.0.0.0", port=port)
         spec = self.args.engine_spec("vllm")
         spec.logprobs_mode = "processed_logprobs"  # RL trainers score tokens after temperature / top-k / top-p

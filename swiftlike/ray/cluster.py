@@ -26,13 +26,30 @@ NAMESPACE = "swiftlike"
 
 @dataclass(frozen=True)
 class Cluster:
-    """`device`: "GPU" or "CPU", what one unit of a role's `gpus:` is here; `started`: whether this run started the
-    cluster (and so stops it)."""
+    """`device`: "GPU" or "CPU", what one unit of a role's `gpus:` is here; `available`: how many such units;
+    `cpus`: the cluster's CPUs; `started`: whether this run started the cluster (and so stops it)."""
 
     address: str
     device: str
     available: int
+    cpus: int
     started: bool
+
+    def slot_cpus(self, slots: int) -> int:
+        """CPUs per device slot of a job with `slots` slots: on a CPU cluster its CPUs shared evenly (a slot's
+        process then runs that many threads, Ray's OMP_NUM_THREADS); on GPUs one CPU beside each GPU."""
+        return max(1, self.cpus // max(slots, 1)) if self.device == "CPU" else 1
+
+    def core_sets(self, slots: int) -> list[list[int]] | None:
+        """Disjoint cores for each slot, in order, on a cluster this run started on this machine with at least
+        one core per slot; None otherwise (Ray does not pin processes to cores, and another node's cores are not
+        known here). Pinned, a train worker and a rollout replica on one machine do not compete for cores, as
+        they would not on separate devices."""
+        cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+        if self.device != "CPU" or not self.started or len(cores) < slots:
+            return None
+        per = len(cores) // slots
+        return [cores[i * per:(i + 1) * per] for i in range(slots)]
 
 
 def forwarded_env() -> dict[str, str]:
@@ -77,7 +94,8 @@ def connect(address: str | None, needed: int, plugins: list[str]) -> Cluster:
     available = gpus if gpus else int(resources.get("CPU", 0))
     if device == "CPU":
         logger.warning("no GPU in the Ray cluster: each role's `gpus: N` means N CPU slots")
-    cluster = Cluster(ray.get_runtime_context().gcs_address, device, available, started)
+    cluster = Cluster(ray.get_runtime_context().gcs_address, device, available, int(resources.get("CPU", 0)),
+                      started)
     logger.info("Ray cluster %s (%s): %d %s slots", cluster.address, "started here" if started else "joined",
                 available, device)
     return cluster
@@ -124,18 +142,22 @@ def check_fits(cluster: Cluster, devices: dict[str, int]) -> None:
                          "(`ray start --address ...` on each, docs/ray.md)")
 
 
-def bundle(device: str, per_actor: int = 1) -> dict[str, float]:
-    return {"GPU": float(per_actor), "CPU": 1.0} if device == "GPU" else {"CPU": float(per_actor)}
+def actor_resources(cluster: Cluster, devices: int, slot_cpus: int) -> dict[str, float]:
+    """Ray resources of one actor holding `devices` device slots (as actor options)."""
+    if cluster.device == "GPU":
+        return {"num_gpus": float(devices), "num_cpus": 1.0}
+    return {"num_cpus": float(devices * slot_cpus)}
 
 
-def reserve(role: str, count: int, device: str, per_bundle: int = 1):
-    """A ready placement group of `count` bundles of `per_bundle` devices for `role`."""
+def reserve(role: str, count: int, resources: dict[str, float]):
+    """A ready placement group of `count` bundles of `resources` (actor_resources) for `role`."""
     import ray
     from ray.util.placement_group import placement_group
-    group = placement_group([bundle(device, per_bundle)] * count, strategy="PACK", name=f"swiftlike-{role}")
+    shape = {"GPU" if k == "num_gpus" else "CPU": v for k, v in resources.items()}
+    group = placement_group([shape] * count, strategy="PACK", name=f"swiftlike-{role}")
     ready, _ = ray.wait([group.ready()], timeout=PLACEMENT_TIMEOUT_S)
     if not ready:
-        raise RuntimeError(f"Ray could not place the {role} role's {count} bundle(s) of {per_bundle} {device} within "
+        raise RuntimeError(f"Ray could not place the {role} role's {count} bundle(s) of {shape} within "
                            f"{PLACEMENT_TIMEOUT_S:.0f} s; the cluster's free resources: {ray.available_resources()}")
     return group
 

@@ -37,6 +37,27 @@ class RoleFailed(RuntimeError):
     """A role's actor died or raised; the message names the role."""
 
 
+class Slots:
+    """The job's device slots in placement order (train ranks, then rollout replicas, then teacher replicas): what
+    each actor asks Ray for, and the cores it pins itself to where `Cluster.core_sets` gives them."""
+
+    def __init__(self, cluster: ray_cluster.Cluster, count: int):
+        self.cluster = cluster
+        self.cpus = cluster.slot_cpus(count)
+        self._cores = cluster.core_sets(count)
+        self._next = 0
+
+    def resources(self, devices: int = 1) -> dict[str, float]:
+        return ray_cluster.actor_resources(self.cluster, devices, self.cpus)
+
+    def take(self, devices: int = 1) -> list[int] | None:
+        """The cores of the next `devices` slots (None: not pinned)."""
+        start, self._next = self._next, self._next + devices
+        if self._cores is None:
+            return None
+        return [core for cores in self._cores[start:self._next] for core in cores]
+
+
 @dataclasses.dataclass
 class _Replicas:
     role: str
@@ -66,15 +87,17 @@ def run_ray_job(job: RayJob) -> TrainResult:
     groups, actors = [], []
     try:
         ray_cluster.check_fits(cluster, devices)
+        slots = Slots(cluster, sum(devices.values()))
+        train_cores = [slots.take() for _ in range(job.groups["train"].devices)]
         replicas = {}
         for role in ("rollout", "teacher"):
             if role in devices:
-                replicas[role] = _start_replicas(job, job_id, role, cluster.device, groups)
+                replicas[role] = _start_replicas(job, job_id, role, slots, groups)
                 actors += replicas[role].actors
         args = _train_arguments(job, replicas)
-        workers, group = _start_workers(job, job_id, cluster.device, groups)
+        workers = _start_workers(job, job_id, slots, groups)
         actors += workers
-        results = _train(args, workers, group, cluster.device == "GPU", replicas)
+        results = _train(args, workers, train_cores, cluster.device == "GPU", replicas)
         return results[0]
     finally:
         for actor in actors:
@@ -84,16 +107,16 @@ def run_ray_job(job: RayJob) -> TrainResult:
         ray_cluster.shutdown(cluster)
 
 
-def _start_replicas(job: RayJob, job_id: str, role: str, device: str, groups: list) -> _Replicas:
+def _start_replicas(job: RayJob, job_id: str, role: str, slots: Slots, groups: list) -> _Replicas:
     import ray
     count, per = replica_count(job, role)
-    group = ray_cluster.reserve(role, count, device, per)
+    resources = slots.resources(per)
+    group = ray_cluster.reserve(role, count, resources)
     groups.append(group)
     args = job.rollout if role == "rollout" else job.teacher
-    resources = {"num_gpus": per} if device == "GPU" else {"num_cpus": per}
     cls = ray.remote(RolloutReplica)
     actors = [cls.options(name=f"swiftlike-{job_id}-{role}-{i}", **resources, **ray_cluster.on_bundle(group, i))
-              .remote(args, free_port()) for i in range(count)]
+              .remote(args, free_port(), slots.take(per)) for i in range(count)]
     logger.info("job %s: starting %d %s replica(s) of %s", job_id, count, role, args.model)
     addresses = _wait_for(role, [a.address.remote() for a in actors], REPLICA_START_TIMEOUT_S)
     urls = [f"http://{host}:{port}" for host, port in addresses]
@@ -113,19 +136,18 @@ def _train_arguments(job: RayJob, replicas: dict[str, _Replicas]):
     return dataclasses.replace(job.train, **changes)
 
 
-def _start_workers(job: RayJob, job_id: str, device: str, groups: list):
+def _start_workers(job: RayJob, job_id: str, slots: Slots, groups: list) -> list:
     import ray
     count = job.groups["train"].devices
-    group = ray_cluster.reserve("train", count, device)
+    resources = slots.resources()
+    group = ray_cluster.reserve("train", count, resources)
     groups.append(group)
-    resources = {"num_gpus": 1} if device == "GPU" else {"num_cpus": 1}
     cls = ray.remote(max_restarts=0)(TrainWorker)
-    workers = [cls.options(name=f"swiftlike-{job_id}-train-{rank}", **resources, **ray_cluster.on_bundle(group, rank)).remote()
-               for rank in range(count)]
-    return workers, group
+    return [cls.options(name=f"swiftlike-{job_id}-train-{rank}", **resources, **ray_cluster.on_bundle(group, rank))
+            .remote() for rank in range(count)]
 
 
-def _train(args, workers: list, group, one_device_each: bool, replicas: dict[str, _Replicas]) -> list[TrainResult]:
+def _train(args, workers: list, cores: list, one_device_each: bool, replicas: dict[str, _Replicas]) -> list[TrainResult]:
     """Every rank's TrainResult; stops with RoleFailed as soon as an actor of any role fails."""
     import ray
     master = ray.get(workers[0].rendezvous.remote())
@@ -133,7 +155,8 @@ def _train(args, workers: list, group, one_device_each: bool, replicas: dict[str
     logger.info("training on %d worker(s) (%s)", world, "colocated vLLM engines" if args.use_vllm and
                 args.vllm_mode == "colocate" else "rollout replicas" if "rollout" in replicas else
                 "the training model's own generate")
-    pending = {w.train.remote(args, rank, world, master, one_device_each): rank for rank, w in enumerate(workers)}
+    pending = {w.train.remote(args, rank, world, master, one_device_each, cores[rank]): rank
+               for rank, w in enumerate(workers)}
     results: dict[int, TrainResult] = {}
     while pending:
         done, _ = ray.wait(list(pending), num_returns=1, timeout=HEALTH_PERIOD_S)
