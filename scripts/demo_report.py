@@ -133,10 +133,12 @@ def report(out_dir: str, run_dir: str) -> bool:
 
     steps = reward_table(run_dir)
     print("\n=== GRPO reward per step (mean accuracy of the step's samples at the training temperature) ===")
-    print("step  reward  reward_std  zero-variance groups  kl")
+    print("step  reward  reward_std  zero-variance groups  kl" + ("" if any("kl" in e for e in steps) else
+                                                                 "  (beta 0: no KL term, none logged)"))
     for e in steps:
+        kl = f"{e['kl']:.4f}" if "kl" in e else "-"
         print(f"{e.get('step', '?'):>4}  {e['reward']:6.3f}  {e.get('reward_std', float('nan')):10.3f}  "
-              f"{e.get('frac_reward_zero_std', float('nan')):20.2f}  {e.get('kl', float('nan')):.4f}")
+              f"{e.get('frac_reward_zero_std', float('nan')):20.2f}  {kl}")
     rewards = [e["reward"] for e in steps]
     third = max(1, len(rewards) // 3)
     print(f"reward (0..1 scale): {sparkline(rewards)}   first {third} steps {mean(rewards[:third]):.3f} -> "
