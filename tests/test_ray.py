@@ -6,6 +6,7 @@ One Ray head (`ray start --head`) serves the module; each job joins it with --ra
 a cluster.
 """
 import json
+import os
 import re
 import subprocess
 import sys
@@ -215,7 +216,10 @@ def test_a_killed_rollout_replica_stops_the_run_naming_the_role(head, tmp_path):
     time.sleep(10)  # mid-run: the trainer is generating or training
     kill = ("import ray; from ray.util import list_named_actors; ray.init(address=%r, namespace='swiftlike'); "
             "[ray.kill(ray.get_actor(n)) for n in list_named_actors() if n.endswith('-rollout-0')]" % head)
-    subprocess.run([sys.executable, "-c", kill], env={**ENV, "RAY_AUTH_MODE": "token"}, check=True, timeout=120)
+    # a cluster with token authentication (Ray >= 2.59 made one where a token exists) wants it presented
+    token = Path("~/.ray/auth_token").expanduser().is_file() or "RAY_AUTH_TOKEN" in os.environ
+    subprocess.run([sys.executable, "-c", kill], env={**ENV, **({"RAY_AUTH_MODE": "token"} if token else {})},
+                   check=True, timeout=120)
     killed = time.time()
     proc.wait(timeout=120)
     stopped = time.time() - killed
