@@ -310,8 +310,9 @@ def test_grpo_drops_and_regenerates_samples_over_max_staleness(server, tmp_path)
     assert "--max_staleness 1 is below the 2 optimizer steps one generation batch serves" in result.stderr
     run_dir = next((tmp_path / "out").glob("v0-*"))
     steps = [e for e in read_log(run_dir) if "loss" in e]
-    assert all(e["staleness/max"] <= 1 for e in steps)
-    assert sum(e["staleness/dropped"] for e in steps) == 16  # the whole prefetched batch, generated again
+    generated = [e for e in steps if "staleness/max" in e]  # steps 1 and 3 start a generation batch
+    assert len(generated) == 2 and all(e["staleness/max"] <= 1 for e in generated)
+    assert [e["staleness/dropped"] for e in generated] == [0, 16]  # the whole prefetched batch, generated again
     samples = [json.loads(line) for line in (run_dir / "completions.jsonl").read_text().splitlines()]
     assert [s["trainer_version"] - s["policy_version"] for s in samples] == [0] * 32
     assert "without --rollout_importance_sampling_mode" not in result.stderr  # nothing stale was trained on
@@ -328,7 +329,7 @@ def test_grpo_two_batches_ahead_within_max_staleness_warns_once_without_correcti
     assert all(e["staleness/dropped"] == 0 for e in steps)
     timeline = [json.loads(line) for line in (run_dir / "timeline.jsonl").read_text().splitlines()]
     background = [s for s in timeline if s["event"] == "generate" and s["background"]]
-    assert len(background) == 3 and sum(s["samples"] for s in background) == 24
+    assert len(background) >= 3 and all(s["samples"] == 8 for s in background)
     assert any(s["event"] == "train" for s in timeline)
 
 

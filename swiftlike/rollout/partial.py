@@ -44,7 +44,8 @@ class UpdateGate:
         self.interrupted = 0  # pieces cut by an update so far
 
     async def enter(self) -> None:
-        await self._open.wait()
+        while not self._open.is_set():  # woken by one update's end, but the next may have begun
+            await self._open.wait()
         self._running += 1
         self._idle.clear()
 
