@@ -40,17 +40,20 @@ def test_request_spanning_an_update_reports_two_versions_and_their_logprobs(serv
         for p in new.parameters():
             p.add_(torch.randn_like(p) * 0.02)
     http = httpx.Client(base_url=f"http://127.0.0.1:{server}", timeout=300)
-    base = http.get("/info").json()["policy_version"]
-    body = {"prompts": [{"messages": [{"role": "user", "content": "Count to a thousand."}]}],
-            "config": {"max_tokens": 900, "temperature": TEMPERATURE, "logprobs": True}}
-    answer = {}
-    worker = threading.Thread(target=lambda: answer.update(http.post("/generate", json=body).json()))
-    worker.start()
-    deadline = time.time() + 60
-    while http.get("/info").json()["in_flight"] == 0 and time.time() < deadline:
-        time.sleep(0.01)
-    time.sleep(0.3)  # a few hundred tokens in
     engine = remote_engine(server)
+    body = {"prompts": [{"messages": [{"role": "user", "content": "Count to a thousand."}]}],
+            "config": {"max_tokens": 8, "temperature": TEMPERATURE, "logprobs": True}}
+    assert http.post("/generate", json=body).status_code == 200  # the engine's first steps are slow
+    info = http.get("/info").json()
+    base, before = info["policy_version"], info["tokens_generated"]
+    body["config"]["max_tokens"] = 900
+    answer = {}
+    worker = threading.Thread(target=lambda: answer.update(httpx.post(f"http://127.0.0.1:{server}/generate", json=body,
+                                                                      timeout=300).json()))
+    worker.start()
+    deadline = time.time() + 120
+    while http.get("/info").json()["tokens_generated"] < before + 20 and time.time() < deadline:
+        time.sleep(0.005)
     engine.update_weights(list(new.named_parameters()))
     engine.close()
     worker.join(300)

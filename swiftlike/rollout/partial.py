@@ -42,6 +42,7 @@ class UpdateGate:
         self._pieces: set[asyncio.Task] = set()  # resumable pieces, cancelled by an update
         self._lock = asyncio.Lock()
         self.interrupted = 0  # pieces cut by an update so far
+        self.tokens = 0  # tokens the resumable requests have produced so far
 
     async def enter(self) -> None:
         while not self._open.is_set():  # woken by one update's end, but the next may have begun
@@ -122,6 +123,7 @@ async def _one_choice(engine: InferEngine, gate: UpdateGate, version: Callable[[
             async def consume():
                 async for delta in engine.stream_async(piece, piece_config):
                     tokens.extend(delta.token_ids)
+                    gate.tokens += len(delta.token_ids)
                     logprobs.extend(delta.logprobs or [])
                     texts.append(delta.text)
                     if delta.finish_reason is not None:

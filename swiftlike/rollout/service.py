@@ -86,6 +86,7 @@ class RolloutService:
                 "samples_generated": self.samples_generated,
                 "in_flight": self.gate._running if self._gate is not None else 0,
                 "partial_rollouts": self.gate.interrupted if self._gate is not None else 0,
+                "tokens_generated": self.gate.tokens if self._gate is not None else 0,
                 "max_model_len": self.max_model_len, "enable_lora": self.engine.supports_lora,
                 "weights": {"fingerprint": self.weights.fingerprint, "layout": self.weights.layout,
                             "tensors": len(self.weights.digests), "full_update_version": self.full_update_version},
