@@ -32,7 +32,7 @@ BOUNDS = (0, 1, 2, 4)
 
 def grpo_command(args, port: int, output_dir: Path, k: int) -> list[str]:
     return [*pinned(1), swiftlike_cli(), "rlhf", "--rlhf_type", "grpo", "--model", args.model, "--dataset",
-            "swiftlike/arithmetic", "--reward_funcs", "accuracy", "format_hash", "--num_generations", "4",
+            "swiftlike/arithmetic", "--reward_funcs", "accuracy", "format_hash", "repetition", "--num_generations", "4",
             "--per_device_train_batch_size", "8", "--gradient_accumulation_steps", "1",
             "--max_completion_length", str(args.max_completion_length), "--temperature", "1.0", "--beta", "0",
             "--learning_rate", "1e-4", "--lora_dropout", "0", "--torch_dtype", "float32",
@@ -74,10 +74,11 @@ def draw(results: dict, path: Path) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    lanes = [("generate", True, "prefetch (background)", "tab:green"),
-             ("generate", False, "generate (trainer waits)", "tab:red"),
+    lanes = [("generate", True, "prefetch (server, background)", "tab:green"),
+             ("generate", False, "generate (server, trainer waits)", "tab:red"),
+             ("sync", None, "sync (push weights)", "tab:purple"),
              ("generate_wait", None, "wait for prefetched batch", "tab:orange"),
-             ("train", None, "train (forward+backward)", "tab:blue")]
+             ("learn", None, "learn (forward+backward)", "tab:blue")]
     fig, axes = plt.subplots(len(results), 1, figsize=(11, 1.6 * len(results) + 0.6), sharex=True)
     for ax, (k, r) in zip(axes, results.items()):
         spans = r["timeline"]
@@ -92,7 +93,7 @@ def draw(results: dict, path: Path) -> None:
         ax.invert_yaxis()
     axes[-1].set_xlabel("seconds since the first span")
     handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=8)
+    fig.legend(handles, labels, loc="lower center", ncol=5, fontsize=8)
     fig.tight_layout(rect=(0, 0.05, 1, 1))
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)

@@ -330,7 +330,9 @@ def test_grpo_two_batches_ahead_within_max_staleness_warns_once_without_correcti
     timeline = [json.loads(line) for line in (run_dir / "timeline.jsonl").read_text().splitlines()]
     background = [s for s in timeline if s["event"] == "generate" and s["background"]]
     assert len(background) >= 3 and all(s["samples"] == 8 for s in background)
-    assert any(s["event"] == "train" for s in timeline)
+    learn = [s for s in timeline if s["event"] == "learn"]
+    assert len(learn) == 4 * 2 and not any(s["event"] == "generate" and not s["background"] and s["end"] > learn[0]["start"]
+                                           for s in timeline)  # 2 micro-steps a step; only step 0 generates in front
 
 
 def test_generation_spreads_across_two_servers(server, second_server, tmp_path):

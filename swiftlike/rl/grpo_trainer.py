@@ -37,7 +37,9 @@ from .rollout_trainer import RolloutTrainer, disable_dropout
 from .sampling import SampledLogps
 
 logger = get_logger("swiftlike.rl")
-TIMELINE = ("generate_wait", "train")  # the trainer's spans in timeline.jsonl (generation: rollout.py)
+# The trainer's spans in timeline.jsonl besides "sync" and "learn" (a training step's forward and backward, its
+# inputs prepared); generation's are rollout.py's.
+TIMELINE = ("generate_wait",)
 
 # The curves a GRPO run draws into images/ (patterns are matched against the logged keys).
 GRPO_PLOTTED = (*PLOTTED, "reward", "reward_std", "rewards/*/mean", "completions/mean_length", "kl", "entropy",
@@ -101,6 +103,7 @@ class GrpoTrainer(RolloutTrainer):
         self._prefetch = Prefetch(rollout.submit)
         self._warned_stale = False
         self._timeline: list[dict] = []
+        self._prepared_at = 0.0
         if grpo_args.async_generate and 0 < grpo_args.max_staleness < self._steps_per_batch():
             logger.warning("--max_staleness %d is below the %d optimizer steps one generation batch serves: every "
                            "prefetched batch will be too old when it comes up and is generated again; raise "
@@ -132,6 +135,7 @@ class GrpoTrainer(RolloutTrainer):
             self._buffer = self._generate_and_score(rows)
         batch = self._buffer[self._calls % spg]
         self._calls += 1
+        self._prepared_at = time.time()  # the Trainer's training_step prepares inputs, then learns on them
         return batch
 
     def _timed(self, key: str, start: float) -> None:
@@ -365,6 +369,7 @@ class GrpoTrainer(RolloutTrainer):
         t = time.time()
         out = super().training_step(model, inputs, num_items_in_batch)
         self._timed("train", t)
+        self._span("learn", max(self._prepared_at, t))
         return out
 
     # ------------------------------------------------------------------ logging
