@@ -100,8 +100,7 @@ async def generate_resumable(engine: InferEngine, gate: UpdateGate, version: Cal
     choices = await asyncio.gather(*(_one_choice(engine, gate, version, request, prompt, config, k)
                                      for k in range(config.n)))
     usage = Usage(len(prompt), sum(len(c.token_ids) for c in choices))
-    oldest = min(c.version_spans[0][0] for c in choices if c.version_spans) if any(
-        c.version_spans for c in choices) else version()
+    oldest = min((c.version_spans[0][0] for c in choices if c.version_spans), default=version())
     return InferResponse(list(choices), usage, prompt, oldest)
 
 
@@ -112,6 +111,7 @@ async def _one_choice(engine: InferEngine, gate: UpdateGate, version: Callable[[
     texts: list[str] = []
     spans: list[list[int]] = []
     finish: list[str] = []
+    pieces = 0  # that produced tokens: the text of a cut piece may lag its tokens, so several are decoded anew
     while True:
         await gate.enter()
         try:
@@ -132,13 +132,14 @@ async def _one_choice(engine: InferEngine, gate: UpdateGate, version: Callable[[
         finally:
             gate.leave()
         if len(tokens) > start:
+            pieces += 1
             if spans and spans[-1][0] == at:
                 spans[-1][1] += len(tokens) - start
             else:
                 spans.append([at, len(tokens) - start])
         if done or finish or len(tokens) >= config.max_tokens:
             break
-    text = "".join(texts) if len(spans) <= 1 else engine.tokenizer.decode(tokens, skip_special_tokens=True)
+    text = "".join(texts) if pieces <= 1 else engine.tokenizer.decode(tokens, skip_special_tokens=True)
     reason = finish[-1] if finish else "length"
     return Choice(index, text, tokens, reason, logprobs if config.logprobs else None,
                   version_spans=[tuple(s) for s in spans])
