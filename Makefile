@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.setup-stamp
 
-.PHONY: setup test test-fast demo demo-dpo demo-gkd examples bench bench-train bench-grpo bench-rollout bench-deploy bench-dpo bench-gkd bench-ray lint clean
+.PHONY: setup test test-fast demo demo-dpo demo-gkd examples bench bench-train bench-grpo bench-rollout bench-async bench-deploy bench-dpo bench-gkd bench-ray lint clean
 
 setup: $(STAMP)
 
@@ -42,6 +42,9 @@ bench-grpo: setup
 
 bench-rollout: setup
 	$(PY) benchmarks/bench_rollout.py
+
+bench-async: setup
+	$(PY) benchmarks/bench_async.py
 
 bench-deploy: setup
 	$(PY) benchmarks/bench_deploy.py

@@ -301,6 +301,40 @@ def test_grpo_async_generate_tags_versions_and_staleness(server, tmp_path):
     assert set(behind) == {0, 1} and behind[:8] == [0] * 8
 
 
+def test_grpo_drops_and_regenerates_samples_over_max_staleness(server, tmp_path):
+    # one generation batch serves 2 optimizer steps, so the batch prefetched at step 0 is 2 steps old at step 2
+    result = grpo(tmp_path, [server], "--tuner_type", "full", "--learning_rate", "1e-3", "--async_generate", "true",
+                  "--max_staleness", "1", "--steps_per_generation", "4", "--log_completions", "true", steps=4,
+                  check=False)
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert "--max_staleness 1 is below the 2 optimizer steps one generation batch serves" in result.stderr
+    run_dir = next((tmp_path / "out").glob("v0-*"))
+    steps = [e for e in read_log(run_dir) if "loss" in e]
+    generated = [e for e in steps if "staleness/max" in e]  # steps 1 and 3 start a generation batch
+    assert len(generated) == 2 and all(e["staleness/max"] <= 1 for e in generated)
+    assert [e["staleness/dropped"] for e in generated] == [0, 16]  # the whole prefetched batch, generated again
+    samples = [json.loads(line) for line in (run_dir / "completions.jsonl").read_text().splitlines()]
+    assert [s["trainer_version"] - s["policy_version"] for s in samples] == [0] * 32
+    assert "without --rollout_importance_sampling_mode" not in result.stderr  # nothing stale was trained on
+
+
+def test_grpo_two_batches_ahead_within_max_staleness_warns_once_without_correction(server, tmp_path):
+    result = grpo(tmp_path, [server], "--tuner_type", "full", "--learning_rate", "1e-3", "--async_generate", "true",
+                  "--max_staleness", "2", "--log_completions", "true", steps=4, check=False)
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert result.stderr.count("without --rollout_importance_sampling_mode") == 1
+    run_dir = next((tmp_path / "out").glob("v0-*"))
+    steps = [e for e in read_log(run_dir) if "loss" in e]
+    assert [e["staleness/max"] for e in steps] == [0, 1, 2, 2]  # prefetched at steps 0, 0, 1
+    assert all(e["staleness/dropped"] == 0 for e in steps)
+    timeline = [json.loads(line) for line in (run_dir / "timeline.jsonl").read_text().splitlines()]
+    background = [s for s in timeline if s["event"] == "generate" and s["background"]]
+    assert len(background) >= 3 and all(s["samples"] == 8 for s in background)
+    learn = [s for s in timeline if s["event"] == "learn"]
+    assert len(learn) == 4 * 2 and not any(s["event"] == "generate" and not s["background"] and s["end"] > learn[0]["start"]
+                                           for s in timeline)  # 2 micro-steps a step; only step 0 generates in front
+
+
 def test_generation_spreads_across_two_servers(server, second_server, tmp_path):
     port2, _ = second_server
     before = [api(p).get("/info").json()["samples_generated"] for p in (server, port2)]

@@ -1,5 +1,5 @@
-"""Server-mode pieces without a server: bucket checks, bucketing, arguments, async lookahead, the client's
-give-up path and the OpenAI conversions."""
+"""Server-mode pieces without a server: bucket checks, bucketing, arguments, async lookahead and the
+staleness bound, the client's give-up path and the OpenAI conversions."""
 import socket
 import time
 
@@ -9,7 +9,8 @@ from safetensors.torch import save, save_file
 
 from swiftlike.arguments import RlhfArguments
 from swiftlike.infer import openai_api
-from swiftlike.rl.grpo_trainer import LookaheadBatches, RepeatSampler
+from swiftlike.rl.async_rollout import GenerationRows, LookaheadBatches, Prefetch, prefetch_depth, stale_groups
+from swiftlike.rl.grpo_trainer import RepeatSampler
 from swiftlike.rollout.client import RolloutServerError, ServerClient
 from swiftlike.rollout.transport import buckets
 from swiftlike.rollout.weights import WeightStager, WeightUpdateError, read_header
@@ -86,23 +87,66 @@ def test_server_mode_arguments():
         server_args(vllm_server_host=["a", "b"], vllm_server_port=[1, 2, 3])
     with pytest.raises(ValueError, match="--async_generate true .* needs --use_vllm true --vllm_mode server"):
         server_args(vllm_mode="colocate", async_generate=True)
+    assert server_args().max_staleness == 0 and server_args(async_generate=True).max_staleness == 1
+    assert server_args(async_generate=True, max_staleness=0).max_staleness == 0  # synchronous
+    with pytest.raises(ValueError, match="--max_staleness 2 lets samples lag .* --async_generate true"):
+        server_args(max_staleness=2)
+    with pytest.raises(ValueError, match="--max_staleness must be >= 0"):
+        server_args(async_generate=True, max_staleness=-1)
     with pytest.raises(ValueError, match="leave them off"):
         server_args(sleep_level=1)
     with pytest.raises(ValueError, match="--vllm_server_timeout must be > 0"):
         server_args(vllm_server_timeout=0)
 
 
-def test_lookahead_batches_carry_the_next_distinct_batch():
-    # 3 prompts per generation batch -> 6 prompts = 2 distinct batches, each served twice (repeat 2)
-    sampler = RepeatSampler(n_rows=6, num_generations=1, per_batch=3, repeat=2, seed=0)
-    batches = list(LookaheadBatches(sampler, batch_size=3))
+def test_lookahead_batches_carry_the_next_distinct_batches():
+    # 3 prompts per generation batch -> 9 prompts = 3 distinct batches, each served twice (repeat 2)
+    sampler = RepeatSampler(n_rows=9, num_generations=1, per_batch=3, repeat=2, seed=0)
+    one = list(LookaheadBatches(sampler, batch_size=3, depth=1))
+    sampler.epoch = 0
+    two = list(LookaheadBatches(sampler, batch_size=3, depth=2))
     sampler.epoch = 0
     plain = list(sampler)
-    assert len(batches) == len(LookaheadBatches(sampler, 3)) == 4
-    first, second = plain[:3], plain[6:9]
-    assert batches[0] == first + second  # the first copy of batch 1 carries batch 2
-    assert batches[1] == first  # a repeat does not prefetch again
-    assert batches[2] == second and batches[3] == second  # the epoch's last batch has nothing ahead
+    assert len(one) == len(LookaheadBatches(sampler, 3, 1)) == 6
+    first, second, third = plain[:3], plain[6:9], plain[12:15]
+    assert one[0] == first + second  # the first copy of batch 1 carries batch 2
+    assert one[1] == first  # a repeat does not prefetch again
+    assert one[2] == second + third and one[4] == third  # the epoch's last batch has nothing ahead
+    assert two[0] == first + second + third and two[2] == second + third
+    rows = GenerationRows.collate(3)(list(range(9)))
+    assert rows == [0, 1, 2] and rows.ahead == [[3, 4, 5], [6, 7, 8]]
+
+
+def test_prefetch_depth_fills_the_staleness_bound():
+    assert prefetch_depth(0, 1) == 0  # synchronous
+    assert [prefetch_depth(k, 1) for k in (1, 2, 4)] == [1, 2, 4]
+    assert prefetch_depth(1, 2) == 1 and prefetch_depth(3, 2) == 2 and prefetch_depth(4, 2) == 2
+
+
+def test_stale_groups_are_those_with_any_sample_over_the_bound():
+    # trainer at step 5, bound 2, groups of 2: version 3 is 2 behind (kept), 1 is 4 behind; None is the current policy
+    versions = [5, 3, 3, 3, 1, 5, None, None]
+    assert stale_groups(versions, current=5, max_staleness=2, group_size=2) == [2]
+    assert stale_groups(versions, current=5, max_staleness=4, group_size=2) == []
+    assert stale_groups(versions, current=5, max_staleness=0, group_size=2) == [0, 1, 2]
+    assert stale_groups(versions, current=5, max_staleness=0, group_size=4) == [0, 1]
+
+
+def test_prefetch_takes_in_order_and_discards_a_batch_for_other_rows():
+    from concurrent.futures import Future
+    submitted = []
+
+    def submit(rows):
+        submitted.append(rows)
+        future = Future()
+        future.set_result([f"rollout of {r}" for r in rows])
+        return future
+    prefetch = Prefetch(submit)
+    prefetch.top_up([[1], [2]])
+    prefetch.top_up([[1], [2], [3]])  # only the new one is submitted
+    assert submitted == [[1], [2], [3]] and len(prefetch) == 3
+    assert prefetch.take([1]) == ["rollout of 1"]
+    assert prefetch.take([9]) is None and len(prefetch) == 0  # not what was prefetched: all dropped
 
 
 def test_client_gives_up_with_a_clear_error_when_no_server_answers():

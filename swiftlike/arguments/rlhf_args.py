@@ -89,9 +89,16 @@ class RolloutArguments:
         "CPU). auto = nccl with CUDA, else http.")
     weight_sync_path: str | None = arg(None, "Directory for --weight_transport path; default /dev/shm.")
     weight_bucket_mb: int = arg(512, "Weights are sent to rollout servers in buckets of at most this many MiB.")
-    async_generate: bool = arg(False, "Server mode: generate the next batch while the trainer learns on this "
-                               "one (one step stale; each sample records its policy version, and the rollout "
-                               "correction applies).")
+    async_generate: bool = arg(False, "Server mode: the rollout servers generate the next generation batches "
+                               "while the trainer learns (up to --max_staleness optimizer steps ahead), and a "
+                               "weight sync does not wait for them: a request in flight continues under the new "
+                               "weights (partial rollout). Samples are off-policy; only "
+                               "--rollout_importance_sampling_mode corrects the loss for it (without it the "
+                               "trainer warns once and treats them as on-policy).")
+    max_staleness: int | None = arg(None, "TRL's name: a sample whose oldest token was sampled more than this many "
+                                    "optimizer steps before the step that trains on it is dropped and generated "
+                                    "again (counted in staleness/dropped). 0 = synchronous training. Default 1 "
+                                    "with --async_generate true, else 0; > 0 needs --async_generate true.")
     rollout_importance_sampling_mode: Literal["token_truncate", "token_mask", "sequence_truncate",
                                               "sequence_mask"] | None = arg(
         None, "Reweight the loss by pi_train / pi_rollout, bounded by the threshold; default off.")
@@ -363,7 +370,8 @@ class RlhfArguments(TrainArguments, PreferenceArguments, GkdArguments, GrpoArgum
                              "--loss_type unset")
         self._refuse(PREFERENCE_ONLY, "preference-training arguments")
         grpo_only = ("reward_funcs", "reward_model", "reward_weights", "dynamic_sample", "overlong_filter",
-                     "async_generate", "rollout_importance_sampling_mode", "off_policy_sequence_mask_delta")
+                     "async_generate", "max_staleness", "rollout_importance_sampling_mode",
+                     "off_policy_sequence_mask_delta")
         self._refuse(grpo_only, "GRPO's reward and correction arguments")
         if not self.teacher_model and not self.teacher_model_server:
             raise ValueError("--rlhf_type gkd needs a teacher: --teacher_model <model id or dir> (in-process) or "
@@ -445,6 +453,14 @@ class RlhfArguments(TrainArguments, PreferenceArguments, GkdArguments, GrpoArgum
         if self.async_generate and not server:
             raise ValueError("--async_generate true generates on rollout servers while the trainer learns; it "
                              "needs --use_vllm true --vllm_mode server")
+        if self.max_staleness is None:
+            self.max_staleness = 1 if self.async_generate else 0
+        if self.max_staleness < 0:
+            raise ValueError(f"--max_staleness must be >= 0 optimizer steps, got {self.max_staleness}")
+        if self.max_staleness > 0 and not self.async_generate:
+            raise ValueError(f"--max_staleness {self.max_staleness} lets samples lag the trainer, which only "
+                             "--async_generate true does; add it (with --vllm_mode server) or leave "
+                             "--max_staleness 0")
         if not server:
             return
         hosts, ports = self.vllm_server_host, self.vllm_server_port

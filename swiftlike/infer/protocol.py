@@ -100,6 +100,9 @@ class Choice:
     token_ids: list[int]
     finish_reason: FinishReason
     logprobs: list[TokenLogprob] | None = None
+    # Which weights produced which tokens, as (policy version, token count) in order: a rollout server's
+    # partial rollout continues a request across weight updates (rollout/partial.py). None: not tracked.
+    version_spans: list[tuple[int, int]] | None = None
 
 
 @dataclass

@@ -85,6 +85,7 @@ def train_grpo(args: RlhfArguments) -> TrainResult:
     try:
         trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
     finally:
+        trainer.write_timeline()
         rollout.close()
     stats = EncodeStats(rows=len(rows), kept=len(rows))
     return TrainResult(run_dir=run_dir, last_checkpoint=latest_checkpoint(run_dir), best_checkpoint=None,

@@ -8,9 +8,9 @@ scored, then it is served back one micro-batch slice at a time. With several pro
 share of the global generation batch in whole prompt groups (`RepeatSampler`); the bnpo/dapo token counts
 and the logged metrics are combined over ranks (`distributed.py`).
 
-With `--async_generate` each generation batch also carries the rows of the next one, which are sent to the
-rollout servers right after this batch's weight sync: they generate while this batch trains, one policy
-update behind when they are used.
+With `--async_generate` each generation batch also carries the rows of the next ones, which generate on the
+rollout servers while this batch trains, up to `--max_staleness` optimizer steps ahead (async_rollout.py);
+a sample older than that bound when its batch comes up is dropped and generated again.
 """
 from __future__ import annotations
 
@@ -24,7 +24,9 @@ import torch
 from torch.utils.data import DataLoader, Sampler
 
 from ..train.outputs import PLOTTED
+from ..utils import get_logger
 from .advantages import group_advantages, groups_with_signal, select_groups
+from .async_rollout import GenerationRows, LookaheadBatches, Prefetch, prefetch_depth, stale_groups
 from .correction import mismatch_metrics, off_policy_sequence_mask, rollout_is_weights
 from .distributed import concat_across_processes, sum_across_processes
 from .grpo_batch import completion_logps, tensorize
@@ -33,6 +35,11 @@ from .rewards import combine_rewards
 from .rollout import Rollout, RolloutWorker
 from .rollout_trainer import RolloutTrainer, disable_dropout
 from .sampling import SampledLogps
+
+logger = get_logger("swiftlike.rl")
+# The trainer's spans in timeline.jsonl besides "sync" and "learn" (a training step's forward and backward, its
+# inputs prepared); generation's are rollout.py's.
+TIMELINE = ("generate_wait",)
 
 # The curves a GRPO run draws into images/ (patterns are matched against the logged keys).
 GRPO_PLOTTED = (*PLOTTED, "reward", "reward_std", "rewards/*/mean", "completions/mean_length", "kl", "entropy",
@@ -77,33 +84,6 @@ class RepeatSampler(Sampler):
         return (self.n // (self.per_batch * self.num_processes)) * self.per_batch * self.g * self.repeat
 
 
-class GenerationRows(list):
-    """A generation batch's rows, plus the next distinct batch's rows for async prefetching ([] if none)."""
-
-    def __init__(self, rows: list[dict], next_rows: list[dict]):
-        super().__init__(rows)
-        self.next_rows = next_rows
-
-
-class LookaheadBatches(Sampler):
-    """Generation batches of a RepeatSampler, each followed by the indices of the next distinct batch in the
-    same epoch, so the trainer can ask for it one step early. The last batch of an epoch has none."""
-
-    def __init__(self, sampler: RepeatSampler, batch_size: int):
-        self.sampler, self.batch_size = sampler, batch_size
-
-    def __iter__(self):
-        flat = list(self.sampler)
-        batches = [flat[i:i + self.batch_size] for i in range(0, len(flat), self.batch_size)]
-        repeat = self.sampler.repeat
-        for i, batch in enumerate(batches):
-            ahead = i + repeat - i % repeat  # first copy of the next distinct batch
-            yield batch + (batches[ahead] if i % repeat == 0 and ahead < len(batches) else [])
-
-    def __len__(self) -> int:
-        return len(self.sampler) // self.batch_size
-
-
 class GrpoTrainer(RolloutTrainer):
     def __init__(self, *a, grpo_args, rollout: RolloutWorker, reward_funcs: dict, ref_model=None,
                  run_dir: Path | None = None, **kw):
@@ -117,7 +97,18 @@ class GrpoTrainer(RolloutTrainer):
         self._calls = 0
         # each rank draws its own extra prompts
         self._resample_gen = torch.Generator().manual_seed(self.args.seed + 1 + self.args.process_index)
-        self._pending: tuple[list, object] | None = None  # (rows, future) of the batch generating in background
+        # Generation batches kept in flight ahead of training (--async_generate; 0 = synchronous)
+        self._depth = prefetch_depth(grpo_args.max_staleness, self._steps_per_batch()) if grpo_args.async_generate else 0
+        rollout.generations_in_flight = max(self._depth, 1)
+        self._prefetch = Prefetch(rollout.submit)
+        self._warned_stale = False
+        self._timeline: list[dict] = []
+        self._prepared_at = 0.0
+        if grpo_args.async_generate and 0 < grpo_args.max_staleness < self._steps_per_batch():
+            logger.warning("--max_staleness %d is below the %d optimizer steps one generation batch serves: every "
+                           "prefetched batch will be too old when it comes up and is generated again; raise "
+                           "--max_staleness to %d or more", grpo_args.max_staleness, self._steps_per_batch(),
+                           self._steps_per_batch())
         if grpo_args.disable_dropout and ref_model is not None:
             disable_dropout(ref_model)
 
@@ -131,9 +122,9 @@ class GrpoTrainer(RolloutTrainer):
                                 self.args.seed, num_processes=self.args.world_size,
                                 process_index=self.args.process_index,
                                 prompts_per_unit=micro // g if micro % g == 0 else None)
-        if self.g.async_generate:
-            return DataLoader(self.train_dataset, batch_sampler=LookaheadBatches(sampler, gen_batch), num_workers=0,
-                              collate_fn=lambda rows: GenerationRows(rows[:gen_batch], rows[gen_batch:]))
+        if self._depth:
+            return DataLoader(self.train_dataset, batch_sampler=LookaheadBatches(sampler, gen_batch, self._depth),
+                              num_workers=0, collate_fn=GenerationRows.collate(gen_batch))
         return DataLoader(self.train_dataset, batch_size=gen_batch, sampler=sampler, collate_fn=list,
                           num_workers=0)
 
@@ -144,34 +135,82 @@ class GrpoTrainer(RolloutTrainer):
             self._buffer = self._generate_and_score(rows)
         batch = self._buffer[self._calls % spg]
         self._calls += 1
+        self._prepared_at = time.time()  # the Trainer's training_step prepares inputs, then learns on them
         return batch
 
     def _timed(self, key: str, start: float) -> None:
         self._metrics[f"timing/{key}"].append(time.time() - start)
+        if key in TIMELINE:
+            self._span(key, start)
+
+    def _span(self, event: str, start: float) -> None:
+        self._timeline.append({"event": event, "start": start, "end": time.time(), "step": self.state.global_step})
+
+    def write_timeline(self) -> None:
+        """timeline.jsonl: wall-clock spans of generation (foreground or background), waits and training, for
+        seeing how much generation overlaps training (docs/rollout.md draws one)."""
+        spans, self._timeline = self._timeline + self.rollout.timeline, []
+        self.rollout.timeline = []
+        if self.run_dir is None or not self.accelerator.is_main_process or not spans:
+            return
+        with (self.run_dir / "timeline.jsonl").open("a", encoding="utf-8") as f:
+            for span in sorted(spans, key=lambda s: s["start"]):
+                f.write(json.dumps(span) + "\n")
+
+    def _steps_per_batch(self) -> int:
+        """Optimizer steps one generation batch serves."""
+        return max(self.g.steps_per_generation // self.args.gradient_accumulation_steps, 1) * self.g.num_iterations
 
     def _collect_rollouts(self, rows: list[dict]) -> list[Rollout]:
-        """This batch's rollouts: prefetched in the background (async) or generated now after a sync.
+        """This batch's rollouts: prefetched in the background (async) or generated now, after the sync.
 
-        Async order: wait for this batch (generated one update ago), sync the weights just learned, then
-        start the next batch on the servers, so it is generated while this one trains.
+        The sync comes first and does not wait for the batches generating ahead (the servers continue them
+        under the new weights); then this batch is taken, its too-stale groups generated again, and the
+        batches ahead topped up so the servers keep generating while this one trains.
         """
-        pending, self._pending = self._pending, None
+        self.write_timeline()
         t = time.time()
-        if pending is not None and pending[0] == list(rows):
-            rollouts = pending[1].result()
+        self._sync_weights()
+        self._span("sync", t)
+        t = time.time()
+        rollouts = self._prefetch.take(rows) if self._depth else None
+        if rollouts is not None:
             self._timed("generate_wait", t)
-            self._sync_weights()
         else:
-            if pending is not None:  # rows changed under us (a resumed run): drop the prefetched batch
-                pending[1].result()
-            self._sync_weights()
-            t = time.time()
-            with self.rollout.memory.offloaded(self.model, self.optimizer):
-                rollouts = self.rollout.generate(rows, self.model)
-            self._timed("generate", t)
-        next_rows = getattr(rows, "next_rows", None)
-        if self.g.async_generate and next_rows:
-            self._pending = (list(next_rows), self.rollout.submit(list(next_rows)))
+            rollouts = self._generate_now(rows)
+        rollouts = self._drop_stale(rollouts)
+        if self._depth:
+            self._prefetch.top_up(getattr(rows, "ahead", []))
+        return rollouts
+
+    def _generate_now(self, rows: list[dict]) -> list[Rollout]:
+        t = time.time()
+        with self.rollout.memory.offloaded(self.model, self.optimizer):
+            rollouts = self.rollout.generate(rows, self.model)
+        self._timed("generate", t)
+        return rollouts
+
+    def _drop_stale(self, rollouts: list[Rollout]) -> list[Rollout]:
+        """Groups more than --max_staleness steps behind are generated again now (fresh), in place."""
+        current, g = self.rollout.policy_version, self.g.num_generations
+        dropped = 0
+        if current is not None:
+            stale = stale_groups([r.policy_version for r in rollouts], current, self.g.max_staleness, g)
+            if stale:
+                again = iter(self._generate_now([rollouts[k * g + i].row for k in stale for i in range(g)]))
+                rollouts = list(rollouts)
+                for k in stale:
+                    rollouts[k * g:(k + 1) * g] = [next(again) for _ in range(g)]
+                dropped = len(stale) * g
+            self._metrics["staleness/dropped"].append(float(dropped))
+            behind = max((current - r.policy_version for r in rollouts if r.policy_version is not None), default=0)
+            if behind > 0 and self.g.rollout_importance_sampling_mode is None and not self._warned_stale:
+                self._warned_stale = True
+                logger.warning(
+                    "training on samples up to %d optimizer steps stale (--async_generate, --max_staleness %d) "
+                    "without --rollout_importance_sampling_mode: the loss treats them as samples of the current "
+                    "policy. Set --rollout_importance_sampling_mode token_truncate (or another mode) to reweight "
+                    "each token by pi_current / pi_behaviour", behind, self.g.max_staleness)
         return rollouts
 
     @torch.no_grad()
@@ -330,6 +369,7 @@ class GrpoTrainer(RolloutTrainer):
         t = time.time()
         out = super().training_step(model, inputs, num_items_in_batch)
         self._timed("train", t)
+        self._span("learn", max(self._prepared_at, t))
         return out
 
     # ------------------------------------------------------------------ logging

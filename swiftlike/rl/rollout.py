@@ -5,14 +5,16 @@ weights, nothing to sync); `colocate` runs an in-process vLLM engine; `server` t
 servers through `RemoteEngine`. Both vLLM placements receive either the merged weights (`update_weights`)
 or, with `--vllm_enable_lora`, only the LoRA adapter, saved and loaded under a new id.
 
-Every rollout records the policy version that produced it (the number of syncs made before it was
-generated), so the trainer can measure how stale a sample is when `--async_generate` generates the next
-batch while the current one trains.
+Every rollout records the policy version that produced it, counted in optimizer steps: the trainer's step
+whose weights the engine held (per token span when a rollout server continued a request across a weight
+update, partial rollout), so the trainer can bound how stale a sample is when `--async_generate` generates
+ahead (`--max_staleness`). Engines count syncs; the worker maps each sync to the step it pushed.
 """
 from __future__ import annotations
 
 import shutil
 import tempfile
+import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -26,6 +28,7 @@ from .memory import ColocateMemory
 logger = get_logger("swiftlike.rl")
 
 POLICY_ADAPTER = "grpo_policy"
+BACKGROUND = "swiftlike-async-rollout"  # the threads of `submit`
 
 
 @dataclass
@@ -38,7 +41,9 @@ class Rollout:
     finish_reason: str
     rollout_logps: list[float] | None  # the engine's per-token log-probs of the sampled tokens
     row: dict = field(default_factory=dict)  # the dataset row (messages, solution, ...)
-    policy_version: int | None = None  # syncs made before this sample was generated; None: always current (pt)
+    policy_version: int | None = None  # optimizer step of the oldest weights that sampled it; None: always current (pt)
+    # (optimizer step, token count) in order: which weights sampled which tokens; None where not tracked
+    version_spans: list[tuple[int, int]] | None = None
 
 
 def request_config(args) -> RequestConfig:
@@ -72,8 +77,10 @@ class RolloutWorker:
         self._old_dirs: list[Path] = []
         self.memory = ColocateMemory(args)
         self._asleep = False
-        self._syncs = 0
+        self._step_of_sync = [0]  # the optimizer step whose weights each sync pushed; sync 0 = the start
         self._background: ThreadPoolExecutor | None = None
+        self.generations_in_flight = 1  # background generations at once (submit); the trainer sets it
+        self.timeline: list[dict] = []  # wall-clock spans of each generation, drained by the trainer
         # Several trainer processes in server mode: each generates on its share of the servers and pushes the
         # weights of the servers it owns (`server_shares`); shared servers are waited for at every sync.
         self.owns_servers, self.shares_servers = True, False
@@ -105,15 +112,21 @@ class RolloutWorker:
 
     @property
     def policy_version(self) -> int | None:
-        """Weights versions pushed so far (what a sample generated now would carry); None for pt."""
+        """The optimizer step of the weights the engine holds (what a sample generated now would carry);
+        None for pt, whose samples are always the current policy's."""
         if not self.args.use_vllm:
             return None
-        return self.engine.policy_version if self.engine.policy_version is not None else self._syncs
+        return self._step(self.engine.policy_version if self.engine.policy_version is not None else
+                          len(self._step_of_sync) - 1)
+
+    def _step(self, sync_version: int) -> int:
+        return self._step_of_sync[min(max(sync_version, 0), len(self._step_of_sync) - 1)]
 
     def submit(self, rows: list[dict]) -> Future:
         """Generate in the background (server mode): the trainer learns meanwhile and collects it later."""
         if self._background is None:
-            self._background = ThreadPoolExecutor(1, thread_name_prefix="swiftlike-async-rollout")
+            self._background = ThreadPoolExecutor(self.generations_in_flight,
+                                                  thread_name_prefix=BACKGROUND)
         return self._background.submit(self.generate, rows)
 
     def generate(self, rows: list[dict], model=None) -> list[Rollout]:
@@ -125,6 +138,7 @@ class RolloutWorker:
         if was_training:
             model.eval()  # pt engine: no dropout while sampling
         self._wake()
+        start = time.time()
         try:
             responses = self.engine.infer(requests, config)
         finally:
@@ -133,28 +147,35 @@ class RolloutWorker:
             if self.memory.sleep_level:  # the trainer gets the GPU memory back until the next generation
                 self.engine.sleep(self.memory.sleep_level)
                 self._asleep = True
+        self.timeline.append({"event": "generate", "start": start, "end": time.time(), "samples": len(rows),
+                              "tokens": sum(len(r.choices[0].token_ids) for r in responses),
+                              "background": threading.current_thread().name.startswith(BACKGROUND)})
         local_version = self.policy_version
         out = []
         for row, resp in zip(rows, responses):
             c = resp.choices[0]
             logps = [t.logprob for t in c.logprobs] if c.logprobs is not None else None
-            version = resp.policy_version if resp.policy_version is not None else local_version
+            spans = [(self._step(v), n) for v, n in c.version_spans] if c.version_spans else None
+            version = self._step(resp.policy_version) if resp.policy_version is not None else local_version
+            if spans:
+                version = min(v for v, _ in spans)
             out.append(Rollout(list(resp.prompt_token_ids), list(c.token_ids), c.text, c.finish_reason, logps, row,
-                               version))
+                               version, spans))
         return out
 
-    def sync(self, model) -> dict[str, float]:
-        """Push the trainer's weights; returns sync/bytes and sync/seconds."""
+    def sync(self, model, step: int) -> dict[str, float]:
+        """Push the trainer's weights, those of optimizer step `step`; returns sync/bytes and sync/seconds."""
         if not self.needs_sync:
             return {}
         start = time.time()
+        # Before the push: an answer that a background generation gets under the new weights maps to `step`.
+        self._step_of_sync.append(step)
         self._wake()
         nbytes = self._push(model) if self.owns_servers else 0
         if self.shares_servers:
             barrier()  # a shared server has its update before any process generates on it
             if not self.owns_servers:
                 self.engine.follow_update(POLICY_ADAPTER if self.lora_sync else None)
-        self._syncs += 1
         return {"sync/bytes": float(nbytes), "sync/seconds": time.time() - start}
 
     def _push(self, model) -> int:

@@ -53,7 +53,8 @@ class RolloutTrainer(SwiftlikeTrainer):
     def _sync_weights(self) -> None:
         """Push the policy to the engine once per optimizer step, before its first generation."""
         if self.rollout.needs_sync and self._last_synced_step != self.state.global_step:
-            for k, v in self.rollout.sync(self.accelerator.unwrap_model(self.model)).items():
+            for k, v in self.rollout.sync(self.accelerator.unwrap_model(self.model),
+                                                  self.state.global_step).items():
                 self._metrics[k].append(v)
             self._last_synced_step = self.state.global_step
 

@@ -5,7 +5,9 @@ Routes:
   GET  /info                        model, dtype, engine versions, policy version, adapters, and `weights`: the
                                     fingerprint of the base weights served now (fingerprint.py), which a
                                     LoRA-only trainer checks against its own base before pushing an adapter
-  POST /generate                    batched sampling: token ids, per-token log-probs, finish reason, version
+  POST /generate                    batched sampling: token ids, per-token log-probs, finish reason, and the
+                                    policy version of each token (`version_spans`: [[version, count], ...];
+                                    a request in flight at an update continues under the new weights)
   POST /update_weights/begin        open a full-weight update -> update_id
   POST /update_weights/bucket       one bucket as safetensors bytes (HTTP transport)
   POST /update_weights/bucket_path  one bucket as a safetensors file on a shared path
@@ -144,11 +146,12 @@ def create_app(service: RolloutService) -> FastAPI:
         config = body.config
         requests = [InferRequest(messages=p.messages, input_ids=p.input_ids, adapter=body.adapter)
                     for p in body.prompts]
-        responses = await service.on_engine(service.generate, requests, config)
+        responses = await service.generate(requests, config)
         return {"policy_version": service.version, "results": [
             {"prompt_ids": r.prompt_token_ids, "policy_version": r.policy_version,
              "choices": [{"text": c.text, "token_ids": c.token_ids, "finish_reason": c.finish_reason,
-                          "logprobs": [t.logprob for t in c.logprobs] if c.logprobs is not None else None}
+                          "logprobs": [t.logprob for t in c.logprobs] if c.logprobs is not None else None,
+                          "version_spans": c.version_spans or [[r.policy_version, len(c.token_ids)]]}
                          for c in r.choices]} for r in responses]}
 
     @app.post("/update_weights/begin")
@@ -178,7 +181,7 @@ def create_app(service: RolloutService) -> FastAPI:
 
     @app.post("/update_weights/commit")
     async def commit(body: UpdateId):
-        version = await service.on_engine(service.commit, body.update_id)
+        version = await service.change_engine(service.commit, body.update_id)
         return {"policy_version": version}
 
     @app.post("/update_weights/abort")
@@ -195,12 +198,12 @@ def create_app(service: RolloutService) -> FastAPI:
             if not name:
                 raise ValueError("an adapter sent as bytes needs ?name=<adapter name>")
             path = await run_in_threadpool(_write_adapter, service.adapter_dir(name), await request.body())
-        version = await service.on_engine(service.load_adapter, name, path)
+        version = await service.change_engine(service.load_adapter, name, path)
         return {"policy_version": version}
 
     @app.post("/reset_prefix_cache")
     async def reset_prefix_cache():
-        await service.on_engine(service.engine.reset_prefix_cache)
+        await service.change_engine(service.engine.reset_prefix_cache)
         return {"status": "ok"}
 
     @app.get("/v1/models")
@@ -214,7 +217,7 @@ def create_app(service: RolloutService) -> FastAPI:
         req = openai_api.chat_request(body)
         req.adapter = _adapter_for(service, body)
         config = openai_api.request_config(body, service.args.default_max_tokens)
-        resp = (await service.on_engine(service.generate, [req], config))[0]
+        resp = (await service.generate([req], config))[0]
         return openai_api.chat_response(resp, body.get("model") or service.engine.model_name)
 
     @app.post("/v1/completions")
@@ -225,7 +228,7 @@ def create_app(service: RolloutService) -> FastAPI:
             req.adapter = _adapter_for(service, body)
         config = openai_api.request_config(body, service.args.default_max_tokens)
         service.engine.check_config(config)
-        resps = await service.on_engine(service.generate, reqs, config)
+        resps = await service.generate(reqs, config)
         return openai_api.completion_response(resps, body.get("model") or service.engine.model_name)
 
     @app.post("/tokenize")

@@ -22,6 +22,7 @@ from .fingerprint import WeightsFingerprint
 logger = get_logger("swiftlike.rollout")
 
 RETRY_STATUSES = (502, 503, 504)
+GENERATIONS_IN_FLIGHT = 8  # generation batches one trainer may have on the servers at once
 GENERATE_READ_TIMEOUT = 1800.0  # seconds one generation batch may take before the client gives up on it
 
 
@@ -110,7 +111,10 @@ class RemoteEngine(InferEngine):
         self.policy_version = 0
         self._adapters: dict[str, str] = {}
         self._trainer_base: WeightsFingerprint | None = None
-        self._pool = ThreadPoolExecutor(max(len(clients), 1), thread_name_prefix="swiftlike-remote")
+        # Several generation batches may be in flight at once (--async_generate with --max_staleness > 1),
+        # each split across every server.
+        self._pool = ThreadPoolExecutor(max(len(clients), 1) * GENERATIONS_IN_FLIGHT,
+                                        thread_name_prefix="swiftlike-remote")
         logger.info("rollout servers: %s (%s, %s)", ", ".join(c.url for c in clients), self.model_name, self.dtype)
 
     @property
@@ -145,12 +149,15 @@ class RemoteEngine(InferEngine):
             body = {"prompts": [{"input_ids": self.prompt_ids(requests[i])} for i in group], "adapter": adapter,
                     "config": asdict(config)}
             result = self.clients[server].post("/generate", json=body)
+            base = self._base_versions[server]
             for i, res in zip(group, result["results"]):
                 choices = [Choice(k, c["text"], c["token_ids"], c["finish_reason"],
                                   [TokenLogprob(t, "", lp) for t, lp in zip(c["token_ids"], c["logprobs"])]
-                                  if c["logprobs"] is not None else None) for k, c in enumerate(res["choices"])]
+                                  if c["logprobs"] is not None else None,
+                                  [(v - base, n) for v, n in c["version_spans"]] if c.get("version_spans") else None)
+                           for k, c in enumerate(res["choices"])]
                 usage = Usage(len(res["prompt_ids"]), sum(len(c.token_ids) for c in choices))
-                version = res["policy_version"] - self._base_versions[server]
+                version = res["policy_version"] - base
                 out[i] = InferResponse(choices, usage, res["prompt_ids"], version)
         return out
 

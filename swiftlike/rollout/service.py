@@ -1,7 +1,9 @@
 """`swiftlike rollout`: a vLLM engine behind FastAPI, for trainers on other processes or machines.
 
-Generation and weight commits run on one engine thread, so an update lands between two generation
-batches (never inside one) and every answer carries the policy version that produced it. The version
+Generation runs in the engine's continuous batcher; a weight or adapter update interrupts it between two
+engine steps and the interrupted requests continue under the new weights (partial rollout, partial.py),
+so an update never waits for a generation batch to drain, and every answer says which policy version
+produced which of its tokens (`version_spans`; `policy_version` is the oldest of them). The version
 counts applied weight updates (full or adapter); a trainer compares it with its own to measure staleness.
 The server also keeps a fingerprint of the base weights it serves (fingerprint.py): of the checkpoint at
 load, then of what each full update left loaded, so a LoRA-only trainer can check its base before
@@ -21,6 +23,7 @@ from ..arguments.rollout_args import RolloutServerArguments
 from ..infer.protocol import InferRequest, RequestConfig
 from ..utils import get_logger
 from .fingerprint import checkpoint_fingerprint
+from .partial import UpdateGate, generate_resumable, resumable
 from .weights import WeightStager, checkpoint_shapes
 
 logger = get_logger("swiftlike.rollout")
@@ -51,9 +54,23 @@ class RolloutService:
         self._adapter_root = Path(tempfile.mkdtemp(prefix="swiftlike-rollout-adapters-"))
         self._adapter_dirs: dict[str, list[Path]] = {}
         self._collective = None
+        self._gate: UpdateGate | None = None  # made on the serving event loop, at its first use
 
     async def on_engine(self, fn, *args):
         return await asyncio.get_running_loop().run_in_executor(self._engine_thread, fn, *args)
+
+    @property
+    def gate(self) -> UpdateGate:
+        if self._gate is None:
+            self._gate = UpdateGate()
+        return self._gate
+
+    async def change_engine(self, fn, *args):
+        """An update of the engine (weights, adapter, cache): generation in flight is cut and resumes after it."""
+        def paused():
+            with self.engine.between_steps():
+                return fn(*args)
+        return await self.gate.update(lambda: self.on_engine(paused))
 
     @property
     def dtype(self) -> str:
@@ -67,6 +84,9 @@ class RolloutService:
         return {"model": self.engine.model_name, "model_dir": str(self.engine.model_dir),
                 "dtype": self.dtype, "policy_version": self.version, "adapters": sorted(self.engine.adapters),
                 "samples_generated": self.samples_generated,
+                "in_flight": self.gate._running if self._gate is not None else 0,
+                "partial_rollouts": self.gate.interrupted if self._gate is not None else 0,
+                "tokens_generated": self.gate.tokens if self._gate is not None else 0,
                 "max_model_len": self.max_model_len, "enable_lora": self.engine.supports_lora,
                 "weights": {"fingerprint": self.weights.fingerprint, "layout": self.weights.layout,
                             "tensors": len(self.weights.digests), "full_update_version": self.full_update_version},
@@ -90,11 +110,19 @@ class RolloutService:
                 raise ValueError(f"prompt of {len(ids)} tokens + max_tokens {config.max_tokens} exceeds the "
                                  f"server's max_model_len {self.max_model_len} (--vllm_max_model_len)")
 
-    def generate(self, requests: list[InferRequest], config: RequestConfig):
+    async def generate(self, requests: list[InferRequest], config: RequestConfig):
         self.check_generate(requests, config)
-        responses = self.engine.infer(requests, config)
-        for r in responses:
-            r.policy_version = self.version
+        if resumable(config):
+            responses = await asyncio.gather(*(generate_resumable(self.engine, self.gate, lambda: self.version, r,
+                                                                  config) for r in requests))
+        else:
+            async def whole():
+                version = self.version
+                answers = await asyncio.gather(*(self.engine.generate_async(r, config) for r in requests))
+                for a in answers:
+                    a.policy_version = version
+                return answers
+            responses = await self.gate.run(whole)
         self.samples_generated += sum(len(r.choices) for r in responses)
         return responses
 

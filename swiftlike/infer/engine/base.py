@@ -8,6 +8,7 @@ outside an engine's module touches its members.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from abc import ABC, abstractmethod
 from pathlib import Path
@@ -153,6 +154,14 @@ class InferEngine(ABC):
     def _one_at_a_time(self, fn, *args):
         with self._serial_lock:
             return fn(*args)
+
+    @contextlib.contextmanager
+    def between_steps(self):
+        """A block in which no generation runs on this engine, for changing it (weights, adapters) while
+        requests from `generate_async` / `stream_async` are being served. Engines that batch concurrent
+        requests themselves pause their stepping; the default holds the lock that serialises them."""
+        with self._serial_lock:
+            yield
 
     def sleep(self, level: int = 1) -> None:
         """Free accelerator memory while a trainer runs; engines without that ability keep it."""

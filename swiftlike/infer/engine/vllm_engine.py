@@ -6,6 +6,7 @@ The engine stays in the calling process (VLLM_ENABLE_V1_MULTIPROCESSING=0) so st
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import os
 import queue
@@ -274,6 +275,16 @@ class VllmEngine(InferEngine):
                 finish = choice.finish_reason if c.finish_reason is not None else None
                 yield StreamDelta(c.index, c.text, list(c.token_ids), finish, choice.logprobs)
 
+    @contextlib.contextmanager
+    def between_steps(self):
+        """Requests in flight in the continuous batcher stay scheduled but no step runs until the block ends."""
+        if self._continuous is None:
+            with self._serial_lock:
+                yield
+            return
+        with self._continuous.paused():
+            yield
+
     def _batcher(self) -> "ContinuousBatcher":
         if self._continuous is None:
             self._continuous = ContinuousBatcher(self)
@@ -307,6 +318,10 @@ class ContinuousBatcher:
         self._ids = itertools.count()
         self._wake = threading.Event()
         self._stop = False
+        self._pause_lock = threading.Lock()
+        self._pause_asked = False
+        self._paused = threading.Event()
+        self._resume = threading.Event()
         self._thread = threading.Thread(target=self._run, name="swiftlike-vllm-steps", daemon=True)
         self._thread.start()
 
@@ -345,6 +360,11 @@ class ContinuousBatcher:
                 aborted.append(self._aborts.get())
             if aborted:
                 self._core.abort_request(aborted)
+            if self._pause_asked:
+                self._paused.set()
+                self._resume.wait()
+                self._resume.clear()
+                continue
             if not self._core.has_unfinished_requests():
                 self._wake.wait(0.5)
                 self._wake.clear()
@@ -381,6 +401,21 @@ class ContinuousBatcher:
         finally:
             if not finished:  # the caller went away: stop generating for it
                 self._abort(request_id)
+
+    @contextlib.contextmanager
+    def paused(self):
+        """No engine step runs inside the block (the stepping thread waits after its current step), so another
+        thread may change the engine: reload weights, load an adapter."""
+        with self._pause_lock:
+            self._pause_asked = True
+            self._wake.set()
+            self._paused.wait()
+            try:
+                yield
+            finally:
+                self._pause_asked = False
+                self._paused.clear()
+                self._resume.set()
 
     def close(self) -> None:
         self._stop = True

@@ -1,0 +1,107 @@
+"""Bounded staleness for `--async_generate`: generation batches prefetched ahead of the trainer, and the
+rule that keeps any sample more than `--max_staleness` optimizer steps old out of the loss.
+
+The dataloader hands each generation batch together with the rows of the next `depth` distinct batches
+(`LookaheadBatches`); the trainer keeps that many generating on the rollout servers (`Prefetch`), so
+generation runs continuously beside training into a buffer of at most `depth` batches, and weight syncs
+do not wait for it (the servers continue a request under new weights, rollout/partial.py). A batch taken
+from the buffer is filtered by `stale_groups`: a group with a sample older than the bound is dropped and
+generated again with the current weights, so the batch stays full. `depth` is derived from the bound
+(`prefetch_depth`), so drops are the exception: a bound below the optimizer steps one generation batch
+serves, or a request that waited long on a busy server.
+"""
+from __future__ import annotations
+
+import math
+from collections import deque
+from concurrent.futures import Future
+
+from torch.utils.data import Sampler
+
+
+def prefetch_depth(max_staleness: int, steps_per_batch: int) -> int:
+    """Generation batches to keep in flight: a batch started now is first trained on `depth * steps_per_batch`
+    optimizer steps from now, so `ceil(K / steps_per_batch)` batches fill the bound (0 = synchronous)."""
+    return math.ceil(max_staleness / steps_per_batch) if max_staleness > 0 else 0
+
+
+def stale_groups(versions: list[int | None], current: int, max_staleness: int, group_size: int) -> list[int]:
+    """Indices of the groups (consecutive `group_size` samples) holding a sample whose policy version (its oldest
+    token's) is more than `max_staleness` steps behind `current`. A group goes as a whole: its advantages are
+    computed over all its samples. None (a sample of the current policy) is never stale."""
+    stale = []
+    for g in range(len(versions) // group_size):
+        group = versions[g * group_size:(g + 1) * group_size]
+        if any(v is not None and current - v > max_staleness for v in group):
+            stale.append(g)
+    return stale
+
+
+class GenerationRows(list):
+    """A generation batch's rows, plus the rows of the next distinct batches for prefetching ([] if none)."""
+
+    def __init__(self, rows: list[dict], ahead: list[list[dict]]):
+        super().__init__(rows)
+        self.ahead = ahead
+
+    @classmethod
+    def collate(cls, batch_size: int):
+        """The DataLoader's collate_fn for LookaheadBatches: cut the flat rows back into batches."""
+        def split(rows: list[dict]) -> GenerationRows:
+            return cls(rows[:batch_size], [rows[k:k + batch_size] for k in range(batch_size, len(rows), batch_size)])
+        return split
+
+
+class LookaheadBatches(Sampler):
+    """Generation batches of a RepeatSampler (grpo_trainer.py), as flat index lists: the first copy of each
+    distinct batch is followed by the indices of the next `depth` distinct batches of the same epoch (fewer
+    near its end)."""
+
+    def __init__(self, sampler, batch_size: int, depth: int):
+        self.sampler, self.batch_size, self.depth = sampler, batch_size, depth
+
+    def __iter__(self):
+        flat = list(self.sampler)
+        batches = [flat[i:i + self.batch_size] for i in range(0, len(flat), self.batch_size)]
+        repeat = self.sampler.repeat
+        for i, batch in enumerate(batches):
+            ahead = []
+            if i % repeat == 0:
+                ahead = [batches[j] for j in range(i + repeat, min(len(batches), i + repeat * (self.depth + 1)),
+                                                   repeat)]
+            yield [i for b in (batch, *ahead) for i in b]
+
+    def __len__(self) -> int:
+        return len(self.sampler) // self.batch_size
+
+
+class Prefetch:
+    """Generation batches submitted ahead, in the order they will be trained on."""
+
+    def __init__(self, submit):
+        self._submit = submit  # rows -> Future of rollouts (RolloutWorker.submit)
+        self._pending: deque[tuple[list[dict], Future]] = deque()
+
+    def take(self, rows: list[dict]):
+        """This batch's rollouts if it was prefetched (waits for it), else None; a prefetched batch for other
+        rows (a resumed run) is discarded."""
+        if self._pending and self._pending[0][0] == list(rows):
+            return self._pending.popleft()[1].result()
+        self.clear()
+        return None
+
+    def top_up(self, ahead: list[list[dict]]) -> None:
+        """Keep the next batches generating: submit those of `ahead` not in flight yet."""
+        if any(p[0] != a for p, a in zip(self._pending, ahead)):
+            self.clear()
+        for rows in ahead[len(self._pending):]:
+            self._pending.append((list(rows), self._submit(list(rows))))
+
+    def clear(self) -> None:
+        while self._pending:
+            _, future = self._pending.popleft()
+            if not future.cancel():
+                future.result()
+
+    def __len__(self) -> int:
+        return len(self._pending)
