@@ -10,7 +10,7 @@ import openai
 import pytest
 from servers import ENV, free_port, start
 
-from swiftlike.app.chat_app import chat_messages, text_of
+from swiftlike.ui.chat import chat_messages, text_of
 from swiftlike.arguments import parse_args
 from swiftlike.arguments.app_args import AppArguments
 
