@@ -7,7 +7,7 @@ from ..arguments.webui_args import WebUIArguments
 from . import arguments_of
 
 
-def webui_main(args: WebUIArguments | list[str] | None = None) -> None:
+def web_ui_main(args: WebUIArguments | list[str] | None = None) -> None:
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
     import gradio as gr
     from fastapi import FastAPI
