@@ -1,0 +1,283 @@
+"""`swiftlike web-ui` as a real process, driven by headless Chromium: fill a page, start the real CLI, and follow
+the job in the runtime tab (log, curves, state), then hand its checkpoint to eval and deploy and chat with it.
+
+SWIFTLIKE_UI_SCREENSHOTS=docs/images saves a screenshot of each page there (docs/web-ui.md shows them).
+"""
+import json
+import os
+import re
+import shlex
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from servers import free_port, start
+from test_app import WATCH_REPLIES, assert_streamed
+
+TINY = "tiny-random/qwen2_5"
+SHOTS = os.environ.get("SWIFTLIKE_UI_SCREENSHOTS")
+
+
+@pytest.fixture(scope="module")
+def ui(tmp_path_factory):
+    root = tmp_path_factory.mktemp("webui")
+    port = free_port()
+    proc = start(["web-ui", "--server_port", str(port), "--jobs_dir", str(root / "jobs")], port, root / "ui.log",
+                 timeout=120)
+    yield {"url": f"http://127.0.0.1:{port}/", "root": root, "jobs": root / "jobs"}
+    proc.terminate()
+    proc.wait(timeout=60)
+    for job_dir in (root / "jobs").iterdir():  # nothing the tests started is left running
+        if (job_dir / "job.json").is_file() and not (job_dir / "exit.json").is_file():
+            pid = json.loads((job_dir / "job.json").read_text())["pid"]
+            if psutil.pid_exists(pid):
+                os.killpg(os.getpgid(pid), 9)
+
+
+@pytest.fixture(scope="module")
+def page(browser, ui):
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.goto(ui["url"], wait_until="load")
+    page.locator("#sft-model").wait_for(timeout=60_000)
+    yield page
+    page.close()
+
+
+def fill(page, elem_id: str, value: str) -> None:
+    box = page.locator(f"#{elem_id} input, #{elem_id} textarea").first
+    box.fill(value)
+    box.dispatch_event("blur")
+
+
+def choose(page, elem_id: str, option: str) -> None:
+    page.locator(f"#{elem_id} input").click()
+    page.get_by_role("option", name=re.compile(re.escape(option))).first.click()
+
+
+def tab(page, name: str) -> None:
+    page.get_by_role("tab", name=name).click()
+
+
+def wait_for_text(page, selector: str, pattern: str, timeout: float = 240) -> str:
+    deadline = time.time() + timeout
+    text = ""
+    while time.time() < deadline:
+        text = page.locator(selector).first.inner_text()
+        if re.search(pattern, text):
+            return text
+        time.sleep(0.5)
+    raise AssertionError(f"{selector} never showed {pattern!r}; it shows:\n{text[-2000:]}")
+
+
+def shoot(page, name: str) -> None:
+    if SHOTS:
+        Path(SHOTS).mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(Path(SHOTS) / f"web-ui-{name}.png"), full_page=False)
+
+
+def started_job(ui, page, key: str) -> dict:
+    status = wait_for_text(page, f"#{key}-status", r"Started job|Not started", timeout=60)
+    found = re.search(r"Started job (\S+)", status)
+    assert found, status
+    return json.loads((ui["jobs"] / found.group(1) / "job.json").read_text())
+
+
+def curve_drawn(page, key: str, timeout: float = 240) -> None:
+    """The runtime tab's line plot for `key` has drawn its points (Vega renders them into a canvas or SVG)."""
+    page.locator(f"#runtime-curve-{key} canvas, #runtime-curve-{key} svg .mark-line").first.wait_for(
+        timeout=timeout * 1000)
+
+
+@pytest.fixture(scope="module")
+def sft_job(ui, page):
+    """(1) the sft page for the tiny model, a few steps: log lines, a loss curve, finished, a checkpoint."""
+    tab(page, "Train (sft / pt)")
+    for elem, value in [("sft-model", TINY), ("sft-dataset", "swiftlike/alpaca-mini#16"),
+                        ("sft-output_dir", str(ui["root"] / "out")), ("sft-max_steps", "6"),
+                        ("sft-logging_steps", "1"), ("sft-save_steps", "3"), ("sft-per_device_train_batch_size", "2"),
+                        ("sft-gradient_accumulation_steps", "1"), ("sft-torch_dtype", "float32")]:
+        if elem == "sft-torch_dtype":
+            choose(page, elem, value)
+        else:
+            fill(page, elem, value)
+    page.locator("#sft-dry-run").click()
+    preview = wait_for_text(page, "#sft-preview", r"swiftlike sft", timeout=30)
+    shoot(page, "sft")
+    page.locator("#sft-start").click()
+    record = started_job(ui, page, "sft")
+    wait_for_text(page, "#runtime-status", r"running|finished", timeout=30)
+    wait_for_text(page, "#runtime-log textarea, #runtime-log", r".", timeout=120)
+    curve_drawn(page, "loss")
+    wait_for_text(page, "#runtime-status", r"\bfinished\b")
+    wait_for_text(page, "#runtime-result", r"last checkpoint")
+    shoot(page, "runtime")
+    return record, preview
+
+
+def test_sft_runs_to_a_checkpoint_with_log_and_loss_curve(ui, page, sft_job):
+    record, _ = sft_job
+    log = Path(record["log"]).read_text()
+    assert "training finished" in log
+    run_dirs = list((ui["root"] / "out").glob("v0-*"))
+    assert len(run_dirs) == 1 and (run_dirs[0] / "checkpoint-6" / "adapter_config.json").is_file()
+    losses = [json.loads(line)["loss"] for line in (run_dirs[0] / "logging.jsonl").read_text().splitlines()
+              if '"loss"' in line]
+    assert len(losses) == 6
+    assert page.locator("#runtime-log textarea").input_value().strip(), "the log tail is empty"
+
+
+def test_command_preview_equals_what_ran(ui, sft_job):
+    """(6) The line the page showed is the job's record, and the record's argv is what the process ran."""
+    record, preview = sft_job
+    assert preview.strip() == record["command_line"]
+    words = shlex.split(preview)
+    assert record["exec"] == [sys.executable, "-m", "swiftlike.cli.main", *words[1:]]
+    assert "--max_steps" in words and words[words.index("--max_steps") + 1] == "6"
+
+
+def test_eval_the_checkpoint_shows_the_report_table(ui, page, sft_job):
+    page.locator("#runtime-to-eval").click()
+    wait_for_text(page, "#eval-adapters input, #eval-adapters textarea", r"", timeout=10)
+    assert "checkpoint-6" in page.locator("#eval-adapters input, #eval-adapters textarea").first.input_value()
+    fill(page, "eval-eval_limit", "2")
+    fill(page, "eval-max_new_tokens", "8")
+    fill(page, "eval-eval_output_dir", str(ui["root"] / "eval"))
+    shoot(page, "eval")
+    page.locator("#eval-start").click()
+    started_job(ui, page, "eval")
+    wait_for_text(page, "#runtime-status", r"\bfinished\b")
+    table = wait_for_text(page, "#runtime-result", r"math")
+    assert re.search(r"math\s+2\s+1\s+\d\.\d{4}", table), table
+
+
+def test_deploy_the_checkpoint_chat_streams_then_stop(ui, page, sft_job):
+    """(3) deploy from the runtime tab, chat with a streamed reply; (4) stop it: stopped, its processes gone."""
+    page.locator("#runtime-to-deploy").click()
+    assert "checkpoint-6" in page.locator("#infer-adapters input, #infer-adapters textarea").first.input_value()
+    fill(page, "infer-port", str(free_port()))
+    fill(page, "infer-max_new_tokens", "24")
+    page.locator("#infer-start").click()
+    record = started_job(ui, page, "infer")
+    wait_for_text(page, "#runtime-log textarea, #runtime-log", r"ready|Uvicorn running|listening|:\d+", timeout=180)
+    tab(page, "Deploy & chat")
+    deadline = time.time() + 180
+    while time.time() < deadline:
+        page.locator("#chat-refresh").click()
+        time.sleep(1)
+        page.locator("#chat-deployment input").click()
+        if page.get_by_role("option", name=re.compile(record["id"])).count():
+            page.get_by_role("option", name=re.compile(record["id"])).first.click()
+            break
+        page.keyboard.press("Escape")
+    page.evaluate(WATCH_REPLIES)
+    shown = []
+    while time.time() < deadline:
+        box = page.locator("#chat-input textarea, #chat-input input").first
+        box.fill("hello there")
+        box.press("Enter")
+        time.sleep(3)
+        shown = page.evaluate("window.__shown")
+        if shown and shown[-1].strip():
+            break
+    final = ""
+    for _ in range(60):  # until the reply stops growing
+        time.sleep(0.5)
+        latest = page.evaluate("window.__shown")
+        if latest[-1] == final:
+            break
+        final = latest[-1]
+    assert final.strip(), "no reply shown"
+    assert_streamed(page.evaluate("window.__shown"))
+    shoot(page, "deploy")
+    tab(page, "Runtime")
+    choose(page, "runtime-job", record["id"])
+    pids = [record["pid"], json.loads((Path(record["log"]).parent / "process.json").read_text())["pid"]]
+    assert all(psutil.pid_exists(p) for p in pids)
+    page.locator("#runtime-stop").click()
+    wait_for_text(page, "#runtime-status", r"\bstopped\b", timeout=60)
+    assert not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in pids)
+
+
+def test_grpo_with_pt_rollout_draws_a_reward_curve(ui, page):
+    """(2) and the rollout-server panel: start `swiftlike rollout`, see it healthy, stop it."""
+    tab(page, "GRPO")
+    for elem, value in [("grpo-model", TINY), ("grpo-dataset", "swiftlike/arithmetic#8"),
+                        ("grpo-reward_funcs", "format_hash repetition"), ("grpo-num_generations", "4"),
+                        ("grpo-max_completion_length", "12"), ("grpo-output_dir", str(ui["root"] / "grpo")),
+                        ("grpo-max_steps", "3"), ("grpo-per_device_train_batch_size", "4"),
+                        ("grpo-gradient_accumulation_steps", "1"), ("grpo-logging_steps", "1")]:
+        fill(page, elem, value)
+    shoot(page, "grpo")
+    page.locator("#grpo-start").click()
+    record = started_job(ui, page, "grpo")
+    assert record["argv"][:2] == ["--rlhf_type", "grpo"]
+    curve_drawn(page, "reward")
+    curve_drawn(page, "kl")
+    wait_for_text(page, "#runtime-status", r"\bfinished\b")
+    rewards = [json.loads(line) for line in next((ui["root"] / "grpo").glob("v0-*/logging.jsonl")).read_text()
+               .splitlines()]
+    assert sum("reward" in e for e in rewards) == 3
+
+
+def test_rollout_server_panel_starts_checks_and_stops(ui, page):
+    tab(page, "GRPO")
+    page.locator("#rollout-panel").get_by_text("Rollout servers").first.click()
+    port = free_port()
+    for elem, value in [("rollout-model", TINY), ("rollout-port", str(port)), ("rollout-vllm_max_model_len", "512")]:
+        fill(page, elem, value)
+    choose(page, "rollout-torch_dtype", "float32")
+    page.locator("#rollout-start").click()
+    record = started_job(ui, page, "rollout")
+    deadline = time.time() + 240
+    while time.time() < deadline:
+        page.locator("#rollout-health").click()
+        time.sleep(2)
+        if "healthy" in page.locator("#rollout-servers").inner_text():
+            break
+    assert "healthy" in page.locator("#rollout-servers").inner_text()
+    shoot(page, "rollout")
+    choose(page, "rollout-picker", record["id"])
+    page.locator("#rollout-stop").click()
+    wait_for_text(page, "#rollout-servers", r"stopped", timeout=60)
+    assert not psutil.pid_exists(record["pid"]) or psutil.Process(record["pid"]).status() == psutil.STATUS_ZOMBIE
+
+
+def test_bad_input_shows_the_clis_error_and_leaves_nothing_running(ui, page):
+    """(5) A dataset that does not exist: the job fails and the page shows the CLI's own message; a value the
+    parser refuses is reported before anything starts."""
+    tab(page, "Train (sft / pt)")
+    fill(page, "sft-max_steps", "four")
+    jobs_before = len(list(ui["jobs"].glob("*/job.json")))
+    page.locator("#sft-start").click()
+    message = wait_for_text(page, "#sft-status", r"Not started", timeout=30)
+    assert "argument --max_steps: invalid int value: 'four'" in message
+    assert len(list(ui["jobs"].glob("*/job.json"))) == jobs_before
+    fill(page, "sft-max_steps", "2")
+    fill(page, "sft-dataset", str(ui["root"] / "no-such-data.jsonl"))
+    page.locator("#sft-start").click()
+    record = started_job(ui, page, "sft")
+    status = wait_for_text(page, "#runtime-status", r"failed \(exit code 1\)", timeout=120)
+    assert "swiftlike sft: error: dataset file not found" in status and "Traceback" not in status
+    shoot(page, "error")
+    assert not psutil.pid_exists(record["pid"]) or psutil.Process(record["pid"]).status() == psutil.STATUS_ZOMBIE
+
+
+def test_rlhf_page_offers_every_rlhf_type_and_export_renders(ui, page):
+    tab(page, "RLHF")
+    page.locator("#rlhf-rlhf_type input").click()
+    options = [o.inner_text().strip() for o in page.get_by_role("option").all()]
+    assert options == ["dpo", "orpo", "simpo", "kto", "cpo", "rm", "ppo", "grpo", "gkd"]
+    page.get_by_role("option", name="ppo").click()
+    fill(page, "rlhf-model", TINY)
+    fill(page, "rlhf-dataset", "swiftlike/preference-mini")
+    page.locator("#rlhf-dry-run").click()
+    assert "swiftlike rlhf: not built: --rlhf_type ppo" in wait_for_text(page, "#rlhf-status", "not built", 30)
+    assert "--rlhf_type ppo" in page.locator("#rlhf-preview").inner_text()
+    choose(page, "rlhf-rlhf_type", "dpo")
+    page.locator("#rlhf-dry-run").click()
+    shoot(page, "rlhf")
+    tab(page, "Export")
+    page.locator("#export-adapters").wait_for(timeout=10_000)
+    shoot(page, "export")
