@@ -71,23 +71,61 @@ def wait_for_text(page, selector: str, pattern: str, timeout: float = 240) -> st
     raise AssertionError(f"{selector} never showed {pattern!r}; it shows:\n{text[-2000:]}")
 
 
+def log_text(page, pattern: str, timeout: float = 180) -> str:
+    """The runtime tab's log tail once it matches `pattern`."""
+    deadline = time.time() + timeout
+    text = ""
+    while time.time() < deadline:
+        text = page.locator("#runtime-log textarea").input_value()
+        if re.search(pattern, text):
+            return text
+        time.sleep(0.5)
+    raise AssertionError(f"the log tail never showed {pattern!r}; it shows:\n{text[-2000:]}")
+
+
 def shoot(page, name: str) -> None:
     if SHOTS:
         Path(SHOTS).mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(Path(SHOTS) / f"web-ui-{name}.png"), full_page=False)
 
 
+def press(page, key: str, button: str = "start") -> str:
+    """Click the page's button; the page's status once it has changed (it keeps the previous message until then)."""
+    status = page.locator(f"#{key}-status [data-testid=markdown]")
+    before = status.inner_text()
+    page.locator(f"#{key}-{button}").click()
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        text = status.inner_text()
+        if text != before and re.search(r"Started job|Not started|not built|Saved", text):
+            return text
+        time.sleep(0.3)
+    raise AssertionError(f"#{key}-status still shows {before!r}")
+
+
 def started_job(ui, page, key: str) -> dict:
-    status = wait_for_text(page, f"#{key}-status", r"Started job|Not started", timeout=60)
+    status = press(page, key)
     found = re.search(r"Started job (\S+)", status)
     assert found, status
     return json.loads((ui["jobs"] / found.group(1) / "job.json").read_text())
 
 
 def curve_drawn(page, key: str, timeout: float = 240) -> None:
-    """The runtime tab's line plot for `key` has drawn its points (Vega renders them into a canvas or SVG)."""
-    page.locator(f"#runtime-curve-{key} canvas, #runtime-curve-{key} svg .mark-line").first.wait_for(
-        timeout=timeout * 1000)
+    """The runtime tab's plot of `key` draws its raw and smoothed series as lines over a numeric y axis (Vega
+    renders SVG: one path per series; a y axis of categories would label every value)."""
+    deadline = time.time() + timeout
+    plot = page.locator(f"#runtime-curve-{key}")
+    while time.time() < deadline:
+        lines = plot.locator("g.mark-line path")
+        if lines.count() >= 2 and all((lines.nth(i).get_attribute("d") or "").count("L") >= 1
+                                      for i in range(lines.count())):
+            ticks = [t.strip() for t in plot.locator("g.role-axis-label text").evaluate_all(
+                "texts => texts.map(t => t.textContent)")]
+            numbers = [float(t) for t in ticks if re.fullmatch(r"-?[\d.]+(e-?\d+)?", t)]
+            assert len(numbers) == len(ticks), ticks
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"the {key} curve was never drawn: {plot.inner_html()[-1500:]}")
 
 
 @pytest.fixture(scope="module")
@@ -103,12 +141,11 @@ def sft_job(ui, page):
         else:
             fill(page, elem, value)
     page.locator("#sft-dry-run").click()
-    preview = wait_for_text(page, "#sft-preview", r"swiftlike sft", timeout=30)
+    preview = wait_for_text(page, "#sft-preview .cm-content", r"swiftlike sft", timeout=30)
     shoot(page, "sft")
-    page.locator("#sft-start").click()
     record = started_job(ui, page, "sft")
     wait_for_text(page, "#runtime-status", r"running|finished", timeout=30)
-    wait_for_text(page, "#runtime-log textarea, #runtime-log", r".", timeout=120)
+    log_text(page, r"swiftlike\.train", timeout=120)
     curve_drawn(page, "loss")
     wait_for_text(page, "#runtime-status", r"\bfinished\b")
     wait_for_text(page, "#runtime-result", r"last checkpoint")
@@ -138,6 +175,7 @@ def test_command_preview_equals_what_ran(ui, sft_job):
 
 
 def test_eval_the_checkpoint_shows_the_report_table(ui, page, sft_job):
+    choose(page, "runtime-job", sft_job[0]["id"])
     page.locator("#runtime-to-eval").click()
     wait_for_text(page, "#eval-adapters input, #eval-adapters textarea", r"", timeout=10)
     assert "checkpoint-6" in page.locator("#eval-adapters input, #eval-adapters textarea").first.input_value()
@@ -145,7 +183,6 @@ def test_eval_the_checkpoint_shows_the_report_table(ui, page, sft_job):
     fill(page, "eval-max_new_tokens", "8")
     fill(page, "eval-eval_output_dir", str(ui["root"] / "eval"))
     shoot(page, "eval")
-    page.locator("#eval-start").click()
     started_job(ui, page, "eval")
     wait_for_text(page, "#runtime-status", r"\bfinished\b")
     table = wait_for_text(page, "#runtime-result", r"math")
@@ -154,13 +191,14 @@ def test_eval_the_checkpoint_shows_the_report_table(ui, page, sft_job):
 
 def test_deploy_the_checkpoint_chat_streams_then_stop(ui, page, sft_job):
     """(3) deploy from the runtime tab, chat with a streamed reply; (4) stop it: stopped, its processes gone."""
+    tab(page, "Runtime")
+    choose(page, "runtime-job", sft_job[0]["id"])
     page.locator("#runtime-to-deploy").click()
     assert "checkpoint-6" in page.locator("#infer-adapters input, #infer-adapters textarea").first.input_value()
     fill(page, "infer-port", str(free_port()))
     fill(page, "infer-max_new_tokens", "24")
-    page.locator("#infer-start").click()
     record = started_job(ui, page, "infer")
-    wait_for_text(page, "#runtime-log textarea, #runtime-log", r"ready|Uvicorn running|listening|:\d+", timeout=180)
+    log_text(page, r"swiftlike deploy ready on .*checkpoint-6")
     tab(page, "Deploy & chat")
     deadline = time.time() + 180
     while time.time() < deadline:
@@ -172,22 +210,16 @@ def test_deploy_the_checkpoint_chat_streams_then_stop(ui, page, sft_job):
             break
         page.keyboard.press("Escape")
     page.evaluate(WATCH_REPLIES)
-    shown = []
-    while time.time() < deadline:
-        box = page.locator("#chat-input textarea, #chat-input input").first
-        box.fill("hello there")
-        box.press("Enter")
-        time.sleep(3)
-        shown = page.evaluate("window.__shown")
-        if shown and shown[-1].strip():
-            break
-    final = ""
-    for _ in range(60):  # until the reply stops growing
+    box = page.locator("#chat-input textarea, #chat-input input").first
+    box.fill("hello there")
+    box.press("Enter")
+    final, steady = "", 0
+    while time.time() < deadline and steady < 6:  # until the reply has stopped growing for 3 s
         time.sleep(0.5)
-        latest = page.evaluate("window.__shown")
-        if latest[-1] == final:
-            break
-        final = latest[-1]
+        shown = page.evaluate("window.__shown")
+        latest = shown[-1] if shown else ""
+        steady = steady + 1 if latest and latest == final else 0
+        final = latest
     assert final.strip(), "no reply shown"
     assert_streamed(page.evaluate("window.__shown"))
     shoot(page, "deploy")
@@ -210,7 +242,6 @@ def test_grpo_with_pt_rollout_draws_a_reward_curve(ui, page):
                         ("grpo-gradient_accumulation_steps", "1"), ("grpo-logging_steps", "1")]:
         fill(page, elem, value)
     shoot(page, "grpo")
-    page.locator("#grpo-start").click()
     record = started_job(ui, page, "grpo")
     assert record["argv"][:2] == ["--rlhf_type", "grpo"]
     curve_drawn(page, "reward")
@@ -228,7 +259,6 @@ def test_rollout_server_panel_starts_checks_and_stops(ui, page):
     for elem, value in [("rollout-model", TINY), ("rollout-port", str(port)), ("rollout-vllm_max_model_len", "512")]:
         fill(page, elem, value)
     choose(page, "rollout-torch_dtype", "float32")
-    page.locator("#rollout-start").click()
     record = started_job(ui, page, "rollout")
     deadline = time.time() + 240
     while time.time() < deadline:
@@ -248,15 +278,14 @@ def test_bad_input_shows_the_clis_error_and_leaves_nothing_running(ui, page):
     """(5) A dataset that does not exist: the job fails and the page shows the CLI's own message; a value the
     parser refuses is reported before anything starts."""
     tab(page, "Train (sft / pt)")
+    fill(page, "sft-model", TINY)
     fill(page, "sft-max_steps", "four")
     jobs_before = len(list(ui["jobs"].glob("*/job.json")))
-    page.locator("#sft-start").click()
-    message = wait_for_text(page, "#sft-status", r"Not started", timeout=30)
+    message = press(page, "sft")
     assert "argument --max_steps: invalid int value: 'four'" in message
     assert len(list(ui["jobs"].glob("*/job.json"))) == jobs_before
     fill(page, "sft-max_steps", "2")
     fill(page, "sft-dataset", str(ui["root"] / "no-such-data.jsonl"))
-    page.locator("#sft-start").click()
     record = started_job(ui, page, "sft")
     status = wait_for_text(page, "#runtime-status", r"failed \(exit code 1\)", timeout=120)
     assert "swiftlike sft: error: dataset file not found" in status and "Traceback" not in status
@@ -267,13 +296,12 @@ def test_bad_input_shows_the_clis_error_and_leaves_nothing_running(ui, page):
 def test_rlhf_page_offers_every_rlhf_type_and_export_renders(ui, page):
     tab(page, "RLHF")
     page.locator("#rlhf-rlhf_type input").click()
-    options = [o.inner_text().strip() for o in page.get_by_role("option").all()]
+    options = [o.inner_text().split()[-1] for o in page.get_by_role("option").all()]  # the chosen one has a ✓
     assert options == ["dpo", "orpo", "simpo", "kto", "cpo", "rm", "ppo", "grpo", "gkd"]
     page.get_by_role("option", name="ppo").click()
     fill(page, "rlhf-model", TINY)
     fill(page, "rlhf-dataset", "swiftlike/preference-mini")
-    page.locator("#rlhf-dry-run").click()
-    assert "swiftlike rlhf: not built: --rlhf_type ppo" in wait_for_text(page, "#rlhf-status", "not built", 30)
+    assert "swiftlike rlhf: not built: --rlhf_type ppo" in press(page, "rlhf", "dry-run")
     assert "--rlhf_type ppo" in page.locator("#rlhf-preview").inner_text()
     choose(page, "rlhf-rlhf_type", "dpo")
     page.locator("#rlhf-dry-run").click()

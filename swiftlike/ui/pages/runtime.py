@@ -52,7 +52,11 @@ def curve_frames(job: Job | None, weight: float):
     frames = []
     for key in CURVES:
         rows = curve_rows(entries, key, weight)
-        frames.append(pd.DataFrame(rows or [], columns=["step", "value", "series"]))
+        # Typed columns even when empty: the plot takes an axis' type (quantitative or nominal) from the dtype
+        # and keeps it once drawn, so an untyped empty frame would make every later value a category.
+        frames.append(pd.DataFrame({"step": pd.Series([r["step"] for r in rows], dtype="int64"),
+                                    "value": pd.Series([r["value"] for r in rows], dtype="float64"),
+                                    "series": pd.Series([r["series"] for r in rows], dtype="str")}))
     return frames
 
 

@@ -52,7 +52,8 @@ def build_deploy(ctx: UIContext) -> CommandPage:
         shown = [*history, {"role": "user", "content": message}, {"role": "assistant", "content": ""}]
         yield shown, ""
         try:
-            stream = client.chat.completions.create(model=client.models.list().data[0].id, messages=messages,
+            # the last model listed: the deployment's adapter (the checkpoint sent here) when it has one
+            stream = client.chat.completions.create(model=client.models.list().data[-1].id, messages=messages,
                                                     stream=True)
             for chunk in stream:
                 if chunk.choices and chunk.choices[0].delta.content:
