@@ -4,7 +4,7 @@ Which fields come first is the only thing written here; the forms themselves com
 """
 from __future__ import annotations
 
-import httpx
+import requests
 
 from ...arguments.rlhf_args import RlhfArguments
 from ...arguments.rollout_args import RolloutServerArguments
@@ -55,9 +55,9 @@ def health(host: str, port: int | None) -> str:
     if port is None:
         return "no port"
     try:
-        r = httpx.get(f"http://{host}:{port}/health", timeout=0.5)
+        r = requests.get(f"http://{host}:{port}/health", timeout=0.5)
         return "healthy" if r.status_code == 200 else f"HTTP {r.status_code}"
-    except httpx.HTTPError:
+    except requests.RequestException:
         return "not answering"
 
 
