@@ -97,7 +97,7 @@ def press(page, key: str, button: str = "start") -> str:
     deadline = time.time() + 60
     while time.time() < deadline:
         text = status.inner_text()
-        if text != before and re.search(r"Started job|Not started|not built|Saved", text):
+        if text != before and re.search(r"Started job|Not started|not built|Saved|Loaded", text):
             return text
         time.sleep(0.3)
     raise AssertionError(f"#{key}-status still shows {before!r}")
@@ -172,6 +172,22 @@ def test_command_preview_equals_what_ran(ui, sft_job):
     words = shlex.split(preview)
     assert record["exec"] == [sys.executable, "-m", "swiftlike.cli.main", *words[1:]]
     assert "--max_steps" in words and words[words.index("--max_steps") + 1] == "6"
+
+
+def test_a_checkpoints_args_json_fills_the_form(ui, page, sft_job):
+    tab(page, "Train (sft / pt)")
+    fill(page, "sft-max_steps", "99")
+    fill(page, "sft-model", "")
+    page.get_by_text("Load a checkpoint's args.json").click()
+    checkpoint = next((ui["root"] / "out").glob("v0-*/checkpoint-6"))
+    fill(page, "sft-args-path", str(checkpoint))
+    assert "Loaded" in press(page, "sft", "load")
+    value = page.locator("#sft-max_steps input, #sft-max_steps textarea").first
+    assert value.input_value() == "6"
+    assert page.locator("#sft-model input, #sft-model textarea").first.input_value() == TINY
+    saved = re.search(r"Saved: (\S+\.sh)", press(page, "sft", "save")).group(1)
+    preview = page.locator("#sft-preview .cm-content").inner_text().strip()
+    assert Path(saved).read_text().splitlines()[-1] == f'exec {preview} "$@"' and "--max_steps 6" in preview
 
 
 def test_eval_the_checkpoint_shows_the_report_table(ui, page, sft_job):
