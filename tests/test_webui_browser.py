@@ -103,10 +103,13 @@ def press(page, key: str, button: str = "start") -> str:
     raise AssertionError(f"#{key}-status still shows {before!r}")
 
 
-def started_job(ui, page, key: str) -> dict:
+def started_job(ui, page, key: str, follow: bool = True) -> dict:
+    """Start the page's command; with `follow`, once the runtime tab shows the new job."""
     status = press(page, key)
     found = re.search(r"Started job (\S+)", status)
     assert found, status
+    if follow:
+        wait_for_text(page, "#runtime-status", re.escape(found.group(1)), timeout=30)
     return json.loads((ui["jobs"] / found.group(1) / "job.json").read_text())
 
 
@@ -275,7 +278,7 @@ def test_rollout_server_panel_starts_checks_and_stops(ui, page):
     for elem, value in [("rollout-model", TINY), ("rollout-port", str(port)), ("rollout-vllm_max_model_len", "512")]:
         fill(page, elem, value)
     choose(page, "rollout-torch_dtype", "float32")
-    record = started_job(ui, page, "rollout")
+    record = started_job(ui, page, "rollout", follow=False)
     deadline = time.time() + 240
     while time.time() < deadline:
         page.locator("#rollout-health").click()

@@ -88,7 +88,8 @@ def build_runtime(ctx: UIContext) -> None:
     def show(job_id: str | None, weight: float):
         job = store.get(job_id) if job_id else None
         frames = curve_frames(job, weight)
-        return (gr.update(choices=job_choices(store), value=job_id), status_markdown(job) if job else "",
+        # choices only: a tick computed from the previous selection must not undo a newer one (Start's)
+        return (gr.update(choices=job_choices(store)), status_markdown(job) if job else "",
                 result_of(job) if job else "", job.tail() if job else "", *frames, jobs_table(store))
 
     outputs = [picker, status, result, log, *plots, table]

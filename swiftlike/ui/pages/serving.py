@@ -63,8 +63,7 @@ def build_deploy(ctx: UIContext) -> CommandPage:
             raise gr.Error(f"the deployment answered: {getattr(e, 'message', e)}") from e
 
     box.submit(reply, [box, chatbot, picker], [chatbot, box])
-    refresh.click(lambda job_id: gr.update(choices=job_choices(store, is_deployment), value=job_id), [picker],
-                  [picker])
+    refresh.click(lambda: gr.update(choices=job_choices(store, is_deployment)), None, [picker])
     return page
 
 

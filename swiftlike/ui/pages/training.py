@@ -95,7 +95,7 @@ def build_server_list(ctx: UIContext) -> None:
                          elem_id="rollout-servers")
 
     def show(job_id):
-        return gr.update(choices=job_choices(store, is_server), value=job_id), servers_table(store)
+        return gr.update(choices=job_choices(store, is_server)), servers_table(store)
 
     def stop_server(job_id):
         if job_id:
