@@ -113,9 +113,14 @@ def started_job(ui, page, key: str, follow: bool = True) -> dict:
     return json.loads((ui["jobs"] / found.group(1) / "job.json").read_text())
 
 
-def curve_drawn(page, key: str, timeout: float = 240) -> None:
-    """The runtime tab's plot of `key` draws its raw and smoothed series as lines over a numeric y axis (Vega
-    renders SVG: one path per series; a y axis of categories would label every value)."""
+def logged(run_glob, key: str) -> list[float]:
+    path = next(run_glob)
+    return [e[key] for e in map(json.loads, path.read_text().splitlines()) if key in e]
+
+
+def curve_drawn(page, key: str, values: list[float] | None = None, timeout: float = 240) -> None:
+    """The runtime tab's plot of `key` draws its raw and smoothed series as lines (Vega renders SVG: one path
+    per series) over a numeric y axis (categories would label every value) whose range holds `values`."""
     deadline = time.time() + timeout
     plot = page.locator(f"#runtime-curve-{key}")
     while time.time() < deadline:
@@ -124,11 +129,13 @@ def curve_drawn(page, key: str, timeout: float = 240) -> None:
                                       for i in range(lines.count())):
             ticks = [t.strip() for t in plot.locator("g.role-axis-label text").evaluate_all(
                 "texts => texts.map(t => t.textContent)")]
-            numbers = [float(t) for t in ticks if re.fullmatch(r"-?[\d.]+(e-?\d+)?", t)]
+            numbers = [float(t.replace("\u2212", "-")) for t in ticks
+                       if re.fullmatch(r"[-\u2212]?[\d.]+(e-?\d+)?", t)]
             assert len(numbers) == len(ticks), ticks
-            return
+            if values is None or (min(numbers) <= max(values) and max(numbers) >= min(values)):
+                return
         time.sleep(0.5)
-    raise AssertionError(f"the {key} curve was never drawn: {plot.inner_html()[-1500:]}")
+    raise AssertionError(f"the {key} curve was never drawn over {values}: {plot.inner_html()[-1500:]}")
 
 
 @pytest.fixture(scope="module")
@@ -152,6 +159,8 @@ def sft_job(ui, page):
     curve_drawn(page, "loss")
     wait_for_text(page, "#runtime-status", r"\bfinished\b")
     wait_for_text(page, "#runtime-result", r"last checkpoint")
+    time.sleep(2 * 2.5)  # the finished run's last refresh
+    curve_drawn(page, "loss", logged((ui["root"] / "out").glob("v0-*/logging.jsonl"), "loss"))
     shoot(page, "runtime")
     return record, preview
 
@@ -264,8 +273,10 @@ def test_grpo_with_pt_rollout_draws_a_reward_curve(ui, page):
     record = started_job(ui, page, "grpo")
     assert record["argv"][:2] == ["--rlhf_type", "grpo"]
     curve_drawn(page, "reward")
-    curve_drawn(page, "kl")
     wait_for_text(page, "#runtime-status", r"\bfinished\b")
+    time.sleep(2 * 2.5)
+    for key in ("reward", "kl"):
+        curve_drawn(page, key, logged((ui["root"] / "grpo").glob("v0-*/logging.jsonl"), key))
     rewards = [json.loads(line) for line in next((ui["root"] / "grpo").glob("v0-*/logging.jsonl")).read_text()
                .splitlines()]
     assert sum("reward" in e for e in rewards) == 3

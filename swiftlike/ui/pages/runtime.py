@@ -46,6 +46,22 @@ def status_markdown(job: Job) -> str:
     return "\n\n".join(lines)
 
 
+def curve_updates(job: Job | None, weight: float) -> list:
+    """One update per plot. The axis limits are set from the data each time: the plot keeps the scale of its
+    first drawing otherwise, and a curve that grows out of it is drawn off the chart."""
+    import gradio as gr
+    updates = []
+    for frame in curve_frames(job, weight):
+        if frame.empty:
+            updates.append(gr.update(value=frame))
+            continue
+        low, high = float(frame["value"].min()), float(frame["value"].max())
+        pad = (high - low) * 0.05 or abs(high) * 0.05 or 0.05
+        updates.append(gr.update(value=frame, x_lim=[int(frame["step"].min()), max(int(frame["step"].max()), int(frame["step"].min()) + 1)],
+                                 y_lim=[low - pad, high + pad]))
+    return updates
+
+
 def curve_frames(job: Job | None, weight: float):
     import pandas as pd
     entries = read_entries(job.run_dir()) if job else []
@@ -87,7 +103,7 @@ def build_runtime(ctx: UIContext) -> None:
 
     def show(job_id: str | None, weight: float):
         job = store.get(job_id) if job_id else None
-        frames = curve_frames(job, weight)
+        frames = curve_updates(job, weight)
         # choices only: a tick computed from the previous selection must not undo a newer one (Start's)
         return (gr.update(choices=job_choices(store)), status_markdown(job) if job else "",
                 result_of(job) if job else "", job.tail() if job else "", *frames, jobs_table(store))
