@@ -15,7 +15,8 @@ from swiftlike.arguments import parse_args
 from swiftlike.arguments.rlhf_args import RlhfArguments
 from swiftlike.arguments.train_args import PtArguments, TrainArguments
 from swiftlike.arguments.webui_args import WebUIArguments
-from swiftlike.ui.forms import argv_of, check_arguments, command_line, field_specs, load_args_json, script_text
+from swiftlike.ui.forms import (argv_of, check_arguments, command_line, field_specs, flag_value, load_args_json,
+                                script_text)
 from swiftlike.ui.jobs import JobStore
 from swiftlike.ui.metrics import curve_rows, ema
 from swiftlike.utils.fields import arg
@@ -58,6 +59,8 @@ def test_argv_holds_only_what_differs_from_the_defaults_and_parses_back():
     assert "--loss_scale" not in argv_of(pt_specs, [s.widget_value(s.default) for s in pt_specs])
     grpo = argv_of(field_specs(RlhfArguments), [], fixed={"rlhf_type": "grpo"})
     assert grpo == ["--rlhf_type", "grpo"]
+    assert flag_value(["--port", "1", "--host", "h", "--port", "2"], "--port") == "2"
+    assert flag_value(["--port"], "--port") is None
 
 
 def test_a_flag_added_to_a_command_appears_in_the_ui_unchanged(tmp_path):
@@ -129,6 +132,8 @@ def test_ui_refuses_to_bind_beyond_loopback_without_a_key(capsys):
                                        "--lang", "zh"])
     assert (args.server_name, args.server_port, args.lang) == ("0.0.0.0", 7000, "zh")
     assert parse_args(WebUIArguments, []).server_port == 7860
+    with pytest.raises(ValueError, match="invalid choice for --lang"):
+        WebUIArguments(lang="fr")
 
 
 def test_load_args_json_from_a_checkpoint(tmp_path):

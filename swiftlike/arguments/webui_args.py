@@ -6,6 +6,7 @@ from typing import Literal
 
 from ..utils import cache_dir
 from .base import arg
+from .parser import check_choices
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
@@ -26,8 +27,7 @@ class WebUIArguments:
     stop_grace_s: float = arg(10.0, "Seconds a stopped job gets to exit after SIGTERM before it is sent SIGKILL.")
 
     def __post_init__(self) -> None:
-        if self.lang not in ("en", "zh"):
-            raise ValueError(f"invalid choice for --lang: {self.lang!r} (choose from en, zh)")
+        check_choices(self)
         if not 0 < self.server_port < 65536:
             raise ValueError(f"--server_port must be in 1..65535, got {self.server_port}")
         if self.server_name not in LOOPBACK and not self.api_key:

@@ -13,6 +13,7 @@ import json
 import shlex
 import typing
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ..arguments.parser import field_kind, parse_args
@@ -81,6 +82,12 @@ def argv_of(specs: list[FieldSpec], shown: list[Any], fixed: dict[str, str] | No
     return argv
 
 
+def flag_value(argv: list[str], flag: str) -> str | None:
+    """The value given to `flag` in a job's argv (its last occurrence wins, as in argparse)."""
+    found = [argv[i + 1] for i, word in enumerate(argv[:-1]) if word == flag]
+    return found[-1] if found else None
+
+
 def command_line(command: str, argv: list[str]) -> str:
     """The line a user would type: what the page shows, copies and saves as a script."""
     return shlex.join(["swiftlike", *command.split(), *argv])
@@ -110,7 +117,6 @@ def check_arguments(cls: type, command: str, argv: list[str]) -> tuple[Any, str 
 
 def load_args_json(path: str) -> dict:
     """A checkpoint's (or run directory's) args.json: the file itself, inside the directory, or one level up."""
-    from pathlib import Path
     given = Path(path.strip())
     for candidate in (given, given / "args.json", given.parent / "args.json"):
         if candidate.is_file() and candidate.name == "args.json":

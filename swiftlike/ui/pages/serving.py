@@ -6,6 +6,7 @@ from ...arguments.deploy_args import DeployArguments
 from ...arguments.eval_args import EvalArguments
 from ...arguments.export_args import ExportArguments
 from ..chat import chat_messages
+from ..forms import flag_value
 from ..jobs import RUNNING
 from .command import CommandPage, UIContext, job_choices
 from .training import health, server_host
@@ -15,10 +16,6 @@ DEPLOY_COMMON = ["model", "adapters", "infer_backend", "port", "served_model_nam
 EVAL_COMMON = ["model", "adapters", "eval_dataset", "eval_limit", "infer_backend", "max_new_tokens", "eval_url",
                "eval_output_dir", "eval_num_samples", "temperature"]
 EXPORT_COMMON = ["adapters", "model", "merge_lora", "output_dir", "max_shard_size"]
-
-
-def flag_value(argv: list[str], flag: str) -> str | None:
-    return next((argv[i + 1] for i, word in enumerate(argv[:-1]) if word == flag), None)
 
 
 def build_deploy(ctx: UIContext) -> CommandPage:

@@ -9,6 +9,7 @@ import requests
 from ...arguments.rlhf_args import RlhfArguments
 from ...arguments.rollout_args import RolloutServerArguments
 from ...arguments.train_args import PtArguments, TrainArguments
+from ..forms import flag_value
 from ..jobs import RUNNING, JobStore
 from .command import CommandPage, UIContext, job_choices
 
@@ -63,8 +64,8 @@ def health(host: str, port: int | None) -> str:
 
 def server_host(argv: list[str]) -> str:
     """The address to reach a server the UI started: its --host, or loopback for a wildcard bind."""
-    host = next((argv[i + 1] for i, word in enumerate(argv[:-1]) if word == "--host"), "127.0.0.1")
-    return "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+    host = flag_value(argv, "--host") or "127.0.0.1"
+    return "127.0.0.1" if host in ("0.0.0.0", "::") else host
 
 
 def servers_table(store: JobStore) -> list[list]:
