@@ -203,6 +203,7 @@ def test_a_checkpoints_args_json_fills_the_form(ui, page, sft_job):
 
 
 def test_eval_the_checkpoint_shows_the_report_table(ui, page, sft_job):
+    tab(page, "Runtime")
     choose(page, "runtime-job", sft_job[0]["id"])
     page.locator("#runtime-to-eval").click()
     wait_for_text(page, "#eval-adapters input, #eval-adapters textarea", r"", timeout=10)
