@@ -19,6 +19,7 @@ _LAZY = {
     "eval_main": "swiftlike.commands.eval",
     "export_main": "swiftlike.commands.export",
     "app_main": "swiftlike.commands.app",
+    "web_ui_main": "swiftlike.commands.webui",
     # their arguments
     "BaseArguments": "swiftlike.arguments",
     "InferArguments": "swiftlike.arguments",
@@ -31,6 +32,7 @@ _LAZY = {
     "EvalArguments": "swiftlike.arguments",
     "ExportArguments": "swiftlike.arguments",
     "AppArguments": "swiftlike.arguments",
+    "WebUIArguments": "swiftlike.arguments",
     # building blocks
     "train": "swiftlike.train",
     "merge_lora": "swiftlike.export",
@@ -45,7 +47,7 @@ _LAZY = {
 }
 # ms-swift's spellings of the same classes
 _ALIASES = {"RLHFArguments": "RlhfArguments", "RolloutArguments": "RolloutServerArguments",
-            "MegatronRLHFArguments": "MegatronRlhfArguments"}
+            "MegatronRLHFArguments": "MegatronRlhfArguments", "webui_main": "web_ui_main"}
 
 __all__ = [*_LAZY, *_ALIASES, "__version__"]  # noqa: PLE0604 (built from the tables above)
 

@@ -9,6 +9,10 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import pytest  # noqa: E402
 
 TINY = "tiny-random/qwen2_5"
+CHROMIUM = "/usr/bin/chromium"
+# Flags for a closed network: without the background-networking ones Chromium keeps dialling Google's hosts.
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync"]
 SMOLLM2 = "HuggingFaceTB/SmolLM2-135M-Instruct"
 
 
@@ -60,3 +64,17 @@ def vllm_tiny(tiny_resolved, tiny_template, tiny_adapter):
                         adapters={"lora": tiny_adapter})
     yield engine
     engine.close()
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """Headless Chromium (Debian's /usr/bin/chromium) through Playwright, for the Gradio pages' tests."""
+    if not os.path.exists(CHROMIUM):
+        if os.environ.get("CI"):
+            pytest.fail(f"{CHROMIUM} is missing: scripts/setup.sh installs Debian's chromium package")
+        pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium)")
+    from playwright.sync_api import sync_playwright
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()

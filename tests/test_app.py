@@ -1,6 +1,5 @@
-"""`swiftlike app` as a real process, driven by headless Chromium (Debian's /usr/bin/chromium through Playwright):
+"""`swiftlike app` as a real process, driven by headless Chromium (the `browser` fixture of conftest.py):
 load the page, send a message, watch the reply stream in, and check it is the model's real answer."""
-import os
 import re
 import subprocess
 import sys
@@ -10,16 +9,12 @@ import openai
 import pytest
 from servers import ENV, free_port, start
 
-from swiftlike.app.chat_app import chat_messages, text_of
+from swiftlike.ui.chat import chat_messages, text_of
 from swiftlike.arguments import parse_args
 from swiftlike.arguments.app_args import AppArguments
 
 TINY = "tiny-random/qwen2_5"
 KEY = "app-key"
-CHROMIUM = "/usr/bin/chromium"
-# Flags for a closed network: without the background-networking ones Chromium keeps dialling Google's hosts.
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync"]
 MESSAGE = "hello there"
 # Records every text the newest reply bubble shows, so the test can tell a streamed reply from one that appears whole.
 WATCH_REPLIES = """() => {
@@ -57,19 +52,6 @@ def test_arguments_take_ms_swift_names_and_refuse_what_cannot_work(capsys):
         with pytest.raises(SystemExit):
             parse_args(AppArguments, argv)
         assert message in capsys.readouterr().err
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if not os.path.exists(CHROMIUM):
-        if os.environ.get("CI"):
-            pytest.fail(f"{CHROMIUM} is missing: scripts/setup.sh installs Debian's chromium package")
-        pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium)")
-    from playwright.sync_api import sync_playwright
-    with sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
 
 
 @pytest.fixture(scope="module")

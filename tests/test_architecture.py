@@ -24,7 +24,7 @@ LAYERS: list[tuple[str, list[str]]] = [
                  "swiftlike.rollout.collective"]),
     ("arguments", ["swiftlike.arguments"]),
     ("trainers and servers", ["swiftlike.train", "swiftlike.rl", "swiftlike.rollout", "swiftlike.deploy",
-                              "swiftlike.eval", "swiftlike.export", "swiftlike.app", "swiftlike.ui",
+                              "swiftlike.eval", "swiftlike.export", "swiftlike.ui",
                               "swiftlike.ray"]),
     ("commands", ["swiftlike.commands", "swiftlike.cli", "swiftlike"]),
 ]

@@ -35,6 +35,7 @@ IMPORT_TO_DIST: dict[str, tuple[str, ...]] = {
 OPTIONAL: dict[str, tuple[str, ...]] = {
     "vllm": ("cpu", "vllm"),
     "gradio": ("ui",),
+    "pandas": ("ui",),
     "deepspeed": ("deepspeed",),
     "wandb": ("wandb",),
     "swanlab": ("swanlab",),

@@ -9,7 +9,8 @@ from .parser import parse_args
 from .rlhf_args import RlhfArguments
 from .rollout_args import RolloutServerArguments
 from .train_args import PtArguments, TrainArguments, TunerArguments
+from .webui_args import WebUIArguments
 
 __all__ = ["AppArguments", "BaseArguments", "DeployArguments", "EvalArguments", "ExportArguments",
            "GenerationArguments", "InferArguments", "PtArguments", "RlhfArguments", "RolloutServerArguments",
-           "TrainArguments", "TunerArguments", "VllmArguments", "parse_args"]
+           "TrainArguments", "TunerArguments", "VllmArguments", "WebUIArguments", "parse_args"]

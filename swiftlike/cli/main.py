@@ -20,7 +20,8 @@ COMMANDS: dict[str, tuple[str | None, str]] = {
     "deploy": ("swiftlike.commands.deploy:deploy_main", "OpenAI-compatible server (pt / vLLM engines)"),
     "eval": ("swiftlike.commands.eval:eval_main", "accuracy and pass@k on built-in or local benchmarks"),
     "export": ("swiftlike.commands.export:export_main", "merge LoRA and export"),
-    "web-ui": (None, "Gradio web UI"),
+    "web-ui": ("swiftlike.commands.webui:web_ui_main", "Gradio pages that build, run and follow the other "
+               "commands (training, RLHF, GRPO, deploy & chat, eval, export) as jobs"),
     "app": ("swiftlike.commands.app:app_main", "Gradio chat page over a model or a running deployment"),
 }
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 import time
 
-from ..app.chat_app import ChatReplies, build_page, loopback
+from ..ui.chat import ChatReplies, build_page, loopback
 from ..arguments.app_args import AppArguments
 from ..deploy.server import create_app, serve
 from ..infer.engine import EngineSpec, build_engine

@@ -12,7 +12,7 @@ from ..infer.engine import InferEngine
 from ..infer.protocol import InferRequest, RequestConfig
 from ..utils import get_logger
 
-logger = get_logger("swiftlike.app")
+logger = get_logger("swiftlike.ui")
 
 LABELS = {
     "en": {"model": "Model", "system": "System prompt", "temperature": "Temperature", "max_tokens": "Max new tokens",

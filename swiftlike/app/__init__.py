@@ -1,1 +1,0 @@
-"""The Gradio chat app (`swiftlike app`)."""

@@ -1,0 +1,1 @@
+"""The web UI's tabs, one module per family of commands."""

@@ -1,0 +1,174 @@
+"""The web UI's parts without a browser: forms generated from the argument dataclasses, the argv they make, the
+CLI's own error messages, the smoothing of curves, and the job store over real `swiftlike` processes."""
+import dataclasses
+import json
+import shlex
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+from servers import ENV, free_port
+
+from swiftlike.arguments import parse_args
+from swiftlike.arguments.rlhf_args import RlhfArguments
+from swiftlike.arguments.train_args import PtArguments, TrainArguments
+from swiftlike.arguments.webui_args import WebUIArguments
+from swiftlike.ui.forms import (argv_of, check_arguments, command_line, field_specs, flag_value, load_args_json,
+                                script_text)
+from swiftlike.ui.jobs import JobStore
+from swiftlike.ui.metrics import curve_rows, ema
+from swiftlike.utils.fields import arg
+
+TINY = "tiny-random/qwen2_5"
+
+
+def test_specs_carry_type_default_choices_and_help():
+    specs = {s.name: s for s in field_specs(RlhfArguments)}
+    assert specs["rlhf_type"].kind == "choice" and specs["rlhf_type"].choices == (
+        "dpo", "orpo", "simpo", "kto", "cpo", "rm", "ppo", "grpo", "gkd")
+    assert (specs["tuner_type"].default, specs["tuner_type"].choices) == ("lora", ("lora", "full"))
+    assert specs["sleep_level"].choices == ("0", "1", "2")
+    assert specs["use_vllm"].kind == "bool" and specs["reward_funcs"].kind == "list"
+    assert specs["lr_scheduler_kwargs"].kind == "json"
+    assert specs["num_generations"].help.startswith("Completions sampled per prompt")
+    assert specs["model"].group == "BaseArguments"
+    # every init field of the dataclass is in the form, once
+    assert [s.name for s in field_specs(RlhfArguments)] == list(dict.fromkeys(s.name for s in field_specs(RlhfArguments)))
+    assert {s.name for s in field_specs(RlhfArguments)} == {f.name for f in dataclasses.fields(RlhfArguments) if f.init}
+
+
+def test_argv_holds_only_what_differs_from_the_defaults_and_parses_back():
+    specs = field_specs(TrainArguments)
+    shown = {s.name: s.widget_value(s.default) for s in specs}
+    shown.update(model=TINY, dataset="swiftlike/alpaca-mini#8 'my data.jsonl'", max_steps="4", packing=True,
+                 max_length="128", truncation_strategy="left", lr_scheduler_kwargs='{"min_lr": 1e-6}')
+    argv = argv_of(specs, [shown[s.name] for s in specs])
+    assert argv == ["--model", TINY, "--max_length", "128", "--dataset", "swiftlike/alpaca-mini#8", "my data.jsonl",
+                    "--max_steps", "4", "--lr_scheduler_kwargs", '{"min_lr": 1e-6}', "--truncation_strategy", "left",
+                    "--packing", "true"]
+    args = parse_args(TrainArguments, argv)
+    assert args.dataset == ["swiftlike/alpaca-mini#8", "my data.jsonl"] and args.packing and args.max_steps == 4
+    assert args.lr_scheduler_kwargs == {"min_lr": 1e-6}
+    line = command_line("sft", argv)
+    assert shlex.split(line) == ["swiftlike", "sft", *argv]
+    assert script_text("sft", argv).splitlines()[-1] == f'exec {line} "$@"'
+    # pt's own default (loss_scale all) is not repeated; a fixed flag comes first and is not taken from the form
+    pt_specs = field_specs(PtArguments)
+    assert "--loss_scale" not in argv_of(pt_specs, [s.widget_value(s.default) for s in pt_specs])
+    grpo = argv_of(field_specs(RlhfArguments), [], fixed={"rlhf_type": "grpo"})
+    assert grpo == ["--rlhf_type", "grpo"]
+    assert flag_value(["--port", "1", "--host", "h", "--port", "2"], "--port") == "2"
+    assert flag_value(["--port"], "--port") is None
+
+
+def test_a_flag_added_to_a_command_appears_in_the_ui_unchanged(tmp_path):
+    """A new dataclass field gets a widget (advanced section, its help as info) and reaches the argv."""
+    import gradio as gr
+
+    from swiftlike.ui.pages.command import CommandPage, UIContext
+    from swiftlike.ui.labels import LABELS
+    extended = dataclasses.make_dataclass(
+        "ExtendedTrainArguments", [("warmup_shape", float, arg(0.5, "A flag no UI code knows about."))],
+        bases=(TrainArguments,))
+    ctx = UIContext(JobStore(tmp_path), LABELS["en"])
+    with gr.Blocks() as demo:
+        page = CommandPage(ctx, "x", {"sft": extended}, ["model", "dataset"])
+        page.render()
+    box = page.widgets["warmup_shape"]
+    assert box.label == "warmup_shape" and box.info.startswith("A flag no UI code knows about.")
+    advanced = next(b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "x-advanced")
+    assert _contains(advanced, box) and not _contains(advanced, page.widgets["model"])
+    values = [page.widgets[n].value for n in page.widgets]
+    values[list(page.widgets).index("warmup_shape")] = "0.9"
+    values[list(page.widgets).index("model")] = TINY
+    values[list(page.widgets).index("dataset")] = "swiftlike/alpaca-mini"
+    argv = page.argv("sft", tuple(values))
+    assert argv[-2:] == ["--warmup_shape", "0.9"] and parse_args(extended, argv).warmup_shape == 0.9
+
+
+def _contains(block, target) -> bool:
+    return any(child is target or _contains(child, target) for child in getattr(block, "children", []))
+
+
+def run_cli(*argv) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "swiftlike.cli.main", *argv], env=ENV, capture_output=True,
+                          text=True, timeout=120)
+
+
+@pytest.mark.parametrize("argv", [["--model", TINY, "--dataset", "d.jsonl", "--tuner_type", "bogus"],
+                                  ["--dataset", "d.jsonl"], ["--model", TINY, "--dataset", "d.jsonl", "--max_steps",
+                                                             "four"]])
+def test_argument_errors_are_the_clis_own_messages(argv):
+    args, error = check_arguments(TrainArguments, "sft", argv)
+    assert args is None
+    assert error == run_cli("sft", *argv).stderr.strip()
+
+
+def test_not_built_rlhf_type_is_reported_not_raised():
+    _, error = check_arguments(RlhfArguments, "rlhf", ["--rlhf_type", "ppo", "--model", TINY, "--dataset", "x"])
+    assert error.startswith("swiftlike rlhf: not built: --rlhf_type ppo")
+
+
+def test_ema_matches_hand_computed_values():
+    # weight 0.5: 1 -> 0.5 / 0.5 = 1; then (0.25 + 0.5 * 0) / 0.75 = 1/3; then (0.125 + 0.5 * 1) / 0.875 = 5/7
+    assert ema([1.0, 0.0, 1.0], 0.5) == pytest.approx([1.0, 1 / 3, 5 / 7])
+    assert ema([2.0, 4.0], 0.0) == [2.0, 4.0]
+    with pytest.raises(ValueError):
+        ema([1.0], 1.0)
+    rows = curve_rows([{"step": 1, "loss": 2.0}, {"step": 2, "loss": float("nan")}, {"step": 3, "loss": 1.0},
+                       {"step": 3, "reward": 0.1}], "loss", weight=0.5)
+    assert [(r["step"], r["series"]) for r in rows] == [(1, "loss"), (3, "loss"), (1, "loss (smoothed)"),
+                                                        (3, "loss (smoothed)")]
+    assert rows[-1]["value"] == pytest.approx((0.5 * 2 * 0.5 + 0.5 * 1.0) / 0.75)
+
+
+def test_ui_refuses_to_bind_beyond_loopback_without_a_key(capsys):
+    with pytest.raises(SystemExit):
+        parse_args(WebUIArguments, ["--server_name", "0.0.0.0"])
+    assert "needs --api_key" in capsys.readouterr().err
+    args = parse_args(WebUIArguments, ["--server_name", "0.0.0.0", "--api_key", "k", "--server_port", "7000",
+                                       "--lang", "zh"])
+    assert (args.server_name, args.server_port, args.lang) == ("0.0.0.0", 7000, "zh")
+    assert parse_args(WebUIArguments, []).server_port == 7860
+    with pytest.raises(ValueError, match="invalid choice for --lang"):
+        WebUIArguments(lang="fr")
+
+
+def test_load_args_json_from_a_checkpoint(tmp_path):
+    ckpt = tmp_path / "v0-x" / "checkpoint-4"
+    ckpt.mkdir(parents=True)
+    (ckpt.parent / "args.json").write_text(json.dumps({"model": TINY, "max_steps": 4}))
+    assert load_args_json(str(ckpt))["max_steps"] == 4
+    with pytest.raises(FileNotFoundError):
+        load_args_json(str(tmp_path / "nowhere"))
+
+
+def test_job_store_runs_lists_and_stops_real_processes(tmp_path):
+    """A long-running command (another web-ui) is listed as running with the exact argv it was given, survives
+    a new store over the same directory, and stops with its whole session; a failing command's exit code and
+    error line are recorded."""
+    store = JobStore(tmp_path / "jobs", stop_grace_s=5)
+    argv = ["--server_port", str(free_port()), "--jobs_dir", str(tmp_path / "inner")]
+    job = store.start("web-ui", argv, cwd=str(tmp_path))
+    failing = store.start("export", ["--adapters", str(tmp_path / "missing"), "--merge_lora", "true"])
+    deadline = time.time() + 60
+    while not (job.dir / "process.json").is_file() and time.time() < deadline:
+        time.sleep(0.2)
+    child = psutil.Process(json.loads((job.dir / "process.json").read_text())["pid"])
+    assert child.cmdline() == job.record["exec"] == [sys.executable, "-m", "swiftlike.cli.main", "web-ui", *argv]
+    assert shlex.split(job.command_line) == ["swiftlike", "web-ui", *argv]
+    again = JobStore(tmp_path / "jobs")
+    assert {j.id for j in again.list()} == {failing.id, job.id}
+    assert again.get(job.id).state == "running"
+    pids = [p.pid for p in store.processes(job.id)]
+    assert child.pid in pids and job.record["pid"] in pids
+    stopped = store.stop(job.id)
+    assert stopped.state == "stopped" and not any(psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"
+                                                  for p in pids)
+    while store.get(failing.id).state == "running" and time.time() < deadline + 60:
+        time.sleep(0.5)
+    failed = store.get(failing.id)
+    assert failed.status == "failed (exit code 2)"
+    assert failed.error_line().startswith("swiftlike export: error: --adapters")
