@@ -22,7 +22,7 @@ def test_stager_applies_a_complete_update_only_at_take():
     uid = stager.begin()
     assert stager.add_bytes(uid, save({"a.weight": torch.ones(2, 3)})) == 1
     assert stager.add_bytes(uid, save({"b.weight": torch.zeros(4)})) == 1
-    got = dict(stager.take(uid))
+    got = stager.take(uid)[1]
     assert set(got) == {"a.weight", "b.weight"} and got["a.weight"].sum() == 6
     with pytest.raises(WeightUpdateError, match="no open weight update"):
         stager.take(uid)  # closed
@@ -49,7 +49,7 @@ def test_stager_shared_path_buckets_and_bad_input(tmp_path):
     path = tmp_path / "bucket.safetensors"
     save_file({"b.weight": torch.arange(4.0)}, str(path))
     assert stager.add_file(uid, path) == 1
-    assert dict(stager.take(uid))["b.weight"].tolist() == [0, 1, 2, 3]
+    assert stager.take(uid)[1]["b.weight"].tolist() == [0, 1, 2, 3]
     uid = stager.begin()
     with pytest.raises(WeightUpdateError, match="does not exist on the rollout server"):
         stager.add_file(uid, tmp_path / "missing.safetensors")
