@@ -210,3 +210,22 @@ def test_checkpoint_and_peft_trainer_fingerprints_agree():
     trainer = WeightsFingerprint.of(_stripped_state(model), "bfloat16")
     assert (trainer.fingerprint, trainer.layout) == (server.fingerprint, server.layout)
     assert len(trainer.digests) > 10 and not any(n.startswith("lm_head.") for n in trainer.digests)
+
+
+def test_stager_checks_delta_entries_against_the_served_shapes():
+    from swiftlike.rollout.delta import SUFFIXES
+    stager = WeightStager(SHAPES)
+    full = stager.begin()
+    with pytest.raises(WeightUpdateError, match="unknown tensor"):  # delta names mean nothing in a full update
+        stager.add_bytes(full, save({"a.weight" + SUFFIXES["values"]: torch.ones(1)}))
+    uid = stager.begin(delta_base="w1")
+    good = {"a.weight" + SUFFIXES["indices"]: torch.tensor([4], dtype=torch.int32),
+            "a.weight" + SUFFIXES["values"]: torch.ones(1), "b.weight": torch.zeros(4)}
+    assert stager.add_bytes(uid, save(good)) == 3
+    update, tensors = stager.take(uid)
+    assert update.delta_base == "w1" and set(tensors) == set(good)
+    uid = stager.begin(delta_base="w1")
+    with pytest.raises(WeightUpdateError, match="no bitmask"):  # a 2x3 tensor's bitmask is 1 byte
+        stager.add_bytes(uid, save({"a.weight" + SUFFIXES["bitmask"]: torch.zeros(2, dtype=torch.uint8)}))
+    empty = stager.begin(delta_base="w1")
+    assert stager.take(empty)[1] == {}  # nothing changed: an empty delta is a valid update

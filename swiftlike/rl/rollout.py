@@ -192,36 +192,15 @@ class RolloutWorker:
                     self.engine.update_weights(tensors)
                     return self.engine.last_sync
                 if self.delta_sync:
-                    return self._push_delta_in_process(tensors)
+                    synced, self._synced = self._synced, None  # kept only once the engine has it
+                    self._synced, stats = push_delta_in_process(self.engine, synced, tensors)
+                    return stats
                 numel = sum(t.numel() for _, t in tensors)
                 self.engine.update_weights(tensors)
                 return SyncStats(sum(t.numel() * t.element_size() for _, t in tensors), numel, numel)
         finally:
             if merged:
                 model.unmerge_adapter()
-
-    def _push_delta_in_process(self, tensors):
-        """Colocated delta sync: patch the copy of what the engine holds and reload the engine from it (vLLM
-        keeps its CPU weights prepacked, so there is no engine tensor to patch in place; delta.py). The
-        engine is not touched when nothing changed in its dtype; else it reloads every tensor, so
-        sync/bytes is the whole model: the saving of delta sync is on a wire, in server mode."""
-        from ..rollout.delta import SyncedWeights, SyncStats, nbytes
-        from ..rollout.transport import cast
-        synced, self._synced = self._synced, None  # kept only once the engine has it
-        stats = SyncStats()
-        if synced is None:
-            synced = SyncedWeights.copy_of(cast(tensors, self.engine.dtype))
-            stats.changed = stats.total = sum(t.numel() for t in synced.tensors.values())
-        else:
-            for name, t in cast(tensors, self.engine.dtype):
-                synced.advance(name, t, stats)
-        if stats.changed:
-            self.engine.update_weights(synced.items())
-            stats.bytes = nbytes(synced.tensors.values())
-        else:
-            stats.bytes = 0
-        self._synced = synced
-        return stats
 
     def _wake(self) -> None:
         if self._asleep:
@@ -242,6 +221,27 @@ class RolloutWorker:
         self._old_dirs = []
         if self.args.use_vllm:
             self.engine.close()
+
+
+def push_delta_in_process(engine, synced, tensors):
+    """Colocated delta sync: patch the copy of what the engine holds (`synced`; None before the first sync) and
+    reload the engine from it; returns the new copy and the SyncStats. vLLM keeps its CPU weights prepacked, so
+    there is no engine tensor to patch in place (rollout/delta.py). The engine is not touched when nothing
+    changed in its dtype; else it reloads every tensor, so sync/bytes is the whole model: delta sync saves
+    bytes on a wire, in server mode."""
+    from ..rollout.delta import SyncedWeights, SyncStats, nbytes
+    from ..rollout.transport import cast
+    stats = SyncStats()
+    if synced is None:
+        synced = SyncedWeights.copy_of(cast(tensors, engine.dtype))
+        stats.changed = stats.total = sum(t.numel() for t in synced.tensors.values())
+    else:
+        for name, t in cast(tensors, engine.dtype):
+            synced.advance(name, t, stats)
+    if stats.changed:
+        engine.update_weights(synced.items())
+        stats.bytes = nbytes(synced.tensors.values())
+    return synced, stats
 
 
 def _remote_engine(args, template, addresses: list[tuple[str, int]]):
