@@ -162,7 +162,8 @@ class RolloutWorker:
             if not self.owns_servers:
                 self.engine.follow_update(POLICY_ADAPTER if self.lora_sync else None)
         self._syncs += 1
-        return {**stats.metrics(self.delta_sync), "sync/seconds": time.time() - start}
+        # a process that pushes nothing logs no density (metrics only some ranks log are combined over those)
+        return {**stats.metrics(self.delta_sync and self.owns_servers), "sync/seconds": time.time() - start}
 
     def _push(self, model):
         """The adapter (LoRA-only sync) or the merged weights to this process's engine; returns its SyncStats."""
