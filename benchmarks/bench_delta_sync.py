@@ -27,7 +27,7 @@ from pathlib import Path
 from bench_rollout import ENV, start_server, stop
 from common import add_run_options, fill_defaults
 
-DEFAULTS = {"model": "HuggingFaceTB/SmolLM2-135M-Instruct", "steps": 4, "rounds": 2}
+DEFAULTS = {"model": "HuggingFaceTB/SmolLM2-135M-Instruct", "steps": 4, "rounds": 1}
 QUICK = {"model": "tiny-random/qwen2_5", "steps": 2, "rounds": 1}
 
 
