@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.setup-stamp
 
-.PHONY: setup test test-fast demo demo-dpo demo-gkd examples bench bench-train bench-grpo bench-rollout bench-async bench-deploy bench-dpo bench-gkd bench-ray lint clean
+.PHONY: setup test test-fast demo demo-dpo demo-gkd examples bench bench-train bench-grpo bench-rollout bench-async bench-deploy bench-dpo bench-gkd bench-ray bench-delta lint clean
 
 setup: $(STAMP)
 
@@ -57,6 +57,9 @@ bench-gkd: setup
 
 bench-ray: setup
 	$(PY) benchmarks/bench_ray.py
+
+bench-delta: setup
+	$(PY) benchmarks/bench_delta_sync.py
 
 lint: setup
 	$(VENV)/bin/ruff check swiftlike tests benchmarks scripts

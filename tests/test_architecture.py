@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1] / "swiftlike"
 LAYERS: list[tuple[str, list[str]]] = [
     ("utils", ["swiftlike.utils", "swiftlike.version"]),
     ("registries and protocol", ["swiftlike.template", "swiftlike.model", "swiftlike.dataset",
-                                 "swiftlike.infer.protocol", "swiftlike.rollout.weights",
+                                 "swiftlike.infer.protocol", "swiftlike.rollout.weights", "swiftlike.rollout.delta",
                                  "swiftlike.rollout.fingerprint"]),
     ("engines", ["swiftlike.infer", "swiftlike.rollout.client", "swiftlike.rollout.transport",
                  "swiftlike.rollout.collective"]),

@@ -144,3 +144,14 @@ def test_sampling_flags_are_one_group_with_defaults_by_command():
     assert RlhfArguments(rlhf_type="grpo", reward_funcs=["accuracy"], **common).temperature == 1.0
     assert RlhfArguments(rlhf_type="gkd", teacher_model="t", **common).temperature == 0.9
     assert RlhfArguments(rlhf_type="grpo", reward_funcs=["accuracy"], top_k=20, **common).top_k == 20
+
+
+def test_delta_weight_sync_needs_merged_weight_sync_to_vllm():
+    from swiftlike.arguments import RlhfArguments
+    common = dict(rlhf_type="grpo", model="tiny-random/qwen2_5", dataset=["d"], reward_funcs=["format"],
+                  num_generations=4, per_device_train_batch_size=4, weight_sync="delta")
+    with pytest.raises(ValueError, match="--weight_sync delta .* needs --use_vllm true"):
+        RlhfArguments(**common)
+    with pytest.raises(ValueError, match="--vllm_enable_lora true"):
+        RlhfArguments(**common, use_vllm=True, vllm_enable_lora=True, tuner_type="lora")
+    assert RlhfArguments(**common, use_vllm=True, tuner_type="full").weight_sync == "delta"

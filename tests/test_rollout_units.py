@@ -23,7 +23,7 @@ def test_stager_applies_a_complete_update_only_at_take():
     uid = stager.begin()
     assert stager.add_bytes(uid, save({"a.weight": torch.ones(2, 3)})) == 1
     assert stager.add_bytes(uid, save({"b.weight": torch.zeros(4)})) == 1
-    got = dict(stager.take(uid))
+    got = stager.take(uid)[1]
     assert set(got) == {"a.weight", "b.weight"} and got["a.weight"].sum() == 6
     with pytest.raises(WeightUpdateError, match="no open weight update"):
         stager.take(uid)  # closed
@@ -50,7 +50,7 @@ def test_stager_shared_path_buckets_and_bad_input(tmp_path):
     path = tmp_path / "bucket.safetensors"
     save_file({"b.weight": torch.arange(4.0)}, str(path))
     assert stager.add_file(uid, path) == 1
-    assert dict(stager.take(uid))["b.weight"].tolist() == [0, 1, 2, 3]
+    assert stager.take(uid)[1]["b.weight"].tolist() == [0, 1, 2, 3]
     uid = stager.begin()
     with pytest.raises(WeightUpdateError, match="does not exist on the rollout server"):
         stager.add_file(uid, tmp_path / "missing.safetensors")
@@ -254,3 +254,22 @@ def test_checkpoint_and_peft_trainer_fingerprints_agree():
     trainer = WeightsFingerprint.of(_stripped_state(model), "bfloat16")
     assert (trainer.fingerprint, trainer.layout) == (server.fingerprint, server.layout)
     assert len(trainer.digests) > 10 and not any(n.startswith("lm_head.") for n in trainer.digests)
+
+
+def test_stager_checks_delta_entries_against_the_served_shapes():
+    from swiftlike.rollout.delta import SUFFIXES
+    stager = WeightStager(SHAPES)
+    full = stager.begin()
+    with pytest.raises(WeightUpdateError, match="unknown tensor"):  # delta names mean nothing in a full update
+        stager.add_bytes(full, save({"a.weight" + SUFFIXES["values"]: torch.ones(1)}))
+    uid = stager.begin(delta_base="w1")
+    good = {"a.weight" + SUFFIXES["indices"]: torch.tensor([4], dtype=torch.int32),
+            "a.weight" + SUFFIXES["values"]: torch.ones(1), "b.weight": torch.zeros(4)}
+    assert stager.add_bytes(uid, save(good)) == 3
+    update, tensors = stager.take(uid)
+    assert update.delta_base == "w1" and set(tensors) == set(good)
+    uid = stager.begin(delta_base="w1")
+    with pytest.raises(WeightUpdateError, match="no bitmask"):  # a 2x3 tensor's bitmask is 1 byte
+        stager.add_bytes(uid, save({"a.weight" + SUFFIXES["bitmask"]: torch.zeros(2, dtype=torch.uint8)}))
+    empty = stager.begin(delta_base="w1")
+    assert stager.take(empty)[1] == {}  # nothing changed: an empty delta is a valid update

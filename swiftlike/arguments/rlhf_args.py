@@ -89,6 +89,13 @@ class RolloutArguments:
         "CPU). auto = nccl with CUDA, else http.")
     weight_sync_path: str | None = arg(None, "Directory for --weight_transport path; default /dev/shm.")
     weight_bucket_mb: int = arg(512, "Weights are sent to rollout servers in buckets of at most this many MiB.")
+    weight_sync: Literal["full", "delta"] = arg(
+        "full", "Merged-weight sync to vLLM: full sends every weight each time; delta (SLIME's "
+        "--update-weight-mode delta) sends full weights once, then only the elements whose value in the engine's "
+        "dtype changed (positions or a bitmask, with the values), and the engine reloads from a patched copy, so "
+        "it holds what a full sync would give, bit for bit. Costs one copy of the model in the engine's dtype on "
+        "the trainer and on each rollout server. It saves bytes on the wire (server mode); colocated, the engine "
+        "still reloads every weight. Not with --vllm_enable_lora, which already sends only the adapter.")
     async_generate: bool = arg(False, "Server mode: the rollout servers generate the next generation batches "
                                "while the trainer learns (up to --max_staleness optimizer steps ahead), and a "
                                "weight sync does not wait for them: a request in flight continues under the new "
@@ -416,6 +423,10 @@ class RlhfArguments(TrainArguments, PreferenceArguments, GkdArguments, GrpoArgum
         self._check_server_mode()
         if self.vllm_enable_lora and self.tuner_type != "lora":
             raise ValueError("--vllm_enable_lora true syncs a LoRA adapter; it needs --tuner_type lora")
+        if self.weight_sync == "delta" and (not self.use_vllm or self.vllm_enable_lora):
+            raise ValueError("--weight_sync delta sends the changed elements of the merged weights to vLLM; it needs "
+                             "--use_vllm true, and not --vllm_enable_lora true, whose LoRA-only sync already sends "
+                             "just the adapter (leave --weight_sync full there)")
         if self.vllm_enable_lora and self.lora_rank > self.vllm_max_lora_rank:
             raise ValueError(f"--lora_rank {self.lora_rank} exceeds --vllm_max_lora_rank {self.vllm_max_lora_rank}")
         if self.use_vllm:

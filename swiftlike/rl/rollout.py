@@ -3,7 +3,10 @@
 Placement is explicit (`--use_vllm`, `--vllm_mode`): `pt` generates with the training model itself (shared
 weights, nothing to sync); `colocate` runs an in-process vLLM engine; `server` talks to `swiftlike rollout`
 servers through `RemoteEngine`. Both vLLM placements receive either the merged weights (`update_weights`)
-or, with `--vllm_enable_lora`, only the LoRA adapter, saved and loaded under a new id.
+or, with `--vllm_enable_lora`, only the LoRA adapter, saved and loaded under a new id. With
+`--weight_sync delta` the merged weights go full once, then as the elements that changed in the engine's
+dtype (rollout/delta.py): `RemoteEngine` sends those to the servers; colocated, this worker patches its copy
+of the engine's weights and the engine reloads from it.
 
 Every rollout records the policy version that produced it, counted in optimizer steps: the trainer's step
 whose weights the engine held (per token span when a rollout server continued a request across a weight
@@ -73,6 +76,8 @@ class RolloutWorker:
         self.args = args
         self.template = template
         self.lora_sync = bool(args.use_vllm and args.vllm_enable_lora)
+        self.delta_sync = args.weight_sync == "delta"
+        self._synced = None  # colocated delta sync: the engine's weights as of the last sync
         self._sync_dir: Path | None = None
         self._old_dirs: list[Path] = []
         self.memory = ColocateMemory(args)
@@ -164,23 +169,28 @@ class RolloutWorker:
         return out
 
     def sync(self, model, step: int) -> dict[str, float]:
-        """Push the trainer's weights, those of optimizer step `step`; returns sync/bytes and sync/seconds."""
+        """Push the trainer's weights, those of optimizer step `step`; returns sync/bytes (sent by this process),
+        sync/seconds and, with delta sync, sync/delta_density (changed elements / all; 1 for a full sync)."""
+        from ..rollout.delta import SyncStats
         if not self.needs_sync:
             return {}
         start = time.time()
         # Before the push: an answer that a background generation gets under the new weights maps to `step`.
         self._step_of_sync.append(step)
         self._wake()
-        nbytes = self._push(model) if self.owns_servers else 0
+        stats = self._push(model) if self.owns_servers else SyncStats()
         if self.shares_servers:
             barrier()  # a shared server has its update before any process generates on it
             if not self.owns_servers:
                 self.engine.follow_update(POLICY_ADAPTER if self.lora_sync else None)
-        return {"sync/bytes": float(nbytes), "sync/seconds": time.time() - start}
+        # a process that pushes nothing logs no density (metrics only some ranks log are combined over those)
+        return {**stats.metrics(self.delta_sync and self.owns_servers), "sync/seconds": time.time() - start}
 
-    def _push(self, model) -> int:
-        """The adapter (LoRA-only sync) or the merged weights to this process's engine; returns the bytes sent."""
+    def _push(self, model):
+        """The adapter (LoRA-only sync) or the merged weights to this process's engine; returns its SyncStats."""
         import torch
+
+        from ..rollout.delta import SyncStats
         if self.lora_sync:
             if self.args.vllm_mode == "server":  # a server may still hold an earlier run's full weights
                 self.engine.ensure_base_weights(lambda: _stripped_state(model), self.args.model)
@@ -190,7 +200,7 @@ class RolloutWorker:
             # Same name, new LoRA id: vLLM loads the new files on the next request that names it.
             self.engine.add_adapter(POLICY_ADAPTER, str(path))
             self._retire(path)
-            return nbytes
+            return SyncStats(nbytes)
         # The engine copies the weights before update_weights returns (in-process load, or sent over the
         # transport), so it reads the merged parameters in place and the adapter is unmerged afterwards:
         # no second copy of the model.
@@ -200,12 +210,19 @@ class RolloutWorker:
         try:
             with torch.no_grad():
                 tensors = _stripped_state(model)
-                nbytes = sum(t.numel() * t.element_size() for _, t in tensors)
+                if self.args.vllm_mode == "server":
+                    self.engine.update_weights(tensors)
+                    return self.engine.last_sync
+                if self.delta_sync:
+                    synced, self._synced = self._synced, None  # kept only once the engine has it
+                    self._synced, stats = push_delta_in_process(self.engine, synced, tensors)
+                    return stats
+                numel = sum(t.numel() for _, t in tensors)
                 self.engine.update_weights(tensors)
+                return SyncStats(sum(t.numel() * t.element_size() for _, t in tensors), numel, numel)
         finally:
             if merged:
                 model.unmerge_adapter()
-        return nbytes
 
     def _wake(self) -> None:
         if self._asleep:
@@ -228,13 +245,34 @@ class RolloutWorker:
             self.engine.close()
 
 
+def push_delta_in_process(engine, synced, tensors):
+    """Colocated delta sync: patch the copy of what the engine holds (`synced`; None before the first sync) and
+    reload the engine from it; returns the new copy and the SyncStats. vLLM keeps its CPU weights prepacked, so
+    there is no engine tensor to patch in place (rollout/delta.py). The engine is not touched when nothing
+    changed in its dtype; else it reloads every tensor, so sync/bytes is the whole model: delta sync saves
+    bytes on a wire, in server mode."""
+    from ..rollout.delta import SyncedWeights, SyncStats, nbytes
+    from ..rollout.transport import cast
+    stats = SyncStats()
+    if synced is None:
+        synced = SyncedWeights.copy_of(cast(tensors, engine.dtype))
+        stats.changed = stats.total = sum(t.numel() for t in synced.tensors.values())
+    else:
+        for name, t in cast(tensors, engine.dtype):
+            synced.advance(name, t, stats)
+    if stats.changed:
+        engine.update_weights(synced.items())
+        stats.bytes = nbytes(synced.tensors.values())
+    return synced, stats
+
+
 def _remote_engine(args, template, addresses: list[tuple[str, int]]):
     from ..rollout.client import RemoteEngine, ServerClient
     from ..rollout.transport import make_transport
     clients = [ServerClient(host, port, args.vllm_server_timeout, args.vllm_server_api_key)
                for host, port in addresses]
     transport = make_transport(args.weight_transport, args.weight_bucket_mb, args.weight_sync_path)
-    engine = RemoteEngine(clients, template, transport)
+    engine = RemoteEngine(clients, template, transport, args.weight_sync)
     if args.vllm_enable_lora and not engine.supports_lora:
         engine.close()
         raise ValueError("--vllm_enable_lora true syncs only the LoRA adapter, but a rollout server was started "

@@ -8,11 +8,13 @@ Routes:
   POST /generate                    batched sampling: token ids, per-token log-probs, finish reason, and the
                                     policy version of each token (`version_spans`: [[version, count], ...];
                                     a request in flight at an update continues under the new weights)
-  POST /update_weights/begin        open a full-weight update -> update_id
+  POST /update_weights/begin        open a weight update -> update_id; `keep_base` keeps a copy for later deltas,
+                                    `delta_base` (a weights id) opens a delta update: 409 if other weights serve
   POST /update_weights/bucket       one bucket as safetensors bytes (HTTP transport)
   POST /update_weights/bucket_path  one bucket as a safetensors file on a shared path
   POST /update_weights/init_collective, /update_weights/bucket_collective   NCCL (GPU) / gloo buckets
-  POST /update_weights/commit       apply the whole update atomically; the policy version increments
+  POST /update_weights/commit       apply the whole update atomically; the policy version increments and the
+                                    answer carries the new weights id
   POST /update_weights/abort        drop an open update
   POST /load_adapter                a LoRA adapter by shared path, or its safetensors bytes (adapter-only sync)
   POST /reset_prefix_cache
@@ -36,7 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..infer import openai_api
 from ..infer.protocol import InferRequest, RequestConfig
 from ..utils import get_logger
-from .service import JSON_BODY_LIMIT, RequestTooLarge, RolloutService
+from .service import JSON_BODY_LIMIT, RequestTooLarge, RolloutService, StaleDeltaBase
 from .weights import WeightUpdateError
 
 logger = get_logger("swiftlike.rollout")
@@ -59,6 +61,12 @@ class GenerateBody(BaseModel):
 
 class UpdateId(BaseModel):
     update_id: str
+
+
+class BeginUpdate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    delta_base: str | None = None
+    keep_base: bool = False
 
 
 class BucketPath(BaseModel):
@@ -120,6 +128,10 @@ def create_app(service: RolloutService) -> FastAPI:
             problems += " (sampling settings go in the body's `config` object, the engines' RequestConfig)"
         return _error(422, f"invalid request body for {request.url.path}: {problems}")
 
+    @app.exception_handler(StaleDeltaBase)
+    async def stale_delta_base(request: Request, exc: StaleDeltaBase):
+        return _error(409, str(exc))
+
     @app.exception_handler(RequestTooLarge)
     async def too_large(request: Request, exc: RequestTooLarge):
         return _error(413, str(exc))
@@ -155,8 +167,9 @@ def create_app(service: RolloutService) -> FastAPI:
                          for c in r.choices]} for r in responses]}
 
     @app.post("/update_weights/begin")
-    async def begin():
-        return {"update_id": service.stager.begin(), "dtype": service.dtype}
+    async def begin(body: BeginUpdate | None = None):
+        body = body or BeginUpdate()
+        return {"update_id": service.begin(body.delta_base, body.keep_base), "dtype": service.dtype}
 
     @app.post("/update_weights/bucket")
     async def bucket(request: Request, update_id: str):
@@ -181,8 +194,7 @@ def create_app(service: RolloutService) -> FastAPI:
 
     @app.post("/update_weights/commit")
     async def commit(body: UpdateId):
-        version = await service.change_engine(service.commit, body.update_id)
-        return {"policy_version": version}
+        return await service.change_engine(service.commit, body.update_id)
 
     @app.post("/update_weights/abort")
     async def abort(body: UpdateId):

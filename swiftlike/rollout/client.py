@@ -17,6 +17,7 @@ from ..infer.protocol import (Choice, InferRequest, InferResponse, RequestConfig
                               Usage)
 from ..template import Template
 from ..utils import get_logger
+from .delta import SyncedWeights, SyncStats
 from .fingerprint import WeightsFingerprint
 
 logger = get_logger("swiftlike.rollout")
@@ -28,6 +29,10 @@ GENERATE_READ_TIMEOUT = 1800.0  # seconds one generation batch may take before t
 
 class RolloutServerError(RuntimeError):
     """The server refused a request (4xx / 500) or stopped answering; the message says which and why."""
+
+    def __init__(self, message: str, status: int | None = None):
+        super().__init__(message)
+        self.status = status  # the HTTP status of a refusal; None when the server did not answer
 
 
 class ServerClient:
@@ -58,7 +63,7 @@ class ServerClient:
                 message = _message(resp)
                 if resp.status_code not in RETRY_STATUSES:
                     raise RolloutServerError(f"rollout server {self.url} refused {method} {path} "
-                                             f"({resp.status_code}): {message}")
+                                             f"({resp.status_code}): {message}", resp.status_code)
                 problem = f"HTTP {resp.status_code}: {message}"
             if time.monotonic() + delay > deadline:
                 raise RolloutServerError(
@@ -92,12 +97,23 @@ class RemoteEngine(InferEngine):
 
     Policy versions are counted from this engine's first contact, so answers from several servers (or a
     server that already served an earlier run) compare directly with the number of syncs made here.
+
+    With `weight_sync="delta"` the first update is full and asks each server to keep a copy; later ones send
+    only the changed elements (delta.py) against the weights id each server answered at its last commit.
+    A server that holds other weights answers 409 at begin, and this update goes full instead (logged).
+    `last_sync` says what the latest update sent.
     """
 
-    def __init__(self, clients: list[ServerClient], template: Template, transport):
+    def __init__(self, clients: list[ServerClient], template: Template, transport, weight_sync: str = "full"):
+        if weight_sync not in ("full", "delta"):
+            raise ValueError(f"--weight_sync must be full or delta, got {weight_sync!r}")
         self.clients = clients
         self.template = template
         self.transport = transport
+        self.weight_sync = weight_sync
+        self.last_sync = SyncStats()
+        self._synced: SyncedWeights | None = None  # what every server holds after the last delta-mode update
+        self._weights_ids: list[str] = []
         infos = [c.get("/info") for c in clients]  # waits (up to the timeout) for servers still starting
         self.model_name = infos[0]["model"]
         self._dtype = infos[0]["dtype"]
@@ -172,17 +188,59 @@ class RemoteEngine(InferEngine):
         self._count(versions)
 
     def update_weights(self, named_tensors: Iterable[tuple[str, object]]) -> None:
-        self._count(self._push_weights(named_tensors))
+        if self.weight_sync == "delta" and self._synced is not None:
+            try:
+                self._count(self._push_delta(named_tensors))
+                return
+            except RolloutServerError as e:
+                if e.status != 409:
+                    raise
+                logger.warning("delta weight sync refused (%s); sending the full weights instead", e)
+        self._count(self._push_weights(named_tensors, keep_base=self.weight_sync == "delta"))
 
-    def _push_weights(self, named_tensors: Iterable[tuple[str, object]]) -> list[int]:
-        """One full-weight update on every server; returns each server's new policy version."""
-        from .transport import buckets
-        update_ids = [c.post("/update_weights/begin")["update_id"] for c in self.clients]
+    def _push_weights(self, named_tensors: Iterable[tuple[str, object]], keep_base: bool = False) -> list[int]:
+        """One full-weight update on every server; returns each server's new policy version. With `keep_base`
+        the servers keep a copy of what was sent, and so does this engine, for the deltas that follow."""
+        from .transport import cast
+        self._synced = None
+        kept: dict[str, object] = {}
+        stats = SyncStats()
+
+        def pieces():
+            for name, t in cast(named_tensors, self.dtype):
+                if keep_base:
+                    kept[name] = t.to("cpu", copy=True)
+                stats.bytes += t.numel() * t.element_size()
+                stats.changed += t.numel()
+                stats.total += t.numel()
+                yield {name: t}
+        versions = self._update(pieces(), [{"keep_base": keep_base}] * len(self.clients))
+        if keep_base:
+            self._synced = SyncedWeights(kept)
+        self.last_sync = stats
+        return versions
+
+    def _push_delta(self, named_tensors: Iterable[tuple[str, object]]) -> list[int]:
+        """Only what changed since the last update; the copy here is dropped unless every server commits."""
+        from .transport import cast
+        synced, self._synced = self._synced, None
+        stats = SyncStats()
+        pieces = (entries for name, t in cast(named_tensors, self.dtype) if (entries := synced.advance(name, t, stats)))
+        versions = self._update(pieces, [{"delta_base": base} for base in self._weights_ids])
+        self._synced, self.last_sync = synced, stats
+        return versions
+
+    def _update(self, pieces, begin_bodies: list[dict]) -> list[int]:
+        """Begin on every server, send the pieces in buckets, commit; aborts everywhere on any failure."""
+        from .transport import group
+        update_ids: list[str] = []
         try:
-            for bucket in buckets(named_tensors, self.dtype, self.transport.bucket_bytes):
+            for client, body in zip(self.clients, begin_bodies):
+                update_ids.append(client.post("/update_weights/begin", json=body)["update_id"])
+            for bucket in group(pieces, self.transport.bucket_bytes):
                 self.transport.send(self.clients, update_ids, bucket)
-            return [c.post("/update_weights/commit", json={"update_id": u})["policy_version"]
-                    for c, u in zip(self.clients, update_ids)]
+            answers = [c.post("/update_weights/commit", json={"update_id": u})
+                       for c, u in zip(self.clients, update_ids)]
         except BaseException:
             for c, u in zip(self.clients, update_ids):
                 try:
@@ -192,6 +250,8 @@ class RemoteEngine(InferEngine):
             raise
         finally:
             self.transport.after_update()
+        self._weights_ids = [a["weights_id"] for a in answers]
+        return [a["policy_version"] for a in answers]
 
     def ensure_base_weights(self, base_tensors: Callable[[], Iterable[tuple[str, object]]], trainer_model: str
                             ) -> bool:

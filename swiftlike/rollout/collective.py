@@ -3,8 +3,10 @@
 NCCL moves GPU tensors device to device; gloo is the same path on CPU tensors (and what the CPU test
 suite runs). The group is a standalone ProcessGroup over a TCPStore the trainer hosts (rank 0, the
 servers ranks 1..N), built apart from torch's default group, which the trainer's own data parallelism
-and vLLM's in-process workers already use. A bucket travels as one flat tensor in the server's dtype:
-the server is told names, shapes and dtype first (and checks them), then the broadcast fills it.
+and vLLM's in-process workers already use. A bucket travels as one flat byte tensor: the server is told
+names, shapes and dtypes first (and checks them), then the broadcast fills it; each tensor is a view of
+its bytes. Bytes rather than one dtype, so a delta's int32 positions and uint8 bitmasks travel beside its
+values in the same broadcast.
 """
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import torch
 
-from .weights import TORCH_DTYPE_NAMES, WeightStager, WeightUpdateError
+from .weights import BUCKET_DTYPES, WeightStager, WeightUpdateError
 
 GROUP_TIMEOUT = datetime.timedelta(minutes=10)
 
@@ -27,6 +29,15 @@ def _process_group(store, rank: int, world_size: int, backend: str):
     if backend == "gloo":
         return dist.ProcessGroupGloo(prefixed, rank, world_size, GROUP_TIMEOUT)
     raise ValueError(f"collective backend must be nccl or gloo, got {backend!r}")
+
+
+def _byte_layout(nbytes: list[int]) -> tuple[list[int], int]:
+    """Each tensor's offset in a bucket's bytes (8-aligned, so every part views as its own dtype), and the total."""
+    offsets, end = [], 0
+    for n in nbytes:
+        offsets.append(end)
+        end += -(-n // 8) * 8
+    return offsets, end
 
 
 def _broadcast(group, tensor: torch.Tensor) -> None:
@@ -61,19 +72,20 @@ class CollectiveReceiver:
     def receive(self, update_id: str, specs: list[tuple[str, tuple[int, ...], str]]) -> None:
         if self._group is None:
             raise WeightUpdateError("no collective group; call /update_weights/init_collective first")
-        dtypes = {d for _, _, d in specs}
-        if len(dtypes) != 1 or next(iter(dtypes)) not in TORCH_DTYPE_NAMES:
-            raise WeightUpdateError(f"a collective bucket carries one dtype of {sorted(TORCH_DTYPE_NAMES)}; "
-                                    f"got {sorted(dtypes)}")
-        dtype = TORCH_DTYPE_NAMES[next(iter(dtypes))]
+        unknown = sorted({d for _, _, d in specs} - set(BUCKET_DTYPES))
+        if unknown:
+            raise WeightUpdateError(f"a collective bucket carries tensors of {sorted(BUCKET_DTYPES)}; got {unknown}")
+        dtypes = [BUCKET_DTYPES[d] for _, _, d in specs]
 
         def run():
-            numels = [int(torch.Size(shape).numel()) for _, shape, _ in specs]
-            flat = torch.empty(sum(numels), dtype=dtype, device=self._device)
+            sizes = [int(torch.Size(shape).numel()) * torch.empty(0, dtype=dtype).element_size()
+                     for (_, shape, _), dtype in zip(specs, dtypes)]
+            offsets, total = _byte_layout(sizes)
+            flat = torch.empty(total, dtype=torch.uint8, device=self._device)
             _broadcast(self._group.result(), flat)
-            parts = flat.split(numels)
-            self.stager.add_tensors(update_id, {name: part.view(shape) for (name, shape, _), part
-                                                in zip(specs, parts)})
+            self.stager.add_tensors(update_id, {
+                name: flat[start:start + size].view(dtype).view(shape)
+                for (name, shape, _), dtype, start, size in zip(specs, dtypes, offsets, sizes)})
         self._received.append(self._thread.submit(run))
 
     def wait_received(self) -> None:
@@ -123,10 +135,13 @@ class CollectiveSender:
         self._store = store
 
     def send(self, clients, update_ids: list[str], tensors: dict[str, torch.Tensor]) -> None:
-        dtype = next(iter(tensors.values())).dtype
-        specs = [{"name": n, "shape": list(t.shape), "dtype": str(dtype).removeprefix("torch.")}
+        specs = [{"name": n, "shape": list(t.shape), "dtype": str(t.dtype).removeprefix("torch.")}
                  for n, t in tensors.items()]
         for client, update_id in zip(clients, update_ids):
             client.post("/update_weights/bucket_collective", json={"update_id": update_id, "tensors": specs})
-        flat = torch.cat([t.reshape(-1) for t in tensors.values()]).to(self.device)
+        parts = [t.contiguous().reshape(-1).view(torch.uint8) for t in tensors.values()]
+        offsets, total = _byte_layout([p.numel() for p in parts])
+        flat = torch.zeros(total, dtype=torch.uint8, device=self.device)
+        for start, part in zip(offsets, parts):
+            flat[start:start + part.numel()].copy_(part)
         _broadcast(self.group, flat)

@@ -8,6 +8,11 @@ counts applied weight updates (full or adapter); a trainer compares it with its 
 The server also keeps a fingerprint of the base weights it serves (fingerprint.py): of the checkpoint at
 load, then of what each full update left loaded, so a LoRA-only trainer can check its base before
 pushing an adapter on top.
+Every full or delta commit gets a fresh weights id (so does a start): a delta update names the id of the
+weights it was computed against, and is refused with 409 when the server holds other weights (it
+restarted, or another trainer updated it), so the trainer falls back to a full update. A trainer asking for
+delta sync has the server keep a copy of the weights it sent (`SyncedWeights`: one model in the serving
+dtype, CPU), which each delta patches before the engine reloads from it.
 Anything a client gets wrong is a 4xx with a message, and the server keeps serving.
 """
 from __future__ import annotations
@@ -16,15 +21,17 @@ import asyncio
 import shutil
 import tempfile
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from ..arguments.rollout_args import RolloutServerArguments
 from ..infer.protocol import InferRequest, RequestConfig
 from ..utils import get_logger
+from .delta import DeltaError, SyncedWeights
 from .fingerprint import checkpoint_fingerprint
 from .partial import UpdateGate, generate_resumable, resumable
-from .weights import WeightStager, checkpoint_shapes
+from .weights import WeightStager, WeightUpdateError, checkpoint_shapes
 
 logger = get_logger("swiftlike.rollout")
 
@@ -33,6 +40,10 @@ JSON_BODY_LIMIT = 64 << 20  # requests other than weight buckets
 
 class RequestTooLarge(ValueError):
     """Answered with 413."""
+
+
+class StaleDeltaBase(WeightUpdateError):
+    """A delta computed against weights this server does not hold; answered with 409."""
 
 
 class RolloutService:
@@ -50,6 +61,8 @@ class RolloutService:
         logger.info("base weights fingerprint %s (%d tensors, %.1f s)", self.weights.fingerprint[:12],
                     len(self.weights.digests), time.time() - start)
         self.full_update_version: int | None = None  # the policy version of the last full update; None: checkpoint
+        self.weights_id = uuid.uuid4().hex  # changes with every full or delta commit
+        self.synced: SyncedWeights | None = None  # kept for delta updates when the last full update asked
         self.samples_generated = 0  # completions served so far (shows how a trainer spreads its batches)
         self._adapter_root = Path(tempfile.mkdtemp(prefix="swiftlike-rollout-adapters-"))
         self._adapter_dirs: dict[str, list[Path]] = {}
@@ -89,6 +102,7 @@ class RolloutService:
                 "tokens_generated": self.gate.tokens if self._gate is not None else 0,
                 "max_model_len": self.max_model_len, "enable_lora": self.engine.supports_lora,
                 "weights": {"fingerprint": self.weights.fingerprint, "layout": self.weights.layout,
+                            "id": self.weights_id, "delta_base": self.synced is not None,
                             "tensors": len(self.weights.digests), "full_update_version": self.full_update_version},
                 "versions": {"swiftlike": __version__, "vllm": vllm.__version__, "torch": torch.__version__}}
 
@@ -127,22 +141,49 @@ class RolloutService:
         return responses
 
     # ------------------------------------------------------------------ weights
-    def commit(self, update_id: str) -> int:
-        """Engine thread: apply a complete update, then count it."""
+    def begin(self, delta_base: str | None, keep_base: bool) -> str:
+        self.check_delta_base(delta_base)
+        return self.stager.begin(delta_base, keep_base)
+
+    def check_delta_base(self, delta_base: str | None) -> None:
+        if delta_base is None or (self.synced is not None and delta_base == self.weights_id):
+            return
+        held = (f"weights {self.weights_id[:12]}" + ("" if self.synced is not None else
+                                                       ", with no copy kept for deltas"))
+        raise StaleDeltaBase(f"delta update computed against weights {delta_base[:12]}, but this server holds {held} "
+                             "(it restarted, or another trainer updated it since): send a full update")
+
+    def commit(self, update_id: str) -> dict:
+        """Engine thread: apply a complete update, then count it; returns the policy version and weights id."""
         if update_id in self.stager.committed:  # a retried commit whose answer was lost
             return self.stager.committed[update_id]
         if self._collective is not None:
             self._collective.wait_received()
-        tensors = self.stager.take(update_id)
-        weights = self.weights.updated(tensors, self.dtype)
-        self.engine.update_weights(tensors)
+        update, tensors = self.stager.take(update_id)
+        if update.delta_base is not None:
+            self.check_delta_base(update.delta_base)  # a full update may have landed since its begin
+            try:
+                changed = self.synced.patch(tensors)
+            except DeltaError as e:
+                raise WeightUpdateError(f"delta update rejected, the previous weights keep serving: {e}") from None
+            applied = [(n, self.synced.tensors[n]) for n in changed]
+            if changed:  # the engine reloads whole tensors (delta.py says why)
+                self.engine.update_weights(self.synced.items())
+        else:
+            applied = list(tensors.items())
+            self.engine.update_weights(applied)
+            self.synced = SyncedWeights(dict(tensors)) if update.keep_base else None
+        self.weights = self.weights.updated(applied, self.dtype)
         self.version += 1
-        self.weights, self.full_update_version = weights, self.version
-        self.stager.committed[update_id] = self.version
+        self.full_update_version = self.version
+        self.weights_id = uuid.uuid4().hex
+        answer = {"policy_version": self.version, "weights_id": self.weights_id}
+        self.stager.committed[update_id] = answer
         for stale in list(self.stager.committed)[:-16]:  # a retry comes right after its commit
             del self.stager.committed[stale]
-        logger.info("weights updated: %d tensors, policy version %d", len(tensors), self.version)
-        return self.version
+        logger.info("weights updated (%s): %d tensors, policy version %d",
+                    "delta" if update.delta_base is not None else "full", len(applied), self.version)
+        return answer
 
     def load_adapter(self, name: str, path: Path) -> int:
         """Engine thread: (re)load a LoRA adapter under `name`; requests naming it use it from now on."""

@@ -7,6 +7,9 @@
 - nccl / gloo: the trainer broadcasts flat buckets to all servers in one collective group (collective.py);
   nccl moves GPU memory directly, gloo is the same path on CPU.
 
+A delta update (delta.py) is safetensors entries too, so each transport carries it as it carries full
+buckets; the collective ones broadcast a bucket's bytes, whatever the dtypes of its entries.
+
 LoRA adapters are small: http sends their bytes, path shares a directory, and the collective transports
 send them over http.
 """
@@ -25,26 +28,36 @@ import torch
 from .weights import TORCH_DTYPE_NAMES, pack
 
 
-def buckets(named_tensors: Iterable[tuple[str, torch.Tensor]], dtype: str, bucket_bytes: int
-            ) -> Iterator[dict[str, torch.Tensor]]:
-    """Tensors cast to the server's dtype, grouped so a bucket stays under `bucket_bytes` (a tensor larger
-    than that travels alone)."""
+def cast(named_tensors: Iterable[tuple[str, torch.Tensor]], dtype: str) -> Iterator[tuple[str, torch.Tensor]]:
+    """Tensors as the server holds them: its dtype, contiguous, on CPU (or the GPU they are on, for nccl)."""
     target = TORCH_DTYPE_NAMES.get(dtype)
-    bucket: dict[str, torch.Tensor] = {}
-    size = 0
     for name, tensor in named_tensors:
         t = tensor.detach().to("cpu" if tensor.device.type != "cuda" else tensor.device)
         if target is not None and t.is_floating_point():
             t = t.to(target)
-        t = t.contiguous()
-        nbytes = t.numel() * t.element_size()
+        yield name, t.contiguous()
+
+
+def group(pieces: Iterable[dict[str, torch.Tensor]], bucket_bytes: int) -> Iterator[dict[str, torch.Tensor]]:
+    """Pieces (a tensor, or the entries of one tensor's delta, which stay together) grouped so a bucket stays
+    under `bucket_bytes` (a piece larger than that travels alone)."""
+    bucket: dict[str, torch.Tensor] = {}
+    size = 0
+    for piece in pieces:
+        nbytes = sum(t.numel() * t.element_size() for t in piece.values())
         if bucket and size + nbytes > bucket_bytes:
             yield bucket
             bucket, size = {}, 0
-        bucket[name] = t
+        bucket.update(piece)
         size += nbytes
     if bucket:
         yield bucket
+
+
+def buckets(named_tensors: Iterable[tuple[str, torch.Tensor]], dtype: str, bucket_bytes: int
+            ) -> Iterator[dict[str, torch.Tensor]]:
+    """Whole tensors cast to the server's dtype, in buckets of at most `bucket_bytes`."""
+    return group(({name: t} for name, t in cast(named_tensors, dtype)), bucket_bytes)
 
 
 def _adapter_bytes(adapter_dir: str | Path) -> bytes:

@@ -4,6 +4,10 @@ A trainer sends its weights in buckets (so neither side holds two full copies in
 Every bucket is checked against the names and shapes of the served checkpoint the moment it arrives; one
 bad bucket poisons the whole update, and nothing reaches the engine before commit. So the engine never
 serves a half-updated model, and a rejected update leaves the previous weights serving.
+
+A delta update (delta.py) carries the changed elements of some tensors instead of whole tensors; its
+entries are checked against the same shapes (a part named after an unknown tensor, or longer than the
+tensor, poisons it too), and it names the weights it was computed against (`delta_base`).
 """
 from __future__ import annotations
 
@@ -16,10 +20,14 @@ from pathlib import Path
 
 import torch
 
+from .delta import split_name
+
 # safetensors' dtype names, as the header of a bucket states them
 SAFETENSORS_DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "F64": torch.float64,
                       "I64": torch.int64, "I32": torch.int32, "U8": torch.uint8, "BOOL": torch.bool}
 TORCH_DTYPE_NAMES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+# what a bucket's tensors may be: engine dtypes, and the positions and bitmasks of a delta
+BUCKET_DTYPES = {**TORCH_DTYPE_NAMES, "int32": torch.int32, "int64": torch.int64, "uint8": torch.uint8}
 
 
 def pack(tensors: dict[str, torch.Tensor]) -> bytearray:
@@ -123,6 +131,8 @@ class PendingUpdate:
     files: list[Path] = field(default_factory=list)  # shared-path buckets, read at commit
     names: set[str] = field(default_factory=set)
     error: str | None = None
+    delta_base: str | None = None  # a delta update: the weights id it was computed against
+    keep_base: bool = False  # a full update after which the server keeps a copy for later deltas
 
 
 def _locked(method):
@@ -141,12 +151,12 @@ class WeightStager:
         self.expected = expected_shapes
         self.lock = threading.RLock()
         self.pending: PendingUpdate | None = None
-        self.committed: dict[str, int] = {}  # update id -> the version its commit produced (commit is idempotent)
+        self.committed: dict[str, dict] = {}  # update id -> its commit's answer (a retried commit gets it again)
 
     @_locked
-    def begin(self) -> str:
+    def begin(self, delta_base: str | None = None, keep_base: bool = False) -> str:
         """Start an update; an unfinished one (a trainer that died mid-update) is dropped."""
-        self.pending = PendingUpdate(uuid.uuid4().hex)
+        self.pending = PendingUpdate(uuid.uuid4().hex, delta_base=delta_base, keep_base=keep_base)
         return self.pending.update_id
 
     def _update(self, update_id: str) -> PendingUpdate:
@@ -156,18 +166,28 @@ class WeightStager:
 
     def check(self, update: PendingUpdate, shapes: dict[str, tuple[int, ...]]) -> None:
         """Reject the whole update on the first unknown name or wrong shape."""
-        problems = []
-        for name, shape in shapes.items():
-            want = self.expected.get(name)
-            if want is None:
-                problems.append(f"unknown tensor {name!r}")
-            elif tuple(shape) != want:
-                problems.append(f"{name!r} has shape {list(shape)}, the served model's is {list(want)}")
+        problems = [p for p in (self.problem(name, shape, update.delta_base is not None)
+                                for name, shape in shapes.items()) if p]
         if problems:
             more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
             update.error = "; ".join(problems[:3]) + more
             raise WeightUpdateError(f"weight update rejected, the previous weights keep serving: {update.error}")
         update.names.update(shapes)
+
+    def problem(self, name: str, shape: tuple[int, ...], delta: bool) -> str | None:
+        """What is wrong with an entry of this shape, or None."""
+        tensor, part = split_name(name) if delta else (name, "dense")
+        want = self.expected.get(tensor)
+        if want is None:
+            return f"unknown tensor {tensor!r}"
+        if part == "dense":
+            return None if tuple(shape) == want else (f"{name!r} has shape {list(shape)}, the served model's is "
+                                                      f"{list(want)}")
+        numel = torch.Size(want).numel()
+        length = -(-numel // 8) if part == "bitmask" else None
+        if len(shape) != 1 or shape[0] > numel or (length is not None and shape[0] != length):
+            return f"{name!r} of shape {list(shape)} is no {part} of a delta for {list(want)}"
+        return None
 
     @_locked
     def add_bytes(self, update_id: str, data: bytes | bytearray) -> int:
@@ -209,8 +229,8 @@ class WeightStager:
         return update
 
     @_locked
-    def take(self, update_id: str) -> list[tuple[str, torch.Tensor]]:
-        """Everything the update carries, for the engine; the update is closed either way."""
+    def take(self, update_id: str) -> tuple[PendingUpdate, dict[str, torch.Tensor]]:
+        """The update and everything it carries, for the engine; the update is closed either way."""
         from safetensors.torch import load_file
         update = self._update(update_id)
         self.pending = None
@@ -221,13 +241,14 @@ class WeightStager:
             if not path.is_file():
                 raise WeightUpdateError(f"bucket file {path} vanished before commit; nothing was applied")
             tensors.update(load_file(str(path)))
-        if not tensors:
+        delta = update.delta_base is not None
+        if not tensors and not delta:  # a delta where nothing changed is empty
             raise WeightUpdateError("weight update has no tensors; send at least one bucket before commit")
-        wrong = [n for n, t in tensors.items() if tuple(t.shape) != self.expected.get(n)]
+        wrong = [n for n, t in tensors.items() if self.problem(n, tuple(t.shape), delta)]
         if wrong:  # a shared file rewritten after its check, or a collective bucket that differs from its notice
             raise WeightUpdateError(f"weight update rejected, the previous weights keep serving: {wrong[:3]} "
                                     "do not match the served model's shapes")
-        return list(tensors.items())
+        return update, tensors
 
     @_locked
     def abort(self, update_id: str) -> None:
