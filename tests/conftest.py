@@ -66,9 +66,11 @@ def vllm_tiny(tiny_resolved, tiny_template, tiny_adapter):
     engine.close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser():
-    """Headless Chromium (Debian's /usr/bin/chromium) through Playwright, for the Gradio pages' tests."""
+    """Headless Chromium (Debian's /usr/bin/chromium) through Playwright, for the Gradio pages' tests. One per
+    module, not per session: Playwright's sync API keeps an event loop running in the main thread while it is
+    open, and the later modules' `asyncio.run` (engines, in-process servers) refuses to start under it."""
     if not os.path.exists(CHROMIUM):
         if os.environ.get("CI"):
             pytest.fail(f"{CHROMIUM} is missing: scripts/setup.sh installs Debian's chromium package")
