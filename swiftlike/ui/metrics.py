@@ -1,9 +1,10 @@
 """Curves of a run, read from its logging.jsonl while it trains, smoothed the way TensorBoard smooths them."""
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
+
+from ..train.outputs import read_log
 
 CURVES = ("loss", "reward", "kl")  # what the runtime panel draws: loss for every run, reward and KL for RL
 
@@ -20,17 +21,9 @@ def ema(values: list[float], weight: float) -> list[float]:
 
 
 def read_entries(run_dir: Path | None) -> list[dict]:
-    """logging.jsonl's entries; a line still being written (or cut by a crash) is skipped."""
-    path = None if run_dir is None else Path(run_dir) / "logging.jsonl"
-    if path is None or not path.is_file():
-        return []
-    entries = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            entries.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return entries
+    """logging.jsonl's entries (train.outputs.read_log skips a line still being written); none before the job
+    has a run directory."""
+    return [] if run_dir is None else read_log(run_dir)
 
 
 def curve_rows(entries: list[dict], key: str, weight: float = 0.6) -> list[dict]:
