@@ -18,6 +18,7 @@ from swiftlike.arguments.webui_args import WebUIArguments
 from swiftlike.ui.forms import (argv_of, check_arguments, command_line, field_specs, flag_value, load_args_json,
                                 script_text)
 from swiftlike.ui.jobs import JobStore
+from swiftlike.ui.pages.command import UIContext
 from swiftlike.ui.metrics import curve_rows, ema
 from swiftlike.utils.fields import arg
 
@@ -86,6 +87,45 @@ def test_a_flag_added_to_a_command_appears_in_the_ui_unchanged(tmp_path):
     values[list(page.widgets).index("dataset")] = "swiftlike/alpaca-mini"
     argv = page.argv("sft", tuple(values))
     assert argv[-2:] == ["--warmup_shape", "0.9"] and parse_args(extended, argv).warmup_shape == 0.9
+
+
+def test_a_list_field_cannot_set_other_flags():
+    """A list field is split into words, and argparse reads any word that begins with '-' as a flag: such an item
+    is refused with its field named; numbers (-0.5) and words with dashes inside pass."""
+    from swiftlike.ui.forms import FormError
+    specs = {s.name: s for s in field_specs(RlhfArguments)}
+    with pytest.raises(FormError, match="dataset: the item '--rlhf_type' begins with '-'.* value of --dataset"):
+        specs["dataset"].flags("data.jsonl --rlhf_type dpo --output_dir /tmp/elsewhere")
+    with pytest.raises(FormError, match="dataset: .*'-o'"):
+        specs["dataset"].flags("data.jsonl -o x")
+    with pytest.raises(FormError, match="dataset: No closing quotation"):
+        specs["dataset"].flags("'data.jsonl")
+    assert specs["reward_weights"].flags("1 -0.5 1e-3") == ["--reward_weights", "1", "-0.5", "1e-3"]
+    assert specs["dataset"].flags("my-data.jsonl 'a b.jsonl'") == ["--dataset", "my-data.jsonl", "a b.jsonl"]
+
+
+def test_an_injected_flag_in_a_page_starts_nothing(tmp_path):
+    """The GRPO page fixes --rlhf_type grpo; a dataset field that carries `--rlhf_type dpo --output_dir X` would
+    have started a DPO run writing to X (the later flag wins). Now the page names the item and starts nothing."""
+    import gradio as gr
+
+    from swiftlike.ui.labels import LABELS
+    from swiftlike.ui.pages.training import build_grpo
+    ctx = UIContext(JobStore(tmp_path / "jobs"), LABELS["en"])
+    with gr.Blocks():
+        page, _ = build_grpo(ctx)
+    values = [page.widgets[n].value for n in page.widgets]
+    values[list(page.widgets).index("model")] = TINY
+    values[list(page.widgets).index("dataset")] = \
+        f"swiftlike/arithmetic-preference#4 --rlhf_type dpo --output_dir {tmp_path / 'elsewhere'}"
+    try:
+        preview, status, *_ = page.start("rlhf", *values)
+        assert ctx.store.list() == [], "a job was started"
+    finally:
+        for job in ctx.store.list():
+            ctx.store.stop(job.id)
+    assert preview == "" and "the item '--rlhf_type' begins with '-'" in status
+    assert page.show_command("rlhf", *values)[0] == ""
 
 
 def _contains(block, target) -> bool:
