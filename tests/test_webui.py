@@ -9,7 +9,7 @@ import time
 
 import psutil
 import pytest
-from servers import ENV, free_port
+from servers import ENV, free_port, start
 
 from swiftlike.arguments import parse_args
 from swiftlike.arguments.rlhf_args import RlhfArguments
@@ -174,6 +174,27 @@ def test_ui_refuses_to_bind_beyond_loopback_without_a_key(capsys):
     assert parse_args(WebUIArguments, []).server_port == 7860
     with pytest.raises(ValueError, match="invalid choice for --lang"):
         WebUIArguments(lang="fr")
+
+
+def test_a_foreign_host_header_is_refused(tmp_path):
+    """DNS rebinding: the real UI, asked under a name it does not answer to, refuses with 400 and names the
+    flag; under its bound address, localhost or a name given with --allowed_hosts it serves the page."""
+    import httpx
+    port = free_port()
+    proc = start(["web-ui", "--server_port", str(port), "--jobs_dir", str(tmp_path / "jobs"),
+                  "--allowed_hosts", "ui.proxy.example"], port, tmp_path / "ui.log", timeout=120)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        for path in ("/", "/config", "/health"):
+            refused = httpx.get(url + path, headers={"Host": f"rebound.example:{port}"})
+            assert refused.status_code == 400, (path, refused.status_code)
+            assert "--allowed_hosts" in refused.json()["error"]["message"]
+        for host in (f"127.0.0.1:{port}", f"localhost:{port}", "ui.proxy.example"):
+            served = httpx.get(url + "/", headers={"Host": host})
+            assert served.status_code == 200 and "<html" in served.text.lower(), host
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
 
 
 def test_load_args_json_from_a_checkpoint(tmp_path):
