@@ -200,16 +200,15 @@ def test_kto_kl_pairs_never_share_a_prompt(tmp_path, template, batch, accumulati
     trainer = trainer_cls(model=model, args=config, train_dataset=Dataset.from_list(samples),
                           processing_class=template.tokenizer)
     assert config.per_device_train_batch_size == batch
-    seen = 0
+    seen, shared = 0, 0
     for collated in trainer.get_train_dataloader():
         for kl_ids, kl_mask in zip(collated["KL_input_ids"].tolist(), collated["KL_completion_mask"].tolist()):
-            sample = samples[seen]
-            prompt = sample["prompt_ids"]
-            assert kl_ids[:len(prompt)] == prompt  # the row's own prompt ...
+            prompt = tuple(kl_ids[:kl_mask.index(1)])  # what TRL scores: a prompt, then a KL answer after it
             kl_answer = [t for t, m in zip(kl_ids, kl_mask) if m]
-            assert kl_answer == sample["KL_completion_ids"]  # ... followed by the answer paired here
+            shared += kl_answer in answers_of[prompt]
+            assert (list(prompt), kl_answer) == (samples[seen]["prompt_ids"], samples[seen]["KL_completion_ids"])
             seen += 1
-    assert seen == 32
+    assert (seen, shared) == (32, 0)
 
 
 def test_length_rules_by_hand(template):
