@@ -165,6 +165,14 @@ def test_kl_partners_by_hand(prompts, block, partners):
     assert all(prompts[i] != prompts[j] for i, j in enumerate(partners))
 
 
+def test_kl_completion_is_cut_to_fit_after_the_rows_prompt():
+    samples = [{"prompt_ids": [1, 2, 3], "completion_ids": [4], "label": True},
+               {"prompt_ids": [5], "completion_ids": [6, 7, 8, 9], "label": False}]
+    paired = with_kl_completions(samples, 2, max_length=5)
+    assert [s["KL_completion_ids"] for s in paired] == [[6, 7], [4]]  # 3 + 2 = max_length
+    assert [s["KL_completion_ids"] for s in with_kl_completions(samples, 2, None)] == [[6, 7, 8, 9], [4]]
+
+
 def test_kl_partners_refuse_a_single_prompt():
     with pytest.raises(ValueError, match="1 distinct prompt.*--loss_type apo_zero_unpaired"):
         kl_partners(["a", "a"], 2)
