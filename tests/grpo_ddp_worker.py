@@ -4,7 +4,8 @@ Plain `python tests/grpo_ddp_worker.py` is the one-process run; under `torch.dis
 it. The only test hook is `InjectedRolloutTrainer`, a GrpoTrainer subclass put in place of GrpoTrainer before
 `rlhf_main` builds its trainer: `_collect_rollouts` serves the completions the test recorded with the real pt
 engine (sampling is random, and the one- and two-process runs must train on the same rollouts), and it keeps
-copies of what the test compares (parameters before and after, each rank's prompts and local metrics).
+copies of what the test compares (parameters before and after, each rank's prompts and local metrics, and each
+backward pass's loss and normaliser).
 Drawing the PNG curves is skipped, for time.
 Rewards, advantages, old/reference log-probs, the loss and its normalisers, DDP and the optimizer step are
 all the real code.
@@ -47,9 +48,10 @@ class InjectedRolloutTrainer(grpo_trainer.GrpoTrainer):
         self.params_before = {n: p.detach().clone() for n, p in self.model.named_parameters()}
         self.prompts_seen: list[str] = []
         self.local_metrics: list[dict[str, float]] = []
+        self.micro_steps: list[dict] = []  # per backward pass: its step, tokens, loss normaliser and loss
         InjectedRolloutTrainer.last = self
 
-    def _collect_rollouts(self, rows):
+    def _collect_rollouts(self, rows, *_):  # (rows, steps_left)
         g = self.g.num_generations
         out = []
         for start in range(0, len(rows), g):
@@ -59,6 +61,15 @@ class InjectedRolloutTrainer(grpo_trainer.GrpoTrainer):
             self.prompts_seen.append(prompt)
             out += [Rollout(**{**rec, "row": row}) for rec, row in zip(RECORDED[prompt], group, strict=True)]
         return out
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        normaliser = inputs.get("num_items_in_batch")
+        self.micro_steps.append({"step": self.state.global_step, "tokens": int(inputs["completion_mask"].sum()),
+                                 "normaliser": None if normaliser is None else int(normaliser),
+                                 # what the backward pass gets: the Trainer divides by the accumulation steps
+                                 "loss": float(loss) / self.current_gradient_accumulation_steps})
+        return loss
 
     def log(self, logs, start_time=None):
         if "loss" in logs:  # this rank's own values, before GrpoTrainer.log combines them over ranks
@@ -74,7 +85,8 @@ def main() -> None:
         result = rlhf_main([*common, "--output_dir", str(OUT / name), *extra])
         trainer = InjectedRolloutTrainer.last
         (OUT / f"{name}.rank{RANK}.json").write_text(json.dumps(
-            {"prompts": trainer.prompts_seen, "metrics": trainer.local_metrics, "run_dir": str(result.run_dir)}))
+            {"prompts": trainer.prompts_seen, "metrics": trainer.local_metrics, "run_dir": str(result.run_dir),
+             "micro_steps": trainer.micro_steps}))
         if RANK == 0:
             after = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
             torch.save({"before": trainer.params_before, "after": after}, OUT / f"{name}.params.pt")

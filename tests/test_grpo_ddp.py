@@ -85,11 +85,11 @@ def test_metric_reduction_under_a_two_process_gloo_group(tmp_path):
                                      "rollout_correction/log_ppl_diff_min": -0.3, "staleness/mean": 4.0}
 
 
-def record_rollouts(path: Path) -> None:
+def record_rollouts(path: Path, cut: bool = True) -> None:
     """NUM_GENERATIONS real pt-engine samples per prompt, each cut to a prefix of a different length.
 
-    The random tiny model never stops by itself, so uncut every completion would have the same length and
-    every token-count normaliser would be the same constant; prefixes of real samples keep the rollouts
+    The random tiny model never stops by itself, so uncut (`cut=False`) every completion has the same length
+    and every token-count normaliser is the same constant; prefixes of real samples keep the rollouts
     genuine while giving the ranks and micro-batches different token counts.
     """
     import torch
@@ -108,7 +108,7 @@ def record_rollouts(path: Path) -> None:
     torch.manual_seed(0)  # the same rollouts on every test run
     recorded: dict[str, list[dict]] = {p: [] for p in PROMPTS}
     for i, rollout in enumerate(worker.generate(rows)):
-        keep = 2 + (7 * i) % 11  # 2..12 tokens
+        keep = 2 + (7 * i) % 11 if cut else len(rollout.completion_ids)  # 2..12 tokens
         ids = rollout.completion_ids[:keep]
         record = {**asdict(rollout), "completion_ids": ids, "rollout_logps": rollout.rollout_logps[:keep],
                   "text": tokenizer.decode(ids), "finish_reason": "length" if keep == 12 else "stop"}
@@ -221,6 +221,69 @@ def test_logged_metrics_are_reduced_across_ranks(runs):
     one = train_logs(runs[1], "grpo")
     for key in ("reward", "completions/mean_length", "completions/max_length", "completions/min_length"):
         assert logged[0][key] == pytest.approx(one[0][key], rel=1e-6), key
+
+
+# dapo where an optimizer step takes two generation batches (--steps_per_generation 2 at accumulation 4) and
+# where a generation batch straddles two optimizer steps (3 at accumulation 2: its third micro-batch shares a
+# step with the next batch's first); one prompt group per micro-batch, one process, one epoch each
+DAPO_LAYOUTS = {"dapo_spg2_ga4": (2, 4), "dapo_spg3_ga2": (3, 2)}
+DAPO_RUNS = {name: ["--loss_type", "dapo", "--beta", "0", "--per_device_train_batch_size", str(NUM_GENERATIONS),
+                    "--steps_per_generation", str(spg), "--gradient_accumulation_steps", str(ga),
+                    "--max_steps", str(len(PROMPTS) // spg * spg // ga)]
+             for name, (spg, ga) in DAPO_LAYOUTS.items()}
+
+
+@pytest.fixture(scope="module")
+def dapo_runs(tmp_path_factory):
+    """{"cut" | "uncut": (the recorded rollouts, the worker's results)}: rollouts of different lengths, and of
+    one length (where TRL's normaliser is exact too)."""
+    base = tmp_path_factory.mktemp("dapo")
+    dataset = base / "prompts.jsonl"
+    dataset.write_text("".join(json.dumps({"messages": [{"role": "user", "content": p}]}) + "\n" for p in PROMPTS))
+    out = {}
+    for kind in ("cut", "uncut"):
+        rollouts, results = base / f"{kind}.json", base / kind
+        record_rollouts(rollouts, cut=kind == "cut")
+        results.mkdir()
+        launch(results, rollouts, dataset, 1, DAPO_RUNS)
+        out[kind] = json.loads(rollouts.read_text()), results
+    return out
+
+
+def hand_advantages(texts: list[str]) -> list[float]:
+    """text_length rewards, minus the group mean, over the group's Bessel std + 1e-4."""
+    rewards = [len(t) / 100 for t in texts]
+    mean = sum(rewards) / len(rewards)
+    std = (sum((r - mean) ** 2 for r in rewards) / (len(rewards) - 1)) ** 0.5
+    return [(r - mean) / (std + 1e-4) for r in rewards]
+
+
+@pytest.mark.parametrize("kind", ["cut", "uncut"])
+@pytest.mark.parametrize("name", list(DAPO_LAYOUTS))
+def test_dapo_divides_by_the_tokens_of_the_whole_optimizer_step(dapo_runs, name, kind):
+    recorded, results = dapo_runs[kind]
+    spg, ga = DAPO_LAYOUTS[name]
+    result = json.loads((results / f"{name}.rank0.json").read_text())
+    prompts, micro = result["prompts"], result["micro_steps"]  # one prompt per micro-batch, in training order
+    tokens = [sum(len(c["completion_ids"]) for c in recorded[p]) for p in prompts]
+    assert len(micro) == len(tokens) == len(PROMPTS) // spg * spg and [m["tokens"] for m in micro] == tokens
+    steps = [range(s, min(s + ga, len(tokens))) for s in range(0, len(tokens), ga)]
+    assert [m["step"] for m in micro] == [i for i, step in enumerate(steps) for _ in step]
+    exact = [sum(tokens[k] for k in step) for step in steps for _ in step]
+    assert [m["normaliser"] for m in micro] == exact
+    # TRL 1.16 (GRPOTrainer.compute_loss, dapo) divides by its generation batch's tokens x GA / spg
+    trl = [sum(tokens[k - k % spg:k - k % spg + spg]) * ga / spg for k in range(len(tokens))]
+    if kind == "uncut":
+        assert trl == exact
+    else:  # it estimates the step's count from the generation batch: off where lengths differ
+        assert trl != exact
+    # the first step's loss by hand: every ratio is 1, so each token carries minus its completion's advantage
+    # (0 up to fp32 rounding where every completion has the same length: a group's advantages sum to 0)
+    first = [c for k in steps[0] for c in recorded[prompts[k]]]
+    advantages = [a for k in steps[0] for a in hand_advantages([c["text"] for c in recorded[prompts[k]]])]
+    hand = -sum(a * len(c["completion_ids"]) for a, c in zip(advantages, first)) / exact[0]
+    assert sum(m["loss"] for m in micro if m["step"] == 0) == pytest.approx(hand, rel=1e-5, abs=2e-6)
+    print(f"{name} {kind}: step tokens {exact[::ga]}, TRL's {trl[::ga]}, first loss {hand:.6f}")
 
 
 def test_cli_relaunches_under_torchrun_and_rank_0_writes_the_run(tmp_path):

@@ -141,6 +141,16 @@ def test_off_policy_sequence_mask_drops_stale_negative_sequences_from_the_loss()
         grpo_args(off_policy_sequence_mask_delta=-0.1)
 
 
+@pytest.mark.parametrize("loss_type", ["bnpo", "dapo"])
+def test_off_policy_sequence_mask_keeps_dropped_tokens_in_the_token_normalisers(loss_type):
+    logps = torch.tensor([[-2.0, -2.0], [-1.0, -1.0]])
+    inputs = _inputs(logps, torch.tensor([[-1.0, -1.0], [0.0, 0.0]]), torch.tensor([-1.0, 1.0]))
+    loss, _ = corrected_policy_loss(logps, inputs, grpo_args(loss_type=loss_type, off_policy_sequence_mask_delta=0.5),
+                                    reused=False)
+    # row 0 is dropped; the count the trainer passed (all 4 tokens, taken before the mask) still divides
+    assert inputs["num_items_in_batch"] == 4 and float(loss) == pytest.approx((0 + 0 - 1 - 1) / 4)
+
+
 def test_rollout_correction_metrics_only_with_flag_or_is_mode():
     logps = torch.tensor([[-1.0, -2.0]])
     inputs = _inputs(logps, logps - 0.1, torch.tensor([1.0]))

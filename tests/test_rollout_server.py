@@ -112,7 +112,7 @@ def greedy_logprobs(port: int) -> list[float]:
     return resp.json()["results"][0]["choices"][0]["logprobs"]
 
 
-def grpo(tmp_path, ports, *extra, steps: int = 3, check: bool = True):
+def grpo(tmp_path, ports, *extra, steps: int = 3, check: bool = True, run: str = "v0-*"):
     plugin = tmp_path / "plugin.py"
     plugin.write_text(PLUGIN)
     argv = ["rlhf", "--rlhf_type", "grpo", *GRPO, "--vllm_server_port", *map(str, ports), "--external_plugins",
@@ -122,7 +122,7 @@ def grpo(tmp_path, ports, *extra, steps: int = 3, check: bool = True):
     if not check:
         return result
     assert result.returncode == 0, result.stderr[-4000:]
-    run_dir = next((tmp_path / "out").glob("v0-*"))
+    run_dir = next((tmp_path / "out").glob(run))
     return [e for e in read_log(run_dir) if "loss" in e], run_dir
 
 
@@ -301,21 +301,49 @@ def test_grpo_async_generate_tags_versions_and_staleness(server, tmp_path):
     assert set(behind) == {0, 1} and behind[:8] == [0] * 8
 
 
-def test_grpo_drops_and_regenerates_samples_over_max_staleness(server, tmp_path):
-    # one generation batch serves 2 optimizer steps, so the batch prefetched at step 0 is 2 steps old at step 2
-    result = grpo(tmp_path, [server], "--tuner_type", "full", "--learning_rate", "1e-3", "--async_generate", "true",
-                  "--max_staleness", "1", "--steps_per_generation", "4", "--log_completions", "true", steps=4,
-                  check=False)
-    assert result.returncode == 0, result.stderr[-4000:]
-    assert "--max_staleness 1 is below the 2 optimizer steps one generation batch serves" in result.stderr
-    run_dir = next((tmp_path / "out").glob("v0-*"))
-    steps = [e for e in read_log(run_dir) if "loss" in e]
-    generated = [e for e in steps if "staleness/max" in e]  # steps 1 and 3 start a generation batch
-    assert len(generated) == 2 and all(e["staleness/max"] <= 1 for e in generated)
-    assert [e["staleness/dropped"] for e in generated] == [0, 16]  # the whole prefetched batch, generated again
+@pytest.mark.parametrize("layout", [("--steps_per_generation", "4"), ("--num_iterations", "2")])
+def test_grpo_batches_serving_two_steps_stay_within_max_staleness_at_every_use(server, tmp_path, layout):
+    # a generation batch serves 2 optimizer steps; K = 3 lets one batch be prefetched: sampled at step 2j (its
+    # take), trained on at 2j + 2 and 2j + 3. Rounding K / 2 up (2 batches ahead) would reach 5 at the last use.
+    steps, run_dir = grpo(tmp_path, [server], "--tuner_type", "full", "--learning_rate", "1e-3", "--async_generate",
+                          "true", "--max_staleness", "3", *layout, "--rollout_importance_sampling_mode",
+                          "token_truncate", "--log_completions", "true", steps=6)
+    assert [e["staleness/dropped"] for e in steps if "staleness/dropped" in e] == [0, 0, 0]  # nothing regenerated
+    assert [e.get("staleness/max") for e in steps] == [0, 1, 2, 3, 2, 3]  # at every step, reuses included
+    assert all("timing/generate_wait" in e for e in steps[2::2])  # batches 2 and 3 came from the prefetch
     samples = [json.loads(line) for line in (run_dir / "completions.jsonl").read_text().splitlines()]
-    assert [s["trainer_version"] - s["policy_version"] for s in samples] == [0] * 32
-    assert "without --rollout_importance_sampling_mode" not in result.stderr  # nothing stale was trained on
+    per_batch = len(samples) // 3  # 16 samples with spg 4, 8 with spg 2 and 2 iterations
+    assert [s["trainer_version"] - s["policy_version"] for s in samples] == [0] * per_batch + [2] * 2 * per_batch
+
+
+def test_grpo_async_resumed_between_a_batchs_uses_keeps_prefetching_in_the_epochs_order(server, tmp_path):
+    # 8 prompts, 4 per generation batch, each batch 2 steps (spg 4 at accumulation 2): an epoch is 4 steps
+    common = ("--dataset", "swiftlike/arithmetic#8", "--tuner_type", "full", "--learning_rate", "1e-3",
+              "--async_generate", "true", "--steps_per_generation", "4", "--log_completions", "true",
+              "--rollout_importance_sampling_mode", "token_truncate", "--save_steps", "1")
+    whole, run_dir = grpo(tmp_path, [server], *common, steps=8)
+    checkpoint = run_dir / "checkpoint-5"  # epoch 1, between the two steps of its first batch
+    resumed, resumed_dir = grpo(tmp_path, [server], *common, "--resume_from_checkpoint", str(checkpoint), steps=8,
+                                run="v1-*")
+
+    def batches(directory):
+        """{step it was taken at: its prompts in order}"""
+        out = {}
+        for line in (directory / "completions.jsonl").read_text().splitlines():
+            sample = json.loads(line)
+            out.setdefault(sample["trainer_version"], []).append(sample["prompt"])
+        return out
+    taken, taken_after = batches(run_dir), batches(resumed_dir)
+    assert sorted(taken) == [0, 2, 4, 6] and taken[0] + taken[2] != taken[4] + taken[6]  # epoch 1: a new order
+    assert sorted(taken[0] + taken[2]) == sorted(taken[4] + taken[6])
+    # resumed at step 5: the rest of epoch 1's first batch is generated again, the next one prefetched beside it
+    assert taken_after[5] == taken[4], "the resumed run must draw epoch 1's order, not epoch 0's"
+    assert sorted(taken_after) == [5, 6] and taken_after[6] == taken[6]
+    assert [e["step"] for e in resumed] == [6, 7, 8] and "timing/generate_wait" in resumed[1]
+    assert [e["staleness/max"] for e in whole] == [0, 1, 2, 3, 0, 1, 2, 3]  # no prefetch across the epoch's end
+    assert [e["staleness/max"] for e in resumed] == [0, 1, 2]
+    timeline = [json.loads(line) for line in (resumed_dir / "timeline.jsonl").read_text().splitlines()]
+    assert any(s["event"] == "generate" and s["background"] for s in timeline)
 
 
 def test_grpo_two_batches_ahead_within_max_staleness_warns_once_without_correction(server, tmp_path):

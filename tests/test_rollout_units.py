@@ -8,9 +8,13 @@ import torch
 from safetensors.torch import save, save_file
 
 from swiftlike.arguments import RlhfArguments
+from swiftlike.arguments.generation_schedule import (min_async_staleness, prefetch_depth, prefetch_lag, steps_left,
+                                                    trained_steps)
 from swiftlike.infer import openai_api
-from swiftlike.rl.async_rollout import GenerationRows, LookaheadBatches, Prefetch, prefetch_depth, stale_groups
+from swiftlike.rl.async_rollout import (EpochLoader, GenerationRows, LookaheadBatches, Prefetch, replace_groups,
+                                        stale_groups)
 from swiftlike.rl.grpo_trainer import RepeatSampler
+from swiftlike.rl.rollout import Rollout
 from swiftlike.rollout.client import RolloutServerError, ServerClient
 from swiftlike.rollout.transport import buckets
 from swiftlike.rollout.weights import WeightStager, WeightUpdateError, read_header
@@ -89,6 +93,14 @@ def test_server_mode_arguments():
         server_args(vllm_mode="colocate", async_generate=True)
     assert server_args().max_staleness == 0 and server_args(async_generate=True).max_staleness == 1
     assert server_args(async_generate=True, max_staleness=0).max_staleness == 0  # synchronous
+    # a generation batch serving 2 optimizer steps: one batch ahead is last used 3 steps after it was sampled
+    for two_steps in ({"steps_per_generation": 4, "gradient_accumulation_steps": 2}, {"num_iterations": 2}):
+        assert server_args(async_generate=True, **two_steps).max_staleness == 3
+        assert server_args(async_generate=True, max_staleness=3, **two_steps).max_staleness == 3
+        with pytest.raises(ValueError, match=r"--max_staleness 2 leaves no room to generate ahead: .* last trained "
+                                             r"on 3 optimizer steps after it was sampled. Set --max_staleness 3"):
+            server_args(async_generate=True, max_staleness=2, **two_steps)
+    assert server_args(steps_per_generation=4, gradient_accumulation_steps=2).max_staleness == 0
     with pytest.raises(ValueError, match="--max_staleness 2 lets samples lag .* --async_generate true"):
         server_args(max_staleness=2)
     with pytest.raises(ValueError, match="--max_staleness must be >= 0"):
@@ -103,24 +115,100 @@ def test_lookahead_batches_carry_the_next_distinct_batches():
     # 3 prompts per generation batch -> 9 prompts = 3 distinct batches, each served twice (repeat 2)
     sampler = RepeatSampler(n_rows=9, num_generations=1, per_batch=3, repeat=2, seed=0)
     one = list(LookaheadBatches(sampler, batch_size=3, depth=1))
-    sampler.epoch = 0
     two = list(LookaheadBatches(sampler, batch_size=3, depth=2))
-    sampler.epoch = 0
     plain = list(sampler)
     assert len(one) == len(LookaheadBatches(sampler, 3, 1)) == 6
     first, second, third = plain[:3], plain[6:9], plain[12:15]
     assert one[0] == first + second  # the first copy of batch 1 carries batch 2
-    assert one[1] == first  # a repeat does not prefetch again
-    assert one[2] == second + third and one[4] == third  # the epoch's last batch has nothing ahead
+    assert one[1] == first + second  # so does the repeat (a run resumed there prefetches at once)
+    assert one[2] == second + third and one[4] == one[5] == third  # the epoch's last batch has nothing ahead
     assert two[0] == first + second + third and two[2] == second + third
+    assert list(LookaheadBatches(sampler, 3, 0)) == [plain[k:k + 3] for k in range(0, 18, 3)]  # synchronous
     rows = GenerationRows.collate(3)(list(range(9)))
     assert rows == [0, 1, 2] and rows.ahead == [[3, 4, 5], [6, 7, 8]]
 
 
-def test_prefetch_depth_fills_the_staleness_bound():
-    assert prefetch_depth(0, 1) == 0  # synchronous
-    assert [prefetch_depth(k, 1) for k in (1, 2, 4)] == [1, 2, 4]
-    assert prefetch_depth(1, 2) == 1 and prefetch_depth(3, 2) == 2 and prefetch_depth(4, 2) == 2
+def test_each_epoch_draws_its_own_order_and_a_resumed_run_the_same_one():
+    from accelerate.data_loader import skip_first_batches
+    sampler = RepeatSampler(n_rows=12, num_generations=2, per_batch=2, repeat=2, seed=0)
+    loader = EpochLoader(list(range(12)), batch_sampler=LookaheadBatches(sampler, 4, 1), collate_fn=list)
+    epochs = []
+    for epoch in (0, 1):
+        loader.set_epoch(epoch)  # what the Trainer does before each epoch
+        epochs.append([list(b) for b in loader])
+    assert epochs[0] != epochs[1] and sorted(map(tuple, epochs[0])) != sorted(map(tuple, epochs[1]))
+    # a fresh process resumed 3 batches into epoch 1: the Trainer skips them and sets the epoch on the batch
+    # sampler that the skipping loader wraps
+    fresh = RepeatSampler(n_rows=12, num_generations=2, per_batch=2, repeat=2, seed=0)
+    resumed = skip_first_batches(EpochLoader(list(range(12)), batch_sampler=LookaheadBatches(fresh, 4, 1),
+                                             collate_fn=list), 3)
+    resumed.batch_sampler.batch_sampler.set_epoch(1)
+    assert [list(b) for b in resumed] == epochs[1][3:]
+
+
+def test_prefetch_depth_fills_the_staleness_bound_at_the_last_use():
+    assert prefetch_depth(0, 1, 1) == 0  # synchronous
+    # one optimizer step per generation batch: K batches ahead
+    assert [prefetch_depth(k, 2, 2) for k in (1, 2, 4)] == [1, 2, 4]
+    # two steps per batch (steps_per_generation 2 at accumulation 1, or num_iterations 2): a batch started one
+    # batch ahead is last trained on 3 steps later, two ahead 5 (ceil(K / 2) would be 2 at K = 3, then 4 late)
+    assert [prefetch_depth(k, 2, 1) for k in (1, 2, 3, 4, 5)] == [0, 0, 1, 1, 2]
+    assert min_async_staleness(2, 1) == min_async_staleness(4, 2) == 3 and min_async_staleness(2, 2) == 1
+    # two generation batches per optimizer step (steps_per_generation 2, accumulation 4)
+    assert prefetch_depth(1, 2, 4) == 2 and min_async_staleness(2, 4) == 1
+    # steps_per_generation 3 at accumulation 2: batches straddle optimizer steps
+    assert [trained_steps(m, 3, 2) for m in (0, 3, 6)] == [(0, 1), (1, 2), (3, 4)]
+    assert min_async_staleness(3, 2) == 3 and prefetch_depth(3, 3, 2) == 1 and prefetch_depth(4, 3, 2) == 2
+    assert [steps_left(m, 3, 2) for m in range(6)] == [1, 1, 0, 1, 0, 0]
+
+
+def simulate(max_staleness: int, micro_steps: int, accumulation: int, batches: int = 12):
+    """The trainer's schedule, step by step: take each batch at its first micro-step right after the step's
+    sync (prefetched at the version it was started, else fresh), drop what the bound does not allow, top up
+    the batches ahead. Returns (samples dropped, staleness at every micro-step that trains)."""
+    depth = prefetch_depth(max_staleness, micro_steps, accumulation)
+    started: dict[int, int] = {}  # batch -> the optimizer step whose weights it is generated with
+    dropped, staleness = 0, []
+    for m in range(batches * micro_steps):
+        step, batch = m // accumulation, m // micro_steps
+        if m % micro_steps == 0:
+            version = started.pop(batch, step)
+            bound = max(max_staleness - steps_left(m, micro_steps, accumulation), 0)
+            if stale_groups([version], step, bound, 1):
+                dropped, version = dropped + 1, step
+            started[batch] = version
+            for ahead in range(batch + 1, min(batch + 1 + depth, batches)):
+                started.setdefault(ahead, step)
+        staleness.append(step - started[batch])
+    return dropped, staleness
+
+
+@pytest.mark.parametrize("max_staleness,micro_steps,accumulation", [
+    (3, 2, 1),  # the issue's case: K = 3, steps_per_generation 2 (or num_iterations 2) at accumulation 1
+    (3, 4, 2), (4, 4, 2), (5, 4, 2), (1, 1, 1), (2, 2, 2), (1, 2, 4), (3, 3, 2), (4, 3, 2), (7, 6, 4)])
+def test_prefetched_batches_stay_within_the_bound_at_every_use(max_staleness, micro_steps, accumulation):
+    dropped, staleness = simulate(max_staleness, micro_steps, accumulation)
+    assert dropped == 0 and max(staleness) <= max_staleness
+    assert prefetch_depth(max_staleness, micro_steps, accumulation) >= 1
+    deeper = prefetch_depth(max_staleness, micro_steps, accumulation) + 1  # one batch more would break it
+    assert prefetch_lag(deeper, micro_steps, accumulation) > max_staleness
+
+
+def test_replace_groups_regenerates_whole_groups_in_place():
+    def rollout(prompt: str, version: int) -> Rollout:
+        return Rollout([1], [2], "x", "stop", None, {"messages": [{"role": "user", "content": prompt}]}, version)
+    batch = [rollout(p, v) for p, v in [("a", 0), ("a", 0), ("b", 0), ("b", 3), ("c", 3), ("c", 3)]]
+    calls = []
+
+    def generate(rows):
+        calls.append([r["messages"][0]["content"] for r in rows])
+        return [rollout(r["messages"][0]["content"], 5) for r in rows]
+    stale = stale_groups([r.policy_version for r in batch], current=5, max_staleness=2, group_size=2)
+    out = replace_groups(batch, stale, 2, generate)
+    assert stale == [0, 1] and calls == [["a", "a", "b", "b"]]  # one call for every stale group
+    assert [(r.row["messages"][0]["content"], r.policy_version) for r in out] == [
+        ("a", 5), ("a", 5), ("b", 5), ("b", 5), ("c", 3), ("c", 3)]
+    assert replace_groups(batch, [], 2, generate) is batch and len(calls) == 1
 
 
 def test_stale_groups_are_those_with_any_sample_over_the_bound():

@@ -11,6 +11,7 @@ from typing import Literal
 from ..utils import get_logger
 from ..utils.errors import NotBuiltError
 from .base import arg
+from .generation_schedule import min_async_staleness
 from .infer_args import SamplingArguments, VllmArguments
 from .train_args import TrainArguments
 
@@ -102,10 +103,14 @@ class RolloutArguments:
                                "weights (partial rollout). Samples are off-policy; only "
                                "--rollout_importance_sampling_mode corrects the loss for it (without it the "
                                "trainer warns once and treats them as on-policy).")
-    max_staleness: int | None = arg(None, "TRL's name: a sample whose oldest token was sampled more than this many "
-                                    "optimizer steps before the step that trains on it is dropped and generated "
-                                    "again (counted in staleness/dropped). 0 = synchronous training. Default 1 "
-                                    "with --async_generate true, else 0; > 0 needs --async_generate true.")
+    max_staleness: int | None = arg(None, "TRL's name: no sample is trained on at any step, its batch's last use "
+                                    "included, more than this many optimizer steps after the step whose weights "
+                                    "sampled its oldest token. Prefetching goes as far ahead as that allows; a "
+                                    "group older anyway is dropped and generated again (staleness/dropped). 0 = "
+                                    "synchronous training (a batch reused over several steps is then PPO's old "
+                                    "policy). With --async_generate true it must let one batch be prefetched: 1 "
+                                    "when a generation batch serves one optimizer step, 2B - 1 when it serves B "
+                                    "(the default); else 0, and > 0 needs --async_generate true.")
     rollout_importance_sampling_mode: Literal["token_truncate", "token_mask", "sequence_truncate",
                                               "sequence_mask"] | None = arg(
         None, "Reweight the loss by pi_train / pi_rollout, bounded by the threshold; default off.")
@@ -464,14 +469,23 @@ class RlhfArguments(TrainArguments, PreferenceArguments, GkdArguments, GrpoArgum
         if self.async_generate and not server:
             raise ValueError("--async_generate true generates on rollout servers while the trainer learns; it "
                              "needs --use_vllm true --vllm_mode server")
+        spg = self.steps_per_generation or self.gradient_accumulation_steps
+        least = min_async_staleness(spg * self.num_iterations, self.gradient_accumulation_steps)
         if self.max_staleness is None:
-            self.max_staleness = 1 if self.async_generate else 0
+            self.max_staleness = least if self.async_generate else 0
         if self.max_staleness < 0:
             raise ValueError(f"--max_staleness must be >= 0 optimizer steps, got {self.max_staleness}")
         if self.max_staleness > 0 and not self.async_generate:
             raise ValueError(f"--max_staleness {self.max_staleness} lets samples lag the trainer, which only "
                              "--async_generate true does; add it (with --vllm_mode server) or leave "
                              "--max_staleness 0")
+        if 0 < self.max_staleness < least:
+            raise ValueError(
+                f"--max_staleness {self.max_staleness} leaves no room to generate ahead: a generation batch "
+                f"serves {spg} micro-batches x {self.num_iterations} iteration(s) at --gradient_accumulation_steps "
+                f"{self.gradient_accumulation_steps}, so a batch generated one batch ahead is last trained on "
+                f"{least} optimizer steps after it was sampled. Set --max_staleness {least} or more (leave it unset "
+                "for that default), or 0 for synchronous training")
         if not server:
             return
         hosts, ports = self.vllm_server_host, self.vllm_server_port

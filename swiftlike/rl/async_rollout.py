@@ -4,25 +4,20 @@ rule that keeps any sample more than `--max_staleness` optimizer steps old out o
 The dataloader hands each generation batch together with the rows of the next `depth` distinct batches
 (`LookaheadBatches`); the trainer keeps that many generating on the rollout servers (`Prefetch`), so
 generation runs continuously beside training into a buffer of at most `depth` batches, and weight syncs
-do not wait for it (the servers continue a request under new weights, rollout/partial.py). A batch taken
-from the buffer is filtered by `stale_groups`: a group with a sample older than the bound is dropped and
-generated again with the current weights, so the batch stays full. `depth` is derived from the bound
-(`prefetch_depth`), so drops are the exception: a bound below the optimizer steps one generation batch
-serves, or a request that waited long on a busy server.
+do not wait for it (the servers continue a request under new weights, rollout/partial.py). `depth` is the
+most batches ahead whose samples are still within the bound at the last step that trains on them
+(arguments/generation_schedule.py), so a prefetched batch normally arrives within it. A batch taken from
+the buffer is filtered by `stale_groups` against what is left of the bound after its remaining steps: a
+group that would be too old by its last use (a request that waited long on a busy server) is dropped and
+generated again with the current weights (`replace_groups`), so the batch stays full.
 """
 from __future__ import annotations
 
-import math
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import Future
 
-from torch.utils.data import Sampler
-
-
-def prefetch_depth(max_staleness: int, steps_per_batch: int) -> int:
-    """Generation batches to keep in flight: a batch started now is first trained on `depth * steps_per_batch`
-    optimizer steps from now, so `ceil(K / steps_per_batch)` batches fill the bound (0 = synchronous)."""
-    return math.ceil(max_staleness / steps_per_batch) if max_staleness > 0 else 0
+from torch.utils.data import DataLoader, Sampler
 
 
 def stale_groups(versions: list[int | None], current: int, max_staleness: int, group_size: int) -> list[int]:
@@ -35,6 +30,18 @@ def stale_groups(versions: list[int | None], current: int, max_staleness: int, g
         if any(v is not None and current - v > max_staleness for v in group):
             stale.append(g)
     return stale
+
+
+def replace_groups(rollouts: list, stale: list[int], group_size: int, generate: Callable[[list[dict]], list]) -> list:
+    """`rollouts` with each group in `stale` replaced, at its place, by new rollouts of the same rows, all made
+    by one `generate(rows)` call (rows in group order)."""
+    if not stale:
+        return rollouts
+    again = iter(generate([rollouts[k * group_size + i].row for k in stale for i in range(group_size)]))
+    out = list(rollouts)
+    for k in stale:
+        out[k * group_size:(k + 1) * group_size] = [next(again) for _ in range(group_size)]
+    return out
 
 
 class GenerationRows(list):
@@ -53,9 +60,10 @@ class GenerationRows(list):
 
 
 class LookaheadBatches(Sampler):
-    """Generation batches of a RepeatSampler (grpo_trainer.py), as flat index lists: the first copy of each
-    distinct batch is followed by the indices of the next `depth` distinct batches of the same epoch (fewer
-    near its end)."""
+    """Generation batches of a RepeatSampler (grpo_trainer.py), as flat index lists: each copy of a distinct
+    batch is followed by the indices of the next `depth` distinct batches of the same epoch (fewer near its
+    end). Every copy carries them, not only the first: a run resumed between a batch's uses prefetches the
+    batches after it at once."""
 
     def __init__(self, sampler, batch_size: int, depth: int):
         self.sampler, self.batch_size, self.depth = sampler, batch_size, depth
@@ -64,15 +72,25 @@ class LookaheadBatches(Sampler):
         flat = list(self.sampler)
         batches = [flat[i:i + self.batch_size] for i in range(0, len(flat), self.batch_size)]
         repeat = self.sampler.repeat
+        distinct = batches[::repeat]
         for i, batch in enumerate(batches):
-            ahead = []
-            if i % repeat == 0:
-                ahead = [batches[j] for j in range(i + repeat, min(len(batches), i + repeat * (self.depth + 1)),
-                                                   repeat)]
-            yield [i for b in (batch, *ahead) for i in b]
+            ahead = distinct[i // repeat + 1:i // repeat + 1 + self.depth]
+            yield [index for rows in (batch, *ahead) for index in rows]
 
     def __len__(self) -> int:
         return len(self.sampler) // self.batch_size
+
+    def set_epoch(self, epoch: int) -> None:
+        self.sampler.set_epoch(epoch)
+
+
+class EpochLoader(DataLoader):
+    """A DataLoader the Trainer tells the epoch (`set_epoch`, as it does accelerate's), so each epoch draws its
+    own order and a resumed run the same one as an uninterrupted run. In the epoch a run resumes in, the
+    Trainer wraps the batch sampler to skip what was trained and sets the epoch on the batch sampler itself."""
+
+    def set_epoch(self, epoch: int) -> None:
+        self.batch_sampler.set_epoch(epoch)
 
 
 class Prefetch:

@@ -257,12 +257,12 @@ def off_policy_sequence_mask(logps: torch.Tensor, old_logps: torch.Tensor, mask:
     catches training-inference mismatch), else the old training log-probs, as ms-swift does.
     `advantages` are (batch,) or per token (batch, seq), reduced to their per-sequence mean
     over the mask. Returns bool (batch,), True = keep; the trainer ANDs it into the
-    completion mask, so a dropped sequence contributes no loss. Whether it also leaves the
-    normaliser depends on `--loss_type` (see `losses.aggregate`): bnpo's token count shrinks by
-    its tokens; grpo still counts it as one of the batch's sequences (with a zero mean); dr_grpo's
-    denominator is a constant; dapo's token count is taken over the whole step before this mask,
-    so it keeps counting the dropped tokens. This is ms-swift's behaviour: dropping a stale
-    sample lowers the step's effective size rather than up-weighting the rest.
+    completion mask, so a dropped sequence contributes no loss. It stays in every normaliser
+    (see `losses.aggregate`): grpo still counts it as one of the batch's sequences (with a zero
+    mean); dr_grpo's denominator is a constant; bnpo's and dapo's token counts (`num_items_in_batch`,
+    the micro-batch's and the optimizer step's) are taken by the trainer from the completion mask
+    before this mask narrows it, so they keep counting the dropped tokens. Dropping a stale sample
+    therefore lowers the step's effective size rather than up-weighting the rest.
     """
     mask = mask.bool()
     drift = _masked_mean(old_logps.detach().float() - logps.detach().float(), mask, dim=-1)

@@ -4,18 +4,21 @@ The Trainer keeps the optimizer, scheduler, checkpoints and logging; everything 
 math of `swiftlike.rl` called from here. Batching follows TRL: the dataloader yields a *generation batch*
 (per_device_train_batch_size * steps_per_generation rows, each prompt repeated num_generations times in a
 row), repeated steps_per_generation * num_iterations times; the first time it arrives it is generated and
-scored, then it is served back one micro-batch slice at a time. With several processes each rank gets its
-share of the global generation batch in whole prompt groups (`RepeatSampler`); the bnpo/dapo token counts
-and the logged metrics are combined over ranks (`distributed.py`).
+scored, then it is served back one micro-batch slice at a time. An optimizer step's micro-batches are all
+prepared before its first backward pass (`get_batch_samples`), so dapo's normaliser counts the whole step
+even when it spans two generation batches. With several processes each rank gets its share of the global
+generation batch in whole prompt groups (`RepeatSampler`); the bnpo/dapo token counts and the logged
+metrics are combined over ranks (`distributed.py`).
 
 With `--async_generate` each generation batch also carries the rows of the next ones, which generate on the
-rollout servers while this batch trains, up to `--max_staleness` optimizer steps ahead (async_rollout.py);
-a sample older than that bound when its batch comes up is dropped and generated again.
+rollout servers while this batch trains, as far ahead as `--max_staleness` allows at their last use
+(async_rollout.py); a group that would be older than that bound is dropped and generated again.
 """
 from __future__ import annotations
 
 import copy
 import json
+import math
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -26,7 +29,8 @@ from torch.utils.data import DataLoader, Sampler
 from ..train.outputs import PLOTTED
 from ..utils import get_logger
 from .advantages import group_advantages, groups_with_signal, select_groups
-from .async_rollout import GenerationRows, LookaheadBatches, Prefetch, prefetch_depth, stale_groups
+from ..arguments.generation_schedule import prefetch_depth, steps_left
+from .async_rollout import EpochLoader, GenerationRows, LookaheadBatches, Prefetch, replace_groups, stale_groups
 from .correction import mismatch_metrics, off_policy_sequence_mask, rollout_is_weights
 from .distributed import concat_across_processes, sum_across_processes
 from .grpo_batch import completion_logps, tensorize
@@ -69,9 +73,13 @@ class RepeatSampler(Sampler):
             raise ValueError(f"{per_batch} prompts per generation batch are not whole units of {self.unit}")
         self.epoch = 0
 
+    def set_epoch(self, epoch: int) -> None:
+        """The Trainer sets it before each epoch (EpochLoader); the order depends on it alone, so a resumed run
+        draws each epoch's order as an uninterrupted one does."""
+        self.epoch = epoch
+
     def __iter__(self):
         gen = torch.Generator().manual_seed(self.seed + self.epoch)
-        self.epoch += 1
         order = torch.randperm(self.n, generator=gen).tolist()
         global_batch = self.per_batch * self.num_processes
         for start in range(0, self.n - global_batch + 1, global_batch):
@@ -93,50 +101,79 @@ class GrpoTrainer(RolloutTrainer):
         self.ref_model = ref_model
         self.run_dir = run_dir
         self.loss_is_scaled_for_ga = False  # the Trainer divides by accumulation steps (dapo undoes it)
-        self._buffer: list[dict] = []
-        self._calls = 0
+        self._buffer: list[dict] = []  # the micro-batches of the generation batch being served
+        self._buffer_rows: list[dict] | None = None  # the rows it was generated for
+        self._micro_steps = grpo_args.steps_per_generation * grpo_args.num_iterations  # one generation batch's
+        self._updates_per_epoch = 1  # optimizer steps per epoch, counted with the dataloader
         # each rank draws its own extra prompts
         self._resample_gen = torch.Generator().manual_seed(self.args.seed + 1 + self.args.process_index)
         # Generation batches kept in flight ahead of training (--async_generate; 0 = synchronous)
-        self._depth = prefetch_depth(grpo_args.max_staleness, self._steps_per_batch()) if grpo_args.async_generate else 0
+        self._depth = (prefetch_depth(grpo_args.max_staleness, self._micro_steps, self.args.gradient_accumulation_steps)
+                       if grpo_args.async_generate else 0)
         rollout.generations_in_flight = max(self._depth, 1)
         self._prefetch = Prefetch(rollout.submit)
         self._warned_stale = False
         self._timeline: list[dict] = []
-        self._prepared_at = 0.0
-        if grpo_args.async_generate and 0 < grpo_args.max_staleness < self._steps_per_batch():
-            logger.warning("--max_staleness %d is below the %d optimizer steps one generation batch serves: every "
-                           "prefetched batch will be too old when it comes up and is generated again; raise "
-                           "--max_staleness to %d or more", grpo_args.max_staleness, self._steps_per_batch(),
-                           self._steps_per_batch())
         if grpo_args.disable_dropout and ref_model is not None:
             disable_dropout(ref_model)
 
     # ------------------------------------------------------------------ data
     def get_train_dataloader(self) -> DataLoader:
-        """This process's generation batches (see RepeatSampler). Not `accelerator.prepare`d: the sampler
-        already yields only this rank's share, cut at group boundaries, which accelerate's sharding is not."""
+        """This process's generation batches (see RepeatSampler), each with the rows of the `_depth` next ones
+        (LookaheadBatches; none when synchronous). Not `accelerator.prepare`d: the sampler already yields only
+        this rank's share, cut at group boundaries, which accelerate's sharding is not."""
         spg, micro, g = self.g.steps_per_generation, self.args.per_device_train_batch_size, self.g.num_generations
         gen_batch = micro * spg
-        sampler = RepeatSampler(len(self.train_dataset), g, gen_batch // g, spg * self.g.num_iterations,
+        sampler = RepeatSampler(len(self.train_dataset), g, gen_batch // g, self._micro_steps,
                                 self.args.seed, num_processes=self.args.world_size,
                                 process_index=self.args.process_index,
                                 prompts_per_unit=micro // g if micro % g == 0 else None)
-        if self._depth:
-            return DataLoader(self.train_dataset, batch_sampler=LookaheadBatches(sampler, gen_batch, self._depth),
-                              num_workers=0, collate_fn=GenerationRows.collate(gen_batch))
-        return DataLoader(self.train_dataset, batch_size=gen_batch, sampler=sampler, collate_fn=list,
-                          num_workers=0)
+        batches = LookaheadBatches(sampler, gen_batch, self._depth)
+        self._updates_per_epoch = max(math.ceil(len(batches) / self.args.gradient_accumulation_steps), 1)
+        return EpochLoader(self.train_dataset, batch_sampler=batches, num_workers=0,
+                           collate_fn=GenerationRows.collate(gen_batch))
 
     # ------------------------------------------------------------------ generation and scoring
-    def _prepare_inputs(self, rows):
-        spg = self.g.steps_per_generation
-        if self._calls % (spg * self.g.num_iterations) == 0:
-            self._buffer = self._generate_and_score(rows)
-        batch = self._buffer[self._calls % spg]
-        self._calls += 1
-        self._prepared_at = time.time()  # the Trainer's training_step prepares inputs, then learns on them
-        return batch
+    def get_batch_samples(self, epoch_iterator, num_batches, device):
+        """One optimizer step's micro-batches, generated and scored before its first backward pass.
+
+        The Trainer collects a step's rows before it trains on any of them; preparing them here rather than
+        one micro-step at a time (`_prepare_inputs`) lets dapo's normaliser count every token of the step when
+        they come from two generation batches (--steps_per_generation not a multiple of
+        --gradient_accumulation_steps). No optimizer step falls inside a step, so generating its later batch
+        before the first backward pass changes no weights it is sampled with. Positions come from the
+        Trainer's step count, so a run resumed between a batch's uses serves the right slices.
+        """
+        rows, _ = super().get_batch_samples(epoch_iterator, num_batches, device)
+        first = (self.state.global_step % self._updates_per_epoch) * self.args.gradient_accumulation_steps
+        batches = [self._micro_batch(first + i, r) for i, r in enumerate(rows)]
+        if batches and self.g.grpo_loss_type == "dapo":
+            tokens = sum(sum_across_processes([int(b["completion_mask"].sum()) for b in batches], self.args.device))
+            for b in batches:
+                b["num_items_in_batch"] = tokens
+        self._log_staleness(batches)
+        return batches, None
+
+    def _prepare_inputs(self, inputs: dict) -> dict:
+        """Prepared already, a whole step at a time (`get_batch_samples`)."""
+        return inputs
+
+    def _micro_batch(self, micro_step: int, rows: list[dict]) -> dict:
+        """The micro-batch of `micro_step` (of the epoch). Its generation batch is generated and scored at the
+        batch's first micro-step, or at the first one a resumed run trains on."""
+        if micro_step % self._micro_steps == 0 or self._buffer_rows != list(rows):
+            left = steps_left(micro_step, self._micro_steps, self.args.gradient_accumulation_steps)
+            self._buffer, self._buffer_rows = self._generate_and_score(rows, left), list(rows)
+        return self._buffer[micro_step % self._micro_steps % self.g.steps_per_generation]
+
+    def _log_staleness(self, batches: list[dict]) -> None:
+        """staleness/mean and staleness/max of the samples this optimizer step trains on, at this step: every
+        use of a batch counts, its last one included."""
+        step = self.state.global_step
+        behind = [step - v for b in batches for v in b["policy_versions"] if v is not None]
+        if behind:
+            self._metrics["staleness/mean"].append(sum(behind) / len(behind))
+            self._metrics["staleness/max"].append(float(max(behind)))
 
     def _timed(self, key: str, start: float) -> None:
         self._metrics[f"timing/{key}"].append(time.time() - start)
@@ -157,16 +194,13 @@ class GrpoTrainer(RolloutTrainer):
             for span in sorted(spans, key=lambda s: s["start"]):
                 f.write(json.dumps(span) + "\n")
 
-    def _steps_per_batch(self) -> int:
-        """Optimizer steps one generation batch serves."""
-        return max(self.g.steps_per_generation // self.args.gradient_accumulation_steps, 1) * self.g.num_iterations
-
-    def _collect_rollouts(self, rows: list[dict]) -> list[Rollout]:
+    def _collect_rollouts(self, rows: list[dict], steps_left: int) -> list[Rollout]:
         """This batch's rollouts: prefetched in the background (async) or generated now, after the sync.
 
         The sync comes first and does not wait for the batches generating ahead (the servers continue them
-        under the new weights); then this batch is taken, its too-stale groups generated again, and the
-        batches ahead topped up so the servers keep generating while this one trains.
+        under the new weights); then this batch is taken, the groups too stale for its `steps_left` further
+        steps generated again, and the batches ahead topped up so the servers keep generating while this one
+        trains.
         """
         self.write_timeline()
         t = time.time()
@@ -178,7 +212,7 @@ class GrpoTrainer(RolloutTrainer):
             self._timed("generate_wait", t)
         else:
             rollouts = self._generate_now(rows)
-        rollouts = self._drop_stale(rollouts)
+        rollouts = self._drop_stale(rollouts, steps_left)
         if self._depth:
             self._prefetch.top_up(getattr(rows, "ahead", []))
         return rollouts
@@ -190,19 +224,16 @@ class GrpoTrainer(RolloutTrainer):
         self._timed("generate", t)
         return rollouts
 
-    def _drop_stale(self, rollouts: list[Rollout]) -> list[Rollout]:
-        """Groups more than --max_staleness steps behind are generated again now (fresh), in place."""
+    def _drop_stale(self, rollouts: list[Rollout], steps_left: int) -> list[Rollout]:
+        """Groups that would be more than --max_staleness steps old at the last of the `steps_left` further steps
+        that train on them are generated again now (fresh), in place. Synchronous training (bound 0) drops
+        only what is behind the weights of this step."""
         current, g = self.rollout.policy_version, self.g.num_generations
-        dropped = 0
         if current is not None:
-            stale = stale_groups([r.policy_version for r in rollouts], current, self.g.max_staleness, g)
-            if stale:
-                again = iter(self._generate_now([rollouts[k * g + i].row for k in stale for i in range(g)]))
-                rollouts = list(rollouts)
-                for k in stale:
-                    rollouts[k * g:(k + 1) * g] = [next(again) for _ in range(g)]
-                dropped = len(stale) * g
-            self._metrics["staleness/dropped"].append(float(dropped))
+            bound = max(self.g.max_staleness - steps_left, 0)
+            stale = stale_groups([r.policy_version for r in rollouts], current, bound, g)
+            rollouts = replace_groups(rollouts, stale, g, self._generate_now)
+            self._metrics["staleness/dropped"].append(float(len(stale) * g))
             behind = max((current - r.policy_version for r in rollouts if r.policy_version is not None), default=0)
             if behind > 0 and self.g.rollout_importance_sampling_mode is None and not self._warned_stale:
                 self._warned_stale = True
@@ -210,13 +241,15 @@ class GrpoTrainer(RolloutTrainer):
                     "training on samples up to %d optimizer steps stale (--async_generate, --max_staleness %d) "
                     "without --rollout_importance_sampling_mode: the loss treats them as samples of the current "
                     "policy. Set --rollout_importance_sampling_mode token_truncate (or another mode) to reweight "
-                    "each token by pi_current / pi_behaviour", behind, self.g.max_staleness)
+                    "each token by pi_current / pi_behaviour", behind + steps_left, self.g.max_staleness)
         return rollouts
 
     @torch.no_grad()
-    def _generate_and_score(self, rows: list[dict]) -> list[dict]:
+    def _generate_and_score(self, rows: list[dict], steps_left: int) -> list[dict]:
+        """The generation batch's micro-batches, ready to train on; it serves `steps_left` more optimizer steps
+        after this one."""
         model = self.model
-        rollouts = self._collect_rollouts(rows)
+        rollouts = self._collect_rollouts(rows, steps_left)
         rewards, per_func = self._timed_rewards(rollouts)
         if self.g.dynamic_sample:
             rollouts, rewards, per_func = self._dynamic_sample(rollouts, rewards, per_func)
@@ -233,6 +266,7 @@ class GrpoTrainer(RolloutTrainer):
             batch = {k: v.to(self.args.device) if v is not None else None
                      for k, v in tensorize(part, self.processing_class.pad_token_id, self.g.overlong_filter).items()}
             batch["advantages"] = advantages[s * micro:(s + 1) * micro].to(self.args.device)
+            batch["policy_versions"] = [r.policy_version for r in part]
             # The policy's own log-probs at sampling time, without dropout: the PPO "old" policy when the batch
             # is reused (otherwise the loss uses the current log-probs detached), and the training side of
             # the mismatch metrics. A whole forward pass, so it is skipped when nothing reads it.
@@ -245,15 +279,12 @@ class GrpoTrainer(RolloutTrainer):
                 model.train()
             batches.append(batch)
         self._timed("logps", t)
-        # The token-count normalisers (see `aggregate`), summed over processes: bnpo counts the micro-batch's
-        # completion tokens on every rank, dapo those of the whole optimizer step (its accumulation window).
-        tokens = sum_across_processes([int(b["completion_mask"].sum()) for b in batches], self.args.device)
-        ga = self.args.gradient_accumulation_steps
-        for s, b in enumerate(batches):
-            if self.g.grpo_loss_type == "bnpo":
-                b["num_items_in_batch"] = tokens[s]
-            elif self.g.grpo_loss_type == "dapo":
-                b["num_items_in_batch"] = sum(tokens[s - s % ga:s - s % ga + ga])
+        # bnpo's normaliser (see `aggregate`): the micro-batch's completion tokens on every rank. dapo's counts
+        # the whole optimizer step, which may reach into the next generation batch (`get_batch_samples`).
+        if self.g.grpo_loss_type == "bnpo":
+            tokens = sum_across_processes([int(b["completion_mask"].sum()) for b in batches], self.args.device)
+            for b, count in zip(batches, tokens):
+                b["num_items_in_batch"] = count
         return batches
 
     def _advantages(self, rewards: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -369,7 +400,7 @@ class GrpoTrainer(RolloutTrainer):
         t = time.time()
         out = super().training_step(model, inputs, num_items_in_batch)
         self._timed("train", t)
-        self._span("learn", max(self._prepared_at, t))
+        self._span("learn", t)
         return out
 
     # ------------------------------------------------------------------ logging
@@ -385,10 +416,6 @@ class GrpoTrainer(RolloutTrainer):
             m[f"rewards/{name}/std"].append(float(vals[~vals.isnan()].std()) if (~vals.isnan()).sum() > 1 else 0.0)
         current = self.rollout.policy_version
         if current is not None:
-            behind = [current - r.policy_version for r in rollouts if r.policy_version is not None]
-            if behind:
-                m["staleness/mean"].append(sum(behind) / len(behind))
-                m["staleness/max"].append(float(max(behind)))
             m["policy_version"].append(float(current))
         lengths = torch.tensor([len(r.completion_ids) for r in rollouts], dtype=torch.float32)
         m["completions/mean_length"].append(float(lengths.mean()))

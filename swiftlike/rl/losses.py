@@ -84,8 +84,10 @@ def aggregate(per_token_loss: torch.Tensor, mask: torch.Tensor, loss_type: LossT
       the same however tokens are spread over ranks and accumulation steps.
 
     bnpo and dapo take that count as `num_items_in_batch`, summed over all processes (for dapo also
-    over the micro-batches of the optimizer step), and divide it here by `num_processes` because DDP
-    averages gradients over processes: the effective denominator is then the global count. With
+    over the micro-batches of the optimizer step, which may come from two generation batches), and
+    divide it here by `num_processes` because DDP averages gradients over processes: the effective
+    denominator is then the global count. The trainer counts the completion mask before the off-policy
+    sequence mask narrows it, so a sequence that mask drops still counts (`correction.py`). With
     `num_items_in_batch` left None the local count of `mask` is used (one process, and dapo with one
     micro-batch, then equals bnpo). The caller must not divide the dapo loss by the accumulation steps
     again; for the other types that division is the caller's job, as in TRL.
