@@ -47,6 +47,12 @@ CONVERSATIONS = [
      {"role": "assistant", "content": "2019887 and 156."}],
     [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello! Ask me anything."}],
     [*THREE_ROUNDS[:1], {"role": "assistant", "content": "", "tool_calls": [call("weather", city="Zürich")]}],
+    # reasoning in a call turn after the last query: Qwen3 keeps it there, and drops it from earlier rounds
+    [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "<think>\nGreet.\n</think>\n\nHello."},
+     THREE_ROUNDS[0], {"role": "assistant", "content": "<think>\nNeeds a tool.\n</think>\n\n",
+                       "tool_calls": [call("calculator", expression="347 * 5821")]},
+     {"role": "tool", "content": '{"result": 2019887}'},
+     {"role": "assistant", "content": "<think>\nDone.\n</think>\n\n2019887"}],
 ]
 PROMPTS = [THREE_ROUNDS[:1], THREE_ROUNDS[:4], THREE_ROUNDS[:8],
            [{"role": "system", "content": "Use tools."}, *THREE_ROUNDS[:6]]]

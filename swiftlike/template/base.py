@@ -13,7 +13,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .agent import AgentTemplate
+from .agent import AGENT_TEMPLATE_REGISTRY, AgentTemplate
 from .loss_scale import BASE_STRATEGIES, LossScale, parse_loss_scale
 from .lowering import Lowered, lower, needs_agent
 from .toolcall import ParsedCompletion, canonical_messages, normalize_tools
@@ -168,15 +168,16 @@ class Template:
     def _content(self, text: str) -> str:
         return text.strip() if self.meta.strip_content else text
 
-    def _assistant_body(self, content: str, in_final_answer: bool) -> str:
-        """Qwen3-style templates show an (empty) think block only on the final answer."""
+    def _assistant_body(self, content: str, after_last_query: bool, is_last: bool) -> str:
+        """Qwen3's rule for think blocks: after the last user query, the last message always shows one (empty if
+        it has no reasoning) and earlier ones (calls between tool results) show theirs; before it, none does."""
         if not self.meta.thinking:
             return self._content(content)
         reasoning = ""
         if "</think>" in content:
             reasoning = content.split("</think>")[0].rstrip("\n").split("<think>")[-1].lstrip("\n")
             content = content.split("</think>")[-1].lstrip("\n")
-        if in_final_answer:
+        if after_last_query and (is_last or reasoning):
             return "<think>\n" + reasoning.strip("\n") + "\n</think>\n\n" + content.lstrip("\n")
         return content
 
@@ -192,7 +193,6 @@ class Template:
         return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
     def _no_agent_error(self) -> ValueError:
-        from .agent import AGENT_TEMPLATE_REGISTRY
         return ValueError(f"the conversation has tools or tool turns, but template {self.meta.name!r} has no agent "
                           f"template to write them; pass --agent_template ({', '.join(AGENT_TEMPLATE_REGISTRY)})")
 
@@ -225,7 +225,8 @@ class Template:
             emit(meta.system_format.format(content=self._content(messages[0]["content"])))
         elif self.default_system is not None:
             emit(meta.system_format.format(content=self._content(self.default_system)))
-        last_user = max((i for i, m in enumerate(messages) if m["role"] == "user"), default=-1)
+        last_query = max((i for i, m in enumerate(messages) if m["role"] == "user" and i not in lowered.result_turns),
+                         default=-1)
         last = len(messages) - 1
         for i, m in enumerate(messages):
             if m["role"] == "user":
@@ -233,7 +234,7 @@ class Template:
             elif m["role"] == "assistant":
                 open_turn = lowered.open_turn and i == last
                 emit(meta.assistant_prefix)
-                body = self._assistant_body(m["content"], i > last_user and i == last)
+                body = self._assistant_body(m["content"], i > last_query, i == last)
                 emit(body if open_turn else body + meta.assistant_suffix, i if i in trained else None)
                 if not open_turn:
                     emit(meta.turn_separator)

@@ -19,6 +19,7 @@ class Lowered:
     messages: list[Message]
     masked: list[tuple[int, str]] = field(default_factory=list)  # (message index, text carrying no loss)
     open_turn: bool = False  # ends inside the assistant's turn (results that continue it): generate on from there
+    result_turns: set[int] = field(default_factory=set)  # user messages that hold tool results, not a user's query
 
 
 def _calls(message: Message) -> list[ToolCall]:
@@ -35,49 +36,44 @@ def lower(messages: list[Message], tools: list[dict] | None, agent: AgentTemplat
     if tools:
         system = body.pop(0)["content"] if body and body[0]["role"] == "system" else default_system
         out.append({"role": "system", "content": agent.format_tools(tools, system)})
-    continuing = False  # the last assistant message is still open: results were written into it
+    results: list[str] = []  # the tool results read since the last other message
+    inline = False  # the last assistant message is still open: results were written into it
+
+    def flush() -> None:
+        nonlocal inline
+        if not results:
+            return
+        text = agent.format_results(results)
+        results.clear()
+        if agent.results_turn:
+            lowered.result_turns.add(len(out))
+            out.append({"role": "user", "content": text})
+            return
+        if not out or out[-1]["role"] != "assistant":
+            raise ValueError(f"a tool result must follow an assistant message with tool calls for "
+                             f"--agent_template {agent.name}")
+        lowered.masked.append((len(out) - 1, text))
+        out[-1]["content"] += text
+        inline = True
+
     for message in body:
-        role = message["role"]
-        if role == "tool":
-            group_start = not out or out[-1].get("_tool_group") is None
-            if agent.results_turn:
-                if group_start:
-                    out.append({"role": "user", "content": "", "_tool_group": []})
-                out[-1]["_tool_group"].append(message["content"])
-            else:
-                if not out or out[-1]["role"] != "assistant":
-                    raise ValueError(f"a tool result must follow an assistant message with tool calls for "
-                                     f"--agent_template {agent.name}")
-                out[-1].setdefault("_tool_group", []).append(message["content"])
-                continuing = True
+        if message["role"] == "tool":
+            results.append(message["content"])
             continue
-        _close_group(out, agent, lowered)
-        if role == "assistant":
+        flush()
+        if message["role"] == "assistant":
             text = agent.format_calls(message["content"], _calls(message)) if message.get("tool_calls") \
                 else message["content"]
-            if continuing:
+            if inline:
                 out[-1]["content"] += text
             else:
                 out.append({"role": "assistant", "content": text})
-            continuing = False
         else:
-            out.append({"role": role, "content": message["content"]})
-            continuing = False
-    _close_group(out, agent, lowered)
-    lowered.open_turn = continuing
+            out.append({"role": message["role"], "content": message["content"]})
+        inline = False
+    flush()
+    lowered.open_turn = inline
     return lowered
-
-
-def _close_group(out: list[Message], agent: AgentTemplate, lowered: Lowered) -> None:
-    """Write the pending results of the last message: as the user turn's text, or appended to the assistant's."""
-    if not out or out[-1].get("_tool_group") is None:
-        return
-    results = agent.format_results(out[-1].pop("_tool_group"))
-    if agent.results_turn:
-        out[-1]["content"] = results
-    else:
-        lowered.masked.append((len(out) - 1, results))
-        out[-1]["content"] += results
 
 
 def needs_agent(messages: list[Message], tools: list[dict] | None) -> bool:

@@ -70,7 +70,7 @@ _QWEN3_JINJA = (
     "{%- set reasoning = content.split('</think>')[0].rstrip('\\n').split('<think>')[-1].lstrip('\\n') -%}"
     "{%- set content = content.split('</think>')[-1].lstrip('\\n') -%}"
     "{%- endif -%}"
-    "{%- if loop.index0 > ns.last_user and loop.last -%}"
+    "{%- if loop.index0 > ns.last_user and (loop.last or reasoning) -%}"
     "{{- '<|im_start|>assistant\\n<think>\\n' + reasoning.strip('\\n') + '\\n</think>\\n\\n' + content.lstrip('\\n') }}"
     "{%- else -%}{{- '<|im_start|>assistant\\n' + content }}{%- endif -%}"
     "{{- '<|im_end|>\\n' }}"
