@@ -128,6 +128,17 @@ def test_api_key_guards_the_api_not_the_page(app_on_model):
     assert httpx.get(f"http://127.0.0.1:{app_on_model}/").status_code == 200
 
 
+def test_a_foreign_host_header_is_refused(app_on_model):
+    """DNS rebinding: under a name the app does not answer to, the page and the API it mounts answer 400."""
+    import httpx
+    url = f"http://127.0.0.1:{app_on_model}"
+    for path in ("/", "/v1/models"):
+        refused = httpx.get(url + path, headers={"Host": "rebound.example", "Authorization": f"Bearer {KEY}"})
+        assert refused.status_code == 400 and "DNS-rebinding" in refused.json()["error"]["message"], path
+    assert httpx.get(url + "/", headers={"Host": f"localhost:{app_on_model}"}).status_code == 200
+    assert httpx.get(url + "/v1/models", headers={"Authorization": f"Bearer {KEY}"}).status_code == 200
+
+
 def test_unreachable_base_url_is_a_clear_error():
     r = subprocess.run([sys.executable, "-m", "swiftlike.cli.main", "app", "--base_url",
                         f"http://127.0.0.1:{free_port()}/v1"], env=ENV, capture_output=True, text=True, timeout=120)

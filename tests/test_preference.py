@@ -15,7 +15,8 @@ from swiftlike.arguments.rlhf_args import RlhfArguments
 from swiftlike.commands.rlhf import rlhf_main
 from swiftlike.dataset import load_dataset
 from swiftlike.model import load_tokenizer, resolve_model
-from swiftlike.rl.preference_data import PreferenceEncoder, encode_kto, encode_pairs
+from swiftlike.rl.preference import _trainer_classes
+from swiftlike.rl.preference_data import PreferenceEncoder, encode_kto, encode_pairs, kl_partners, with_kl_completions
 from swiftlike.template import get_template
 from swiftlike.train.data import EncodeStats
 from swiftlike.train.outputs import read_log
@@ -151,6 +152,73 @@ def test_pair_shares_the_prompt_and_trains_the_answer_and_end_of_turn(template):
     assert [(s["completion_ids"] == chosen, s["label"]) for s in kto] == [(True, True), (False, False), (False, False)]
 
 
+@pytest.mark.parametrize("prompts, block, partners", [
+    ("aabb", 4, [2, 3, 0, 1]),  # a pair's two answers each go to the other pair's prompt, within the step
+    ("aabb", 2, [2, 3, 0, 1]),  # a block of one pair cannot pair inside itself: partners from all rows
+    ("aabb", 1, [2, 3, 0, 1]),
+    ("abc", 3, [1, 2, 0]),
+    ("aabbccdd", 4, [2, 3, 0, 1, 6, 7, 4, 5]),
+    ("aaab", 4, [3, 3, 3, 0]),  # one prompt holds most rows: each takes the next row of another prompt
+])
+def test_kl_partners_by_hand(prompts, block, partners):
+    assert kl_partners(list(prompts), block) == partners
+    assert all(prompts[i] != prompts[j] for i, j in enumerate(partners))
+
+
+def test_kl_completion_is_cut_to_fit_after_the_rows_prompt():
+    samples = [{"prompt_ids": [1, 2, 3], "completion_ids": [4], "label": True},
+               {"prompt_ids": [5], "completion_ids": [6, 7, 8, 9], "label": False}]
+    paired = with_kl_completions(samples, 2, max_length=5)
+    assert [s["KL_completion_ids"] for s in paired] == [[6, 7], [4]]  # 3 + 2 = max_length
+    assert [s["KL_completion_ids"] for s in with_kl_completions(samples, 2, None)] == [[6, 7, 8, 9], [4]]
+
+
+def test_kl_partners_refuse_a_single_prompt():
+    with pytest.raises(ValueError, match="1 distinct prompt.*--loss_type apo_zero_unpaired"):
+        kl_partners(["a", "a"], 2)
+
+
+@pytest.mark.parametrize("batch, accumulation", [(4, 1), (2, 2), (1, 1)])
+def test_kto_kl_pairs_never_share_a_prompt(tmp_path, template, batch, accumulation):
+    """The KL term's mismatched pairs, as TRL's KTO trainer collates them from 16 preference pairs: no row's KL
+    completion is an answer to its own prompt (with TRL's in-batch rotation of our side-by-side pairs, 16 of 32
+    were), and within each optimizer step the KL completions are that step's answers."""
+    from transformers import AutoModelForCausalLM
+    from trl import KTOConfig
+    rows = load_dataset(["swiftlike/arithmetic-preference#16"], row_kind="kto")
+    samples, _ = encode_kto(rows, PreferenceEncoder(template))
+    step = batch * accumulation
+    samples = with_kl_completions(samples, step, None)
+    answers_of: dict[tuple, list] = {}
+    for s in samples:
+        answers_of.setdefault(tuple(s["prompt_ids"]), []).append(s["completion_ids"])
+    assert len(samples) == 32 and not [s for s in samples if s["KL_completion_ids"] in answers_of[tuple(s["prompt_ids"])]]
+    if step > 2:  # a step of two rows holds one pair: its partners come from other steps
+        for start in range(0, 32, step):
+            block = samples[start:start + step]
+            assert sorted(s["KL_completion_ids"] for s in block) == sorted(s["completion_ids"] for s in block)
+
+    from datasets import Dataset
+    trainer_cls = _trainer_classes()["kto"][0]
+    model = AutoModelForCausalLM.from_pretrained(resolve_model(TINY).model_dir, dtype=torch.float32)
+    config = KTOConfig(output_dir=str(tmp_path), per_device_train_batch_size=batch,
+                       gradient_accumulation_steps=accumulation, max_length=None, report_to="none",
+                       remove_unused_columns=False, bf16=False,
+                       dataloader_pin_memory=False)
+    trainer = trainer_cls(model=model, args=config, train_dataset=Dataset.from_list(samples),
+                          processing_class=template.tokenizer)
+    assert config.per_device_train_batch_size == batch
+    seen, shared = 0, 0
+    for collated in trainer.get_train_dataloader():
+        for kl_ids, kl_mask in zip(collated["KL_input_ids"].tolist(), collated["KL_completion_mask"].tolist()):
+            prompt = tuple(kl_ids[:kl_mask.index(1)])  # what TRL scores: a prompt, then a KL answer after it
+            kl_answer = [t for t, m in zip(kl_ids, kl_mask) if m]
+            shared += kl_answer in answers_of[prompt]
+            assert (list(prompt), kl_answer) == (samples[seen]["prompt_ids"], samples[seen]["KL_completion_ids"])
+            seen += 1
+    assert (seen, shared) == (32, 0)
+
+
 def test_length_rules_by_hand(template):
     prompt, answers = list(range(10)), [list(range(100, 106)), list(range(200, 203))]  # 10 + 6 = 16 tokens
     stats = EncodeStats()
@@ -200,6 +268,15 @@ def test_each_type_learns_a_repeated_batch(tmp_path, kind, extra):
         assert "train_rewards_accuracies.png" in images
     assert (result.last_checkpoint / "args.json").is_file()
     assert json.loads((result.run_dir / "args.json").read_text())["rlhf_type"] == kind
+
+
+def test_kto_trains_at_batch_size_one(tmp_path):
+    """ms-swift's KTO examples train at --per_device_train_batch_size 1 (TRL alone refuses it): each row's KL
+    completion is another prompt's answer, paired before TRL sees the data, and the run's batch really is 1."""
+    result, log = run(tmp_path, "kto", "--per_device_train_batch_size", "1", steps=2)
+    assert len(log) == 2 and all(torch.isfinite(torch.tensor([e["loss"], e["kl"]])).all() for e in log), log
+    state = json.loads((result.last_checkpoint / "trainer_state.json").read_text())
+    assert (state["train_batch_size"], result.global_step) == (1, 2)
 
 
 def test_lora_reference_is_the_model_with_the_adapter_disabled(tmp_path):

@@ -9,7 +9,7 @@ import time
 
 import psutil
 import pytest
-from servers import ENV, free_port
+from servers import ENV, free_port, start
 
 from swiftlike.arguments import parse_args
 from swiftlike.arguments.rlhf_args import RlhfArguments
@@ -18,6 +18,7 @@ from swiftlike.arguments.webui_args import WebUIArguments
 from swiftlike.ui.forms import (argv_of, check_arguments, command_line, field_specs, flag_value, load_args_json,
                                 script_text)
 from swiftlike.ui.jobs import JobStore
+from swiftlike.ui.pages.command import UIContext
 from swiftlike.ui.metrics import curve_rows, ema
 from swiftlike.utils.fields import arg
 
@@ -88,6 +89,45 @@ def test_a_flag_added_to_a_command_appears_in_the_ui_unchanged(tmp_path):
     assert argv[-2:] == ["--warmup_shape", "0.9"] and parse_args(extended, argv).warmup_shape == 0.9
 
 
+def test_a_list_field_cannot_set_other_flags():
+    """A list field is split into words, and argparse reads any word that begins with '-' as a flag: such an item
+    is refused with its field named; numbers (-0.5) and words with dashes inside pass."""
+    from swiftlike.ui.forms import FormError
+    specs = {s.name: s for s in field_specs(RlhfArguments)}
+    with pytest.raises(FormError, match="dataset: the item '--rlhf_type' begins with '-'.* value of --dataset"):
+        specs["dataset"].flags("data.jsonl --rlhf_type dpo --output_dir /tmp/elsewhere")
+    with pytest.raises(FormError, match="dataset: .*'-o'"):
+        specs["dataset"].flags("data.jsonl -o x")
+    with pytest.raises(FormError, match="dataset: No closing quotation"):
+        specs["dataset"].flags("'data.jsonl")
+    assert specs["reward_weights"].flags("1 -0.5 1e-3") == ["--reward_weights", "1", "-0.5", "1e-3"]
+    assert specs["dataset"].flags("my-data.jsonl 'a b.jsonl'") == ["--dataset", "my-data.jsonl", "a b.jsonl"]
+
+
+def test_an_injected_flag_in_a_page_starts_nothing(tmp_path):
+    """The GRPO page fixes --rlhf_type grpo; a dataset field that carries `--rlhf_type dpo --output_dir X` would
+    have started a DPO run writing to X (the later flag wins). Now the page names the item and starts nothing."""
+    import gradio as gr
+
+    from swiftlike.ui.labels import LABELS
+    from swiftlike.ui.pages.training import build_grpo
+    ctx = UIContext(JobStore(tmp_path / "jobs"), LABELS["en"])
+    with gr.Blocks():
+        page, _ = build_grpo(ctx)
+    values = [page.widgets[n].value for n in page.widgets]
+    values[list(page.widgets).index("model")] = TINY
+    values[list(page.widgets).index("dataset")] = \
+        f"swiftlike/arithmetic-preference#4 --rlhf_type dpo --output_dir {tmp_path / 'elsewhere'}"
+    try:
+        preview, status, *_ = page.start("rlhf", *values)
+        assert ctx.store.list() == [], "a job was started"
+    finally:
+        for job in ctx.store.list():
+            ctx.store.stop(job.id)
+    assert preview == "" and "the item '--rlhf_type' begins with '-'" in status
+    assert page.show_command("rlhf", *values)[0] == ""
+
+
 def _contains(block, target) -> bool:
     return any(child is target or _contains(child, target) for child in getattr(block, "children", []))
 
@@ -134,6 +174,27 @@ def test_ui_refuses_to_bind_beyond_loopback_without_a_key(capsys):
     assert parse_args(WebUIArguments, []).server_port == 7860
     with pytest.raises(ValueError, match="invalid choice for --lang"):
         WebUIArguments(lang="fr")
+
+
+def test_a_foreign_host_header_is_refused(tmp_path):
+    """DNS rebinding: the real UI, asked under a name it does not answer to, refuses with 400 and names the
+    flag; under its bound address, localhost or a name given with --allowed_hosts it serves the page."""
+    import httpx
+    port = free_port()
+    proc = start(["web-ui", "--server_port", str(port), "--jobs_dir", str(tmp_path / "jobs"),
+                  "--allowed_hosts", "ui.proxy.example"], port, tmp_path / "ui.log", timeout=120)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        for path in ("/", "/config", "/health"):
+            refused = httpx.get(url + path, headers={"Host": f"rebound.example:{port}"})
+            assert refused.status_code == 400, (path, refused.status_code)
+            assert "--allowed_hosts" in refused.json()["error"]["message"]
+        for host in (f"127.0.0.1:{port}", f"localhost:{port}", "ui.proxy.example"):
+            served = httpx.get(url + "/", headers={"Host": host})
+            assert served.status_code == 200 and "<html" in served.text.lower(), host
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
 
 
 def test_load_args_json_from_a_checkpoint(tmp_path):

@@ -23,6 +23,10 @@ class AppArguments(DeployArguments, SamplingArguments):
     host: str = arg("127.0.0.1", "Address the page (and, with --model, the OpenAI API under /v1) binds; "
                     "0.0.0.0 serves every interface.", aliases=("--server_name",))
     port: int = arg(7860, "TCP port of the page.", aliases=("--server_port",))
+    allowed_hosts: list[str] = arg([], "Host names a browser may use to reach the page besides localhost, the "
+                                   "bound name and (beyond loopback) this machine's host names, e.g. a reverse "
+                                   "proxy's name; IP addresses are always accepted. Any other Host header is "
+                                   "refused with 400 (DNS rebinding); '*' turns the check off.")
 
     def __post_init__(self) -> None:
         BaseArguments.__post_init__(self)

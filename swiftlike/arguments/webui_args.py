@@ -25,6 +25,10 @@ class WebUIArguments:
     jobs_dir: str | None = arg(None, "Where job records, logs and saved scripts go, so a restarted UI still lists "
                                "its jobs; default $SWIFTLIKE_CACHE/ui_jobs (~/.cache/swiftlike/ui_jobs).")
     stop_grace_s: float = arg(10.0, "Seconds a stopped job gets to exit after SIGTERM before it is sent SIGKILL.")
+    allowed_hosts: list[str] = arg([], "Host names a browser may use to reach the page besides localhost, the "
+                                   "bound name and (beyond loopback) this machine's host names, e.g. a reverse "
+                                   "proxy's name; IP addresses are always accepted. Any other Host header is "
+                                   "refused with 400 (DNS rebinding); '*' turns the check off.")
 
     def __post_init__(self) -> None:
         check_choices(self)

@@ -6,6 +6,7 @@ import time
 
 from ..ui.chat import ChatReplies, build_page, loopback
 from ..arguments.app_args import AppArguments
+from ..deploy.hosts import HostCheck, allowed_host_names
 from ..deploy.server import create_app, serve
 from ..infer.engine import EngineSpec, build_engine
 from ..infer.engine.openai_engine import OpenAIEngine, OpenAIOptions
@@ -33,6 +34,7 @@ def app_main(args: AppArguments | list[str] | None = None) -> None:
         models = [args.served_model_name or engine.model_name, *sorted(engine.adapters)]
         base_url = f"http://{loopback(args.host)}:{args.port}/v1"
         page_engine = OpenAIEngine(OpenAIOptions(base_url, args.api_key), served_models=models)
+    server.add_middleware(HostCheck, names=allowed_host_names(args.host, args.allowed_hosts))
     replies = ChatReplies(page_engine, args)
     # System fonts: the default theme links Google Fonts, which an offline machine cannot reach.
     theme = gr.themes.Default(font=["ui-sans-serif", "system-ui", "sans-serif"],

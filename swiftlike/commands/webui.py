@@ -12,6 +12,7 @@ def web_ui_main(args: WebUIArguments | list[str] | None = None) -> None:
     import gradio as gr
     from fastapi import FastAPI
 
+    from ..deploy.hosts import HostCheck, allowed_host_names
     from ..deploy.server import serve
     from ..ui.app import build_ui
 
@@ -19,6 +20,7 @@ def web_ui_main(args: WebUIArguments | list[str] | None = None) -> None:
     demo, ctx = build_ui(args)
     server = FastAPI(title="swiftlike web-ui")
     server.get("/health")(lambda: {"status": "ok"})
+    server.add_middleware(HostCheck, names=allowed_host_names(args.server_name, args.allowed_hosts))
     # System fonts: the default theme links Google Fonts, which an offline machine cannot reach.
     theme = gr.themes.Default(font=["ui-sans-serif", "system-ui", "sans-serif"],
                               font_mono=["ui-monospace", "monospace"])

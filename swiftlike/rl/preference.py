@@ -19,7 +19,7 @@ from ..train.run_setup import checkpoint_args_writer, load_train_val_rows, share
 from ..train.sft import TrainResult
 from ..utils import get_logger
 from ..utils.checkpoint import latest_checkpoint
-from .preference_data import PreferenceEncoder, encode_kto, encode_pairs
+from .preference_data import PreferenceEncoder, encode_kto, encode_pairs, with_kl_completions
 
 logger = get_logger("swiftlike.rl")
 
@@ -46,15 +46,24 @@ def _trainer_classes():
             return dataset  # prompt_ids / chosen_ids / rejected_ids, encoded and length-limited already
 
     class KtoTrainer(AtomicCheckpoints, KTOTrainer):
-        def _prepare_dataset(self, dataset, processing_class, args, dataset_name):
-            """Encoded already; what remains of TRL's preparation is the KL term's mismatched pairs: each batch's
-            completions rotated by one, so every prompt is paired with another prompt's answer."""
-            if not self.calculate_KL:
-                return dataset
+        """Rows arrive encoded, each with its KL completion from another prompt (`with_kl_completions`).
 
-            def rotate(batch):
-                return {"KL_completion_ids": batch["completion_ids"][-1:] + batch["completion_ids"][:-1]}
-            return dataset.map(rotate, batched=True, batch_size=args.per_device_train_batch_size)
+        TRL refuses a per-device batch of 1 because its own KL pairs rotate answers inside a batch; ours do not
+        depend on the batch, so TRL's check is shown a batch of 2 and the real size is put back in
+        `_prepare_dataset`, which TRL calls after its check and before transformers' Trainer reads the size
+        (`tests/test_preference.py::test_kto_trains_at_batch_size_one` checks the run's batch is 1)."""
+
+        def __init__(self, *, args, **kwargs):
+            self._per_device_batch = args.per_device_train_batch_size
+            args.per_device_train_batch_size = max(2, self._per_device_batch)
+            try:
+                super().__init__(args=args, **kwargs)
+            finally:
+                args.per_device_train_batch_size = self._per_device_batch
+
+        def _prepare_dataset(self, dataset, processing_class, args, dataset_name):
+            args.per_device_train_batch_size = self._per_device_batch
+            return dataset
 
     class CpoTrainer(AtomicCheckpoints, CPOTrainer):
         def tokenize_row(self, feature, model=None):
@@ -130,13 +139,26 @@ def load_ref_model(args: RlhfArguments, resolved: ResolvedModel, device: str):
     return model.to(device).eval()
 
 
-def encode(args: RlhfArguments, rows: list[dict], encoder: PreferenceEncoder, layout: str, what: str):
+def kto_kl_block(args: RlhfArguments, training_args, what: str) -> int | None:
+    """The rows among which KTO's KL completions are paired: one optimizer step's (one evaluation batch's, across
+    processes); None when the loss has no KL term (TRL's `apo_zero_unpaired`) or the type is not kto."""
+    if args.rlhf_type != "kto" or args.loss_type[0] == "apo_zero_unpaired":
+        return None
+    if what == "train":
+        return args.per_device_train_batch_size * args.gradient_accumulation_steps * training_args.world_size
+    return args.per_device_eval_batch_size * training_args.world_size
+
+
+def encode(args: RlhfArguments, rows: list[dict], encoder: PreferenceEncoder, layout: str, what: str,
+           kl_block: int | None = None):
     from datasets import Dataset
     samples, stats = encode_kto(rows, encoder) if layout == "kto" else encode_pairs(rows, encoder, layout)
     logger.info("%s data: %s", what, stats.describe(args.max_length, args.truncation_strategy))
     if not samples:
         raise ValueError(f"no {what} rows left after encoding ({stats.describe(args.max_length, args.truncation_strategy)}); "
                          "raise --max_length or use --truncation_strategy left|right")
+    if kl_block is not None:
+        samples = with_kl_completions(samples, kl_block, args.max_length)
     return Dataset.from_list(samples), stats
 
 
@@ -153,12 +175,12 @@ def train_preference(args: RlhfArguments) -> TrainResult:
     tokenizer = load_tokenizer(resolved)
     template = get_template(args.template or resolved.meta.template, tokenizer, args.system)
     train_rows, val_rows = load_train_val_rows(args, row_kind="kto" if args.rlhf_type == "kto" else "pair")
-    encoder = PreferenceEncoder(template, args.max_length, args.max_completion_length, args.truncation_strategy)
-    train_data, stats = encode(args, train_rows, encoder, layout, "train")
-    val_data = encode(args, val_rows, encoder, layout, "validation")[0] if val_rows else None
-
-    training_args = training_arguments(args, Path(args.output_dir or "output"), val_data is not None,
+    training_args = training_arguments(args, Path(args.output_dir or "output"), bool(val_rows),
                                        config_cls=config_cls, **config_fields(args))
+    encoder = PreferenceEncoder(template, args.max_length, args.max_completion_length, args.truncation_strategy)
+    train_data, stats = encode(args, train_rows, encoder, layout, "train", kto_kl_block(args, training_args, "train"))
+    val_data = encode(args, val_rows, encoder, layout, "validation",
+                      kto_kl_block(args, training_args, "eval"))[0] if val_rows else None
     run_dir = shared_run_dir(args, training_args, resolved)
     training_args.output_dir = str(run_dir)
     log = JsonlLog(run_dir) if training_args.process_index == 0 else None

@@ -9,6 +9,7 @@ rejected answer of a pair always follow the same prompt tokens.
 """
 from __future__ import annotations
 
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
 from ..template.base import IGNORE_INDEX, Template
@@ -135,7 +136,8 @@ def cpo_row(prompt: list[int], chosen: list[int], rejected: list[int]) -> dict:
 
 def encode_kto(rows: list[dict], encoder: PreferenceEncoder) -> tuple[list[dict], EncodeStats]:
     """KTO samples (prompt_ids, completion_ids, label). A row with a `label` is one sample; a preference pair
-    becomes two, its chosen answer desirable and its rejected one undesirable (TRL's `unpair_preference_dataset`)."""
+    becomes two, side by side, its chosen answer desirable and its rejected one undesirable (so a batch holds
+    both kinds); `with_kl_completions` then gives each sample another prompt's answer for KTO's KL term."""
     stats = EncodeStats()
     samples = []
     for row in rows:
@@ -154,3 +156,59 @@ def encode_kto(rows: list[dict], encoder: PreferenceEncoder) -> tuple[list[dict]
         samples += [{"prompt_ids": prompt, "completion_ids": answer, "label": label}
                     for answer, (_, label) in zip(answers, labelled)]
     return samples, stats
+
+
+def _derangement(prompts: Sequence[Hashable], indices: list[int]) -> dict[int, int] | None:
+    """A permutation of `indices` that sends no row to a row of the same prompt, or None when none exists (one
+    prompt holds more than half of them). The rows, grouped by prompt with the largest group first, are shifted
+    by that group's size: a shift of at least a group's size and at most the rest of the rows leaves every group."""
+    groups: dict[Hashable, list[int]] = {}
+    for i in indices:
+        groups.setdefault(prompts[i], []).append(i)
+    ordered = [i for group in sorted(groups.values(), key=len, reverse=True) for i in group]
+    shift = max(len(group) for group in groups.values())
+    if 2 * shift > len(ordered):
+        return None
+    return {ordered[k]: ordered[(k + shift) % len(ordered)] for k in range(len(ordered))}
+
+
+def kl_partners(prompts: Sequence[Hashable], block: int) -> list[int]:
+    """For each row, the row whose answer is its mismatched completion in KTO's KL term: always another prompt's.
+
+    Rows are read in blocks of `block` (the rows of one optimizer step: TRL's KTO reads the data in order), and
+    within a block the answers are permuted among its rows, so the KL term sees the answers the loss sees, as TRL
+    intends. A block where that cannot be done (a block of one or two rows, one prompt filling more than half of
+    it) takes its partners from a permutation of all rows; and where one prompt holds more than half of all rows,
+    each row takes the next row of another prompt.
+    """
+    if block < 1:
+        raise ValueError(f"block must be at least 1, got {block}")
+    if len(set(prompts)) < 2:
+        raise ValueError("KTO's KL term pairs each prompt with another prompt's answer, but the data has "
+                         f"{len(set(prompts))} distinct prompt(s): add rows with other prompts, or use "
+                         "--loss_type apo_zero_unpaired (no KL term)")
+    every = range(len(prompts))
+    overall = _derangement(prompts, list(every)) or {
+        i: next(j % len(prompts) for j in range(i + 1, i + len(prompts)) if prompts[j % len(prompts)] != prompts[i])
+        for i in every}
+    partners = []
+    for start in range(0, len(prompts), block):
+        indices = list(range(start, min(start + block, len(prompts))))
+        within = _derangement(prompts, indices) or overall
+        partners += [within[i] for i in indices]
+    return partners
+
+
+def with_kl_completions(samples: list[dict], block: int, max_length: int | None) -> list[dict]:
+    """KTO samples with `KL_completion_ids`, the column TRL's KTO collator reads for the KL term: each sample's
+    partner answer from `kl_partners`, cut to fit `max_length` after this sample's prompt. Paired here rather than
+    by TRL's rotation inside each batch, because that rotation pairs a pair's two answers with their own prompt
+    and needs a batch of at least two."""
+    partners = kl_partners([tuple(s["prompt_ids"]) for s in samples], block)
+    out = []
+    for sample, partner in zip(samples, partners):
+        completion = samples[partner]["completion_ids"]
+        if max_length is not None:
+            completion = completion[:max_length - len(sample["prompt_ids"])]
+        out.append({**sample, "KL_completion_ids": completion})
+    return out

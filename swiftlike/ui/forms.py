@@ -20,6 +20,18 @@ from ..arguments.parser import field_kind, parse_args
 from ..utils.errors import NotBuiltError
 
 
+class FormError(ValueError):
+    """A widget's text that cannot become the command's argv; the message names the field."""
+
+
+def _is_number(word: str) -> bool:
+    try:
+        float(word)
+    except ValueError:
+        return False
+    return True
+
+
 @dataclass(frozen=True)
 class FieldSpec:
     """One argument as a form shows it."""
@@ -51,8 +63,24 @@ class FieldSpec:
         if text == self.widget_value(self.default).strip() or text == "":
             return []
         if self.kind == "list":
-            return [f"--{self.name}", *shlex.split(text)]
+            return [f"--{self.name}", *self.list_items(text)]
         return [f"--{self.name}", text]
+
+    def list_items(self, text: str) -> list[str]:
+        """A list field's words. An item that begins with '-' (a number aside) is refused: argparse reads such a
+        word as a flag wherever it stands and no quoting changes that, so `data.jsonl --rlhf_type dpo` typed in
+        one field would set another flag. A scalar field's text is one word, which argparse takes as the value
+        or refuses, so it cannot set a flag."""
+        try:
+            items = shlex.split(text)
+        except ValueError as e:  # an unclosed quote
+            raise FormError(f"{self.name}: {e} in {text!r}") from None
+        for item in items:
+            if item.startswith("-") and not _is_number(item):
+                raise FormError(f"{self.name}: the item {item!r} begins with '-', so the command line would read it "
+                                f"as a flag, not as a value of --{self.name}; a list's items cannot begin with '-' "
+                                f"(a file of that name: ./{item})")
+        return items
 
 
 def field_specs(cls: type) -> list[FieldSpec]:
@@ -73,7 +101,8 @@ def field_specs(cls: type) -> list[FieldSpec]:
 
 
 def argv_of(specs: list[FieldSpec], shown: list[Any], fixed: dict[str, str] | None = None) -> list[str]:
-    """The command's argv from the widgets' values (in `specs` order); `fixed` flags a page sets itself first."""
+    """The command's argv from the widgets' values (in `specs` order); `fixed` flags a page sets itself first.
+    Raises FormError for a value that cannot be passed as given."""
     argv = [word for name, value in (fixed or {}).items() for word in (f"--{name}", value)]
     for spec, value in zip(specs, shown):
         if fixed and spec.name in fixed:

@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from ..forms import FieldSpec, argv_of, check_arguments, command_line, field_specs, load_args_json, script_text
+from ..forms import (FieldSpec, FormError, argv_of, check_arguments, command_line, field_specs, load_args_json,
+                     script_text)
 from ..jobs import JobStore
 
 PER_ROW = 3
@@ -120,14 +121,25 @@ class CommandPage:
         names = list(self.widgets)
         return argv_of([specs[n] for n in names], list(values), self.fixed)
 
+    def checked(self, command: str, values: tuple) -> tuple[list[str] | None, Any, str | None]:
+        """(argv, parsed arguments, None), or (argv or None, None, the error): the form's own refusal (a value
+        that cannot be passed), else the command's parser and checks."""
+        try:
+            argv = self.argv(command, values)
+        except FormError as e:
+            return None, None, f"swiftlike {command}: error: {e}"
+        args, error = check_arguments(self.commands[command], command, argv)
+        return argv, args, error
+
     def show_command(self, command: str, *values):
-        argv = self.argv(command, values)
-        _, error = check_arguments(self.commands[command], command, argv)
-        return command_line(command, argv), error_markdown(self.ctx.labels, error)
+        argv, _, error = self.checked(command, values)
+        return command_line(command, argv) if argv is not None else "", error_markdown(self.ctx.labels, error)
 
     def save_script(self, command: str, *values):
         import gradio as gr
-        argv = self.argv(command, values)
+        argv, _, error = self.checked(command, values)
+        if argv is None:
+            return "", gr.update(), error_markdown(self.ctx.labels, error)
         path = self.ctx.store.root / "scripts" / f"{command.replace(' ', '_')}-{time.strftime('%Y%m%d-%H%M%S')}.sh"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(script_text(command, argv), encoding="utf-8")
@@ -137,10 +149,10 @@ class CommandPage:
 
     def start(self, command: str, *values):
         import gradio as gr
-        argv = self.argv(command, values)
-        args, error = check_arguments(self.commands[command], command, argv)
+        argv, args, error = self.checked(command, values)
         if error:
-            return command_line(command, argv), error_markdown(self.ctx.labels, error), gr.update(), gr.update()
+            shown = command_line(command, argv) if argv is not None else ""
+            return shown, error_markdown(self.ctx.labels, error), gr.update(), gr.update()
         job = self.ctx.store.start(command, argv, output_dir=default_output_dir(args), port=getattr(args, "port", None))
         if not self.follow:
             return job.command_line, f"{self.ctx.labels['started']} `{job.id}`", gr.update(), gr.update()
