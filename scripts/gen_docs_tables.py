@@ -5,6 +5,8 @@ Each table lives between a pair of markers in its page and is replaced whole:
     docs/models.md     <!-- models:start -->    ... <!-- models:end -->
     docs/templates.md  <!-- templates:start --> ... <!-- templates:end -->
     docs/datasets.md   <!-- datasets:start -->  ... <!-- datasets:end -->
+    docs/agent.md      <!-- agent-templates:start --> ... (AGENT_TEMPLATE_REGISTRY), <!-- loss-scales:start -->,
+                       <!-- tools:start --> ... (TOOL_REGISTRY)
     docs/rlhf.md       <!-- args-rollout:start --> ... (RolloutArguments + VllmArguments)
     docs/rlhf.md       <!-- args-preference:start --> ... (PreferenceArguments)
     docs/rlhf.md       <!-- args-gkd:start --> ... (GkdArguments)
@@ -31,7 +33,9 @@ from swiftlike.arguments.rollout_args import RolloutServerArguments
 
 from swiftlike.dataset import DATASET_REGISTRY
 from swiftlike.model import MODEL_REGISTRY
-from swiftlike.template import TEMPLATE_REGISTRY
+from swiftlike.template import AGENT_TEMPLATE_REGISTRY, TEMPLATE_REGISTRY
+from swiftlike.template.loss_scale import BASE_STRATEGIES, NOT_BUILT, REFINEMENTS
+from swiftlike.tools import TOOL_REGISTRY
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 
@@ -78,10 +82,35 @@ def templates_table() -> str:
             system,
             ", ".join(code(w) for w in meta.stop_words) or "-",
             "yes" if meta.thinking else "no",
+            code(meta.agent_template) if meta.agent_template else "-",
             cell(meta.description),
         ])
     return table(["template", "model types", "default system prompt", "stop words", "think blocks",
-                  "description"], rows)
+                  "default agent template", "description"], rows)
+
+
+def agent_templates_table() -> str:
+    rows = []
+    for agent in AGENT_TEMPLATE_REGISTRY.values():
+        begin, end = agent.call_markup("NAME")
+        rows.append([code(agent.name), code(agent.call_start), code((begin + "{...}" + end).replace("\n", "\\n")),
+                     "own turn" if agent.results_turn else "inside the assistant turn",
+                     ", ".join(code(w) for w in agent.stop_words) or "-", cell(agent.description)])
+    return table(["agent template", "call starts with", "one call", "results", "extra stop words", "description"],
+                 rows)
+
+
+def loss_scales_table() -> str:
+    rows = [[code(name), "base strategy", cell(meaning), "yes"] for name, meaning in BASE_STRATEGIES.items()]
+    rows += [[code(name), "refinement", cell(meaning), "yes"] for name, (_, meaning) in REFINEMENTS.items()]
+    rows += [[code(name), "refinement", cell(meaning), "no (exits 3)"] for name, meaning in NOT_BUILT.items()]
+    return table(["value", "kind", "meaning", "built"], rows)
+
+
+def tools_table() -> str:
+    rows = [[code(tool.name), cell(tool.description),
+             ", ".join(code(name) for name in tool.parameters["properties"])] for tool in TOOL_REGISTRY.values()]
+    return table(["tool", "what it does", "arguments"], rows)
 
 
 def _row_count(path: Path) -> int:
@@ -118,6 +147,8 @@ TABLES = {
     "models.md": [("models", models_table)],
     "templates.md": [("templates", templates_table)],
     "datasets.md": [("datasets", datasets_table)],
+    "agent.md": [("agent-templates", agent_templates_table), ("loss-scales", loss_scales_table),
+                 ("tools", tools_table)],
     "rlhf.md": [("args-rollout", lambda: args_table(RolloutArguments, VllmArguments)),
                 ("args-preference", lambda: args_table(PreferenceArguments)),
                 ("args-gkd", lambda: args_table(GkdArguments))],

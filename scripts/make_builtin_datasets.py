@@ -7,7 +7,9 @@ files byte for byte and a diff shows only intended changes.
 """
 from __future__ import annotations
 
+import importlib.util
 import random
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -536,6 +538,16 @@ def text_mini_rows() -> list[dict]:
     return [{"text": text} for text in TEXT_MINI]
 
 
+def _agent_script():
+    """scripts/make_agent_datasets.py, loaded by path: scripts/ is not a package."""
+    path = Path(__file__).with_name("make_agent_datasets.py")
+    spec = importlib.util.spec_from_file_location("make_agent_datasets", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 def builtin_files() -> dict[str, list[dict]]:
     """File name -> rows; the tests compare it with the committed files."""
     rl_rows, sft_rows = arithmetic_rows()
@@ -547,6 +559,7 @@ def builtin_files() -> dict[str, list[dict]]:
         "alpaca_mini.jsonl": [{"instruction": i, "input": x, "output": o} for i, x, o in ALPACA_MINI],
         "preference_mini.jsonl": [{"query": q, "chosen": c, "rejected": r} for q, c, r in PREFERENCE_MINI],
         "text_mini.jsonl": text_mini_rows(),
+        **_agent_script().agent_files(),
     }
 
 

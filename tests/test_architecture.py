@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1] / "swiftlike"
 # bottom (0) to top; a module may import only modules of its own layer or lower ones
 LAYERS: list[tuple[str, list[str]]] = [
     ("utils", ["swiftlike.utils", "swiftlike.version"]),
-    ("registries and protocol", ["swiftlike.template", "swiftlike.model", "swiftlike.dataset",
+    ("registries and protocol", ["swiftlike.template", "swiftlike.model", "swiftlike.dataset", "swiftlike.tools",
                                  "swiftlike.infer.protocol", "swiftlike.rollout.weights", "swiftlike.rollout.delta",
                                  "swiftlike.rollout.fingerprint"]),
     ("engines", ["swiftlike.infer", "swiftlike.rollout.client", "swiftlike.rollout.transport",

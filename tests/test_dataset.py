@@ -252,13 +252,15 @@ def test_builtin_dataset_loads_and_every_row_normalizes(name):
     rows = load_dataset([name], **NAMES)
     assert len(rows) >= 30
     plain_text = "pt" in DATASET_REGISTRY[name].tags  # text rows: one assistant turn, no user
+    agent = "agent" in DATASET_REGISTRY[name].tags  # tool calls and tool results
     for row in rows:
         roles = [message["role"] for message in row["messages"]]
         if plain_text:
             assert roles == ["assistant"]
         else:
-            assert "user" in roles and set(roles) <= {"system", "user", "assistant"}
-        assert all(isinstance(message["content"], str) and message["content"] for message in row["messages"])
+            assert "user" in roles and set(roles) <= {"system", "user", "assistant"} | ({"tool"} if agent else set())
+        assert all(isinstance(message["content"], str) and (message["content"] or message.get("tool_calls"))
+                   for message in row["messages"])
 
 
 def test_builtin_files_match_the_generator_script(monkeypatch):

@@ -97,7 +97,7 @@ def test_ms_swift_command_line_parses_with_ms_swift_defaults():
 
 @pytest.mark.parametrize("cls, argv, message", [
     (TrainArguments, ["--attn_impl", "flash"], "--attn_impl 'flash': choose from sdpa, eager"),
-    (TrainArguments, ["--loss_scale", "hermes"], "--loss_scale 'hermes' is not supported; swiftlike implements"),
+    (TrainArguments, ["--loss_scale", "bogus"], "--loss_scale 'bogus': unknown part 'bogus'; base strategies"),
     (TrainArguments, ["--streaming", "true"], "--streaming true needs --max_steps"),
     (TrainArguments, ["--streaming", "true", "--max_steps", "2", "--split_dataset_ratio", "0.1"], "--val_dataset"),
     (TrainArguments, ["--lazy_tokenize", "true", "--packing", "true", "--max_length", "64"], "use --padding_free"),

@@ -7,17 +7,23 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 from ..model.loader import ATTN_IMPLS
+from ..template import AGENT_TEMPLATE_REGISTRY
+from ..utils.errors import NotBuiltError
 from ..utils.fields import arg
 from .parser import check_choices
+
+# The commands whose encoding takes --agent_template so far; serving tools (infer, deploy) and RL come later.
+AGENT_TEMPLATE_COMMANDS = ("sft",)
 
 
 @dataclass
 class BaseArguments:
     """Model, template and data arguments shared by all commands."""
 
+    command: ClassVar[str] = ""
     model: str | None = arg(None, "Local HF directory or hub id (ModelScope; Hugging Face with --use_hf true). "
                             "Offline: HuggingFaceTB/SmolLM2-135M-Instruct or tiny-random/<model_type>.")
     model_type: str | None = arg(None, "Registered model type; detected from the id or config.json when omitted.")
@@ -30,6 +36,11 @@ class BaseArguments:
                                 "machine without CUDA a flash request runs as sdpa, with a warning). Default: "
                                 "config.json's choice.")
     template: str | None = arg(None, "Chat template name; defaults to the model type's template.")
+    agent_template: str | None = arg(None, "How tools, tool calls and tool results are written for the model: "
+                                     f"{', '.join(AGENT_TEMPLATE_REGISTRY)} (ms-swift's names; see docs/agent.md). "
+                                     "Default: the template's own (hermes for qwen, qwen2_5 and qwen3; the "
+                                     "tokenizer's tool rendering for --template tokenizer); other templates "
+                                     "need it for rows with tools. Used by sft so far.")
     system: str | None = arg(None, "Default system prompt, as text or the path of a text file. "
                              "A system message in the data takes precedence.")
     max_length: int | None = arg(None, "Longest encoded sample in tokens (prompt + answer).")
@@ -47,6 +58,11 @@ class BaseArguments:
         if self.attn_impl is not None and self.attn_impl not in ATTN_IMPLS:
             raise ValueError(f"--attn_impl {self.attn_impl!r}: choose from {', '.join(ATTN_IMPLS)}")
         self._fill_from_checkpoint()
+        if self.agent_template is not None:
+            AGENT_TEMPLATE_REGISTRY.lookup(self.agent_template)
+            if self.command not in AGENT_TEMPLATE_COMMANDS:
+                raise NotBuiltError(f"--agent_template with swiftlike {self.command}: not built yet (tool calling "
+                                    f"is built for {', '.join(AGENT_TEMPLATE_COMMANDS)} so far)")
         if self.max_length is not None and self.max_length <= 0:
             raise ValueError(f"--max_length must be positive, got {self.max_length}")
 

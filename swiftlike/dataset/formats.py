@@ -13,10 +13,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-Message = dict[str, str]
+from ..template.toolcall import (CALL_ROLES, RESULT_ROLES, canonical_messages, check_tool_turns, drop_positions,
+                                 normalize_tools)
 
-_ROLE_ALIASES = {"system": "system", "user": "user", "human": "user",
-                 "assistant": "assistant", "gpt": "assistant"}
+Message = dict  # {"role", "content"}; agent rows add "tool_calls" (assistant) and tool messages (template/toolcall.py)
+
+_ROLE_ALIASES = {"system": "system", "user": "user", "human": "user", "assistant": "assistant", "gpt": "assistant",
+                 **{role: role for role in CALL_ROLES + RESULT_ROLES}}
+_TOOL_KEYS = ("tool_calls", "tool_call_id", "name")
 
 
 class DatasetRowError(ValueError):
@@ -63,20 +67,34 @@ def _message(item: Any, label: str, where: str) -> Message:
     role = item.get("role", item.get("from"))
     if role not in _ROLE_ALIASES:
         raise _fail(where, f"{label} has role {role!r}; roles must be system, user or assistant "
-                           "(ShareGPT: system, human or gpt)")
+                           "(ShareGPT: system, human or gpt), or tool_call and tool_response / tool for agent rows")
     content = item.get("content", item.get("value"))
-    if not isinstance(content, str):
+    tool_turn = role in CALL_ROLES + RESULT_ROLES  # JSON content: canonical_messages checks and writes it
+    calls_only = role == "assistant" and item.get("tool_calls") is not None and content is None
+    if not (isinstance(content, str) or tool_turn or calls_only):
         raise _fail(where, f"{label} content must be a string, got {_type_name(content)}")
-    return {"role": _ROLE_ALIASES[role], "content": content}
+    message = {"role": _ROLE_ALIASES[role], "content": content}
+    message.update({key: item[key] for key in _TOOL_KEYS if item.get(key) is not None
+                    and (key != "tool_calls" or message["role"] == "assistant")})
+    return message
 
 
-def _messages(value: Any, field: str, where: str) -> list[Message]:
-    """Accept role/content and ShareGPT from/value keys alike: datasets on the hubs mix both."""
+def _messages(value: Any, field: str, where: str, tools: list[dict] | None = None) -> list[Message]:
+    """Accept role/content and ShareGPT from/value keys alike: datasets on the hubs mix both. Tool turns, in
+    ms-swift's agent shape or OpenAI's, become the canonical shape of template/toolcall.py."""
     if not isinstance(value, list):
         raise _fail(where, f"field '{field}' must be a list of messages, got {_type_name(value)}")
     if not value:
         raise _fail(where, f"field '{field}' is empty")
-    messages = [_message(item, f"{field}[{i}]", where) for i, item in enumerate(value)]
+    raw = [_message(item, f"{field}[{i}]", where) for i, item in enumerate(value)]
+    try:
+        messages = canonical_messages(raw, keep_positions=True)
+        check_tool_turns(messages, tools)
+    except ValueError as error:
+        raise _fail(where, str(error).replace("messages[", f"{field}[")) from None
+    drop_positions(messages)
+    if tools is None and any(m.get("tool_calls") for m in messages):
+        raise _fail(where, f"field '{field}' has tool calls but the row has no 'tools' column listing the tools")
     for i, message in enumerate(messages[1:], start=1):
         if message["role"] == "system":
             raise _fail(where, f"{field}[{i}] is a system message; a system message may only come first")
@@ -137,26 +155,30 @@ def _from_alpaca(row: dict, where: str) -> dict:
 
 
 def _from_messages(row: dict, where: str) -> dict:
-    return {"messages": _messages(row["messages"], "messages", where)}
+    return {"messages": _messages(row["messages"], "messages", where, row.get("tools"))}
 
 
 def _from_conversations(row: dict, where: str) -> dict:
-    messages = _messages(row["conversations"], "conversations", where)
+    messages = _messages(row["conversations"], "conversations", where, row.get("tools"))
     if messages[0]["role"] != "system":
         messages = _system(row, where) + messages
     return {"messages": messages}
 
 
+def _answered(row: dict, field: str, where: str) -> list[Message]:
+    """The messages of `field`, which must end with the assistant's answer."""
+    return _ending_with_assistant(_messages(row[field], field, where, row.get("tools")), field, where)
+
+
 def _from_messages_with_rejected(row: dict, where: str) -> dict:
-    messages = _ending_with_assistant(_messages(row["messages"], "messages", where), "messages", where)
+    messages = _answered(row, "messages", where)
     return {"messages": messages, "rejected_response": _string(row, "rejected_response", where)}
 
 
 def _from_messages_with_rejected_messages(row: dict, where: str) -> dict:
     """ms-swift's other pair shape: a whole second conversation that shares all turns but the last answer."""
-    chosen = _ending_with_assistant(_messages(row["messages"], "messages", where), "messages", where)
-    rejected = _ending_with_assistant(_messages(row["rejected_messages"], "rejected_messages", where),
-                                      "rejected_messages", where)
+    chosen = _answered(row, "messages", where)
+    rejected = _answered(row, "rejected_messages", where)
     if chosen[:-1] != rejected[:-1]:
         raise _fail(where, "'messages' and 'rejected_messages' must share every turn before their last answer")
     return {"messages": chosen, "rejected_response": rejected[-1]["content"]}
@@ -172,8 +194,8 @@ def _from_chosen_rejected(row: dict, where: str) -> dict:
         messages.append({"role": "assistant", "content": chosen})
         return {"messages": messages, "rejected_response": rejected}
     if isinstance(chosen, list) and isinstance(rejected, list):
-        chosen_messages = _ending_with_assistant(_messages(chosen, "chosen", where), "chosen", where)
-        rejected_messages = _ending_with_assistant(_messages(rejected, "rejected", where), "rejected", where)
+        chosen_messages = _answered(row, "chosen", where)
+        rejected_messages = _answered(row, "rejected", where)
         if chosen_messages[:-1] != rejected_messages[:-1]:
             raise _fail(where, "'chosen' and 'rejected' must share the conversation before their last answer")
         return {"messages": chosen_messages, "rejected_response": rejected_messages[-1]["content"]}
@@ -275,6 +297,11 @@ def normalize_row(row: dict, where: str, *, expected: RowFormat | None = None) -
     row = _with_query_alias(row)
     if expected is not None and found is not expected:
         raise _format_mismatch(row, where, found, expected)
+    if row.get("tools") is not None:
+        try:
+            row = {**row, "tools": normalize_tools(row["tools"])}
+        except ValueError as error:
+            raise _fail(where, f"field 'tools': {error}") from None
     converted = found.convert(row, where)
     extras = {key: value for key, value in row.items() if key not in found.consumed and key not in converted}
     return converted | extras

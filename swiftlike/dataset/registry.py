@@ -94,3 +94,22 @@ register_dataset(DatasetMeta(
     columns=("text",),
     tags=("pt",),
 ))
+register_dataset(DatasetMeta(
+    name="swiftlike/calculator-agent",
+    path="calculator_agent.jsonl",
+    description="1000 tool traces in ms-swift's agent format (tools column, tool_call / tool_response turns): "
+                "products of 3- and 4-digit numbers, sums of two products (two calls at once, then a third), a "
+                "product less a refund (a call on an earlier result), letters counted in a word; tools "
+                "calculator and count_letters on every row; final answers end in '#### <answer>' (also in "
+                "`solution`). Made by scripts/make_agent_datasets.py.",
+    columns=("tools", "messages", "solution", "task"),
+    tags=("sft", "agent", "math"),
+))
+register_dataset(DatasetMeta(
+    name="swiftlike/calculator-agent-test",
+    path="calculator_agent_test.jsonl",
+    description="200 held-out questions of the swiftlike/calculator-agent kinds (none shared with it), as a user "
+                "turn with the same tools and the answer in `solution`: for evaluation and RL through a tool loop.",
+    columns=("tools", "messages", "solution", "task"),
+    tags=("rl", "agent", "math"),
+))

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from ..utils.registry import Registry
+from .agent import get_agent_template
 from .base import Template, TemplateMeta
 from .tokenizer_template import TOKENIZER_TEMPLATE, TOKENIZER_TEMPLATE_META, TokenizerTemplate
 
@@ -16,11 +17,20 @@ def get_template_meta(name: str) -> TemplateMeta:
     return TEMPLATE_REGISTRY.lookup(name)
 
 
-def get_template(name: str, tokenizer, system: str | None = None) -> Template:
-    """A registered format, or with `tokenizer` the tokenizer's own chat template."""
+def get_template(name: str, tokenizer, system: str | None = None, agent_template: str | None = None) -> Template:
+    """A registered format, or with `tokenizer` the tokenizer's own chat template.
+
+    `agent_template` (--agent_template) writes tools, calls and results; without it a registered format uses
+    its own default (ms-swift's: hermes for the Qwen formats) and the tokenizer's template its own tool
+    rendering, where it has one."""
+    agent = get_agent_template(agent_template) if agent_template is not None else None
     if name == TOKENIZER_TEMPLATE:
-        return TokenizerTemplate(tokenizer, system, registered=tuple(sorted(set(TEMPLATE_REGISTRY) - {name})))
-    return Template(get_template_meta(name), tokenizer, system)
+        return TokenizerTemplate(tokenizer, system, registered=tuple(sorted(set(TEMPLATE_REGISTRY) - {name})),
+                                 agent=agent)
+    meta = get_template_meta(name)
+    if agent is None and meta.agent_template is not None:
+        agent = get_agent_template(meta.agent_template)
+    return Template(meta, tokenizer, system, agent)
 
 
 def _chatml_jinja(default_system: str | None) -> str:
@@ -33,7 +43,7 @@ def _chatml_jinja(default_system: str | None) -> str:
             "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
 
 
-def _chatml(name: str, default_system: str | None, description: str) -> TemplateMeta:
+def _chatml(name: str, default_system: str | None, description: str, agent_template: str | None = None) -> TemplateMeta:
     return TemplateMeta(
         name=name,
         system_format="<|im_start|>system\n{content}<|im_end|>\n",
@@ -44,6 +54,7 @@ def _chatml(name: str, default_system: str | None, description: str) -> Template
         chat_template=_chatml_jinja(default_system),
         default_system=default_system,
         stop_words=("<|im_end|>", "<|endoftext|>"),
+        agent_template=agent_template,
         description=description,
     )
 
@@ -59,7 +70,7 @@ _QWEN3_JINJA = (
     "{%- set reasoning = content.split('</think>')[0].rstrip('\\n').split('<think>')[-1].lstrip('\\n') -%}"
     "{%- set content = content.split('</think>')[-1].lstrip('\\n') -%}"
     "{%- endif -%}"
-    "{%- if loop.index0 > ns.last_user and loop.last -%}"
+    "{%- if loop.index0 > ns.last_user and (loop.last or reasoning) -%}"
     "{{- '<|im_start|>assistant\\n<think>\\n' + reasoning.strip('\\n') + '\\n</think>\\n\\n' + content.lstrip('\\n') }}"
     "{%- else -%}{{- '<|im_start|>assistant\\n' + content }}{%- endif -%}"
     "{{- '<|im_end|>\\n' }}"
@@ -82,9 +93,10 @@ _LLAMA3_JINJA = (
 def _register_builtin() -> None:
     register_template(TOKENIZER_TEMPLATE_META)
     register_template(_chatml("chatml", None, "plain ChatML, no default system prompt"))
-    register_template(_chatml("qwen", "You are a helpful assistant.", "Qwen2 ChatML"))
+    register_template(_chatml("qwen", "You are a helpful assistant.", "Qwen2 ChatML", "hermes"))
     register_template(_chatml(
-        "qwen2_5", "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.", "Qwen2.5 ChatML"))
+        "qwen2_5", "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.", "Qwen2.5 ChatML",
+        "hermes"))
     register_template(_chatml(
         "smollm2", "You are a helpful AI assistant named SmolLM, trained by Hugging Face", "SmolLM2 ChatML"))
     register_template(TemplateMeta(
@@ -97,7 +109,8 @@ def _register_builtin() -> None:
         chat_template=_QWEN3_JINJA,
         stop_words=("<|im_end|>", "<|endoftext|>"),
         thinking=True,
-        description="Qwen3 ChatML with <think> blocks on the final answer (no tool calls)",
+        agent_template="hermes",
+        description="Qwen3 ChatML with <think> blocks on the final answer",
     ))
     register_template(TemplateMeta(
         name="llama3",

@@ -78,8 +78,8 @@ class RowEncoder:
             if row["messages"][-1]["role"] != "assistant":
                 raise ValueError(f"training row {index + 1} ends with a {row['messages'][-1]['role']} turn: "
                                  "sft learns from assistant answers, so each row needs one "
-                                 "(query/response, messages ending with an assistant turn, ...)")
-            encoded = self.template.encode(row["messages"], loss_scale=self.loss_scale)
+                                 "(query/response, messages ending with an assistant turn or tool call, ...)")
+            encoded = self.template.encode(row["messages"], loss_scale=self.loss_scale, tools=row.get("tools"))
             ids, labels = encoded.input_ids, encoded.labels
         stats.longest = max(stats.longest, len(ids))
         if self.max_length is not None and len(ids) > self.max_length:

@@ -64,7 +64,7 @@ def train(args: TrainArguments) -> TrainResult:
     set_seed(args.seed)  # before the LoRA weights are initialised, so a run is reproducible from its args
     resolved = resolve_model(args.model, args.model_type, args.use_hf, args.model_revision)
     tokenizer = load_tokenizer(resolved)
-    template = get_template(args.template or resolved.meta.template, tokenizer, args.system)
+    template = get_template(args.template or resolved.meta.template, tokenizer, args.system, args.agent_template)
     data = prepare_data(args, template)
 
     # The run directory's name is agreed over the process group, which TrainingArguments sets up.

@@ -1,0 +1,87 @@
+"""Tools the built-in agent datasets call, declared once: each one's schema (what goes into `tools`) and the
+function behind it, so data generation, training and tool loops agree on them.
+
+A tool takes its arguments as a JSON object and answers with text (JSON), errors included: arguments come
+from a model, so a bad call gets an answer the model can read, never an exception.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..utils.registry import Registry
+from .calculator import evaluate
+
+MAX_WORD_CHARS = 100
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    description: str
+    parameters: dict  # JSON schema of the arguments object
+    function: Callable[..., dict]
+
+    def schema(self) -> dict:
+        """The OpenAI function schema, as a `tools` list holds it."""
+        return {"type": "function", "function": {"name": self.name, "description": self.description,
+                                                 "parameters": self.parameters}}
+
+    def __call__(self, arguments: dict) -> str:
+        """The result as JSON text: `{...}` from the function, or `{"error": ...}` for a call it cannot serve."""
+        problem = self._check(arguments)
+        if problem is None:
+            try:
+                return json.dumps(self.function(**arguments), ensure_ascii=False)
+            except ValueError as error:  # the functions' own word for a call they cannot serve
+                problem = str(error)
+        return json.dumps({"error": problem}, ensure_ascii=False)
+
+    def _check(self, arguments) -> str | None:
+        if not isinstance(arguments, dict):
+            return "the arguments must be a JSON object"
+        properties = self.parameters["properties"]
+        unknown = sorted(set(arguments) - set(properties))
+        if unknown:
+            return f"unknown argument(s) {', '.join(unknown)}; {self.name} takes {', '.join(properties)}"
+        for name in self.parameters.get("required", ()):
+            if name not in arguments:
+                return f"missing argument {name!r}"
+        for name, value in arguments.items():
+            if properties[name]["type"] == "string" and not isinstance(value, str):
+                return f"argument {name!r} must be a string"
+        return None
+
+
+def _calculator(expression: str) -> dict:
+    return {"result": evaluate(expression)}
+
+
+def _count_letters(word: str, letter: str) -> dict:
+    if len(letter) != 1:
+        raise ValueError("'letter' must be a single character")
+    if len(word) > MAX_WORD_CHARS:
+        raise ValueError(f"'word' is longer than {MAX_WORD_CHARS} characters")
+    return {"count": word.lower().count(letter.lower())}
+
+
+TOOL_REGISTRY: Registry[Tool] = Registry("tool", "tool name")
+TOOL_REGISTRY.register("calculator", Tool(
+    "calculator", "Evaluate an arithmetic expression exactly: numbers, + - * / // % ** and parentheses.",
+    {"type": "object", "properties": {"expression": {
+        "type": "string", "description": "The expression, e.g. '347 * 5821'"}}, "required": ["expression"]},
+    _calculator))
+TOOL_REGISTRY.register("count_letters", Tool(
+    "count_letters", "Count how many times a letter occurs in a word (case-insensitive).",
+    {"type": "object", "properties": {
+        "word": {"type": "string", "description": "The word to search"},
+        "letter": {"type": "string", "description": "One letter"}}, "required": ["word", "letter"]},
+    _count_letters))
+
+
+def call_tool(name: str, arguments: dict) -> str:
+    """Run a built-in tool on a parsed call; an unknown name is answered like any other bad call."""
+    if name not in TOOL_REGISTRY:
+        return json.dumps({"error": f"unknown tool {name!r}; available: {', '.join(TOOL_REGISTRY)}"})
+    return TOOL_REGISTRY[name](arguments)
