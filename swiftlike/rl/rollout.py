@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..infer.protocol import InferRequest, RequestConfig
+from ..train.engine_weights import engine_weights
 from ..utils import get_logger
 from .distributed import barrier, process_rank, server_shares
 from .memory import ColocateMemory
@@ -52,21 +53,6 @@ class Rollout:
 def request_config(args) -> RequestConfig:
     return RequestConfig(max_tokens=args.max_completion_length, temperature=args.temperature, top_p=args.top_p,
                          top_k=args.top_k, repetition_penalty=args.repetition_penalty, n=1, logprobs=True)
-
-
-def _stripped_state(model) -> list[tuple[str, object]]:
-    """HF names of the model's weights, LoRA merged in (PEFT renames wrapped weights to *.base_layer.*; a
-    Megatron-backend model converts its fused weights back to HF's)."""
-    from peft import PeftModel
-
-    from ..train.megatron.model import MegatronCausalLM
-    if isinstance(model, MegatronCausalLM):
-        return list(model.hf_state_dict().items())
-    if isinstance(model, PeftModel):
-        base = model.get_base_model()
-        return [(n.replace(".base_layer.", "."), p.detach()) for n, p in base.named_parameters()
-                if "lora_" not in n and "modules_to_save" not in n]
-    return [(n, p.detach()) for n, p in model.named_parameters()]
 
 
 class RolloutWorker:
@@ -191,9 +177,10 @@ class RolloutWorker:
         import torch
 
         from ..rollout.delta import SyncStats
+        from ..rollout.transport import TORCH_DTYPE_NAMES
         if self.lora_sync:
             if self.args.vllm_mode == "server":  # a server may still hold an earlier run's full weights
-                self.engine.ensure_base_weights(lambda: _stripped_state(model), self.args.model)
+                self.engine.ensure_base_weights(lambda: engine_weights(model, merged=False), self.args.model)
             path = Path(tempfile.mkdtemp(prefix="swiftlike-grpo-lora-"))
             model.save_pretrained(str(path))
             nbytes = sum(f.stat().st_size for f in path.rglob("*.safetensors"))
@@ -201,28 +188,21 @@ class RolloutWorker:
             self.engine.add_adapter(POLICY_ADAPTER, str(path))
             self._retire(path)
             return SyncStats(nbytes)
-        # The engine copies the weights before update_weights returns (in-process load, or sent over the
-        # transport), so it reads the merged parameters in place and the adapter is unmerged afterwards:
-        # no second copy of the model.
-        merged = hasattr(model, "merge_adapter")
-        if merged:
-            model.merge_adapter()
-        try:
-            with torch.no_grad():
-                tensors = _stripped_state(model)
-                if self.args.vllm_mode == "server":
-                    self.engine.update_weights(tensors)
-                    return self.engine.last_sync
-                if self.delta_sync:
-                    synced, self._synced = self._synced, None  # kept only once the engine has it
-                    self._synced, stats = push_delta_in_process(self.engine, synced, tensors)
-                    return stats
-                numel = sum(t.numel() for _, t in tensors)
+        # The adapted layers' merged weights are new tensors in the engine's dtype, made as they are sent (the base
+        # is never written: merging in place and unmerging would move a bf16 base, train/engine_weights.py).
+        with torch.no_grad():
+            tensors = engine_weights(model, dtype=TORCH_DTYPE_NAMES.get(self.engine.dtype))
+            if self.args.vllm_mode == "server":
                 self.engine.update_weights(tensors)
-                return SyncStats(sum(t.numel() * t.element_size() for _, t in tensors), numel, numel)
-        finally:
-            if merged:
-                model.unmerge_adapter()
+                return self.engine.last_sync
+            if self.delta_sync:
+                synced, self._synced = self._synced, None  # kept only once the engine has it
+                self._synced, stats = push_delta_in_process(self.engine, synced, tensors)
+                return stats
+            tensors = list(tensors)
+            numel = sum(t.numel() for _, t in tensors)
+            self.engine.update_weights(tensors)
+            return SyncStats(sum(t.numel() * t.element_size() for _, t in tensors), numel, numel)
 
     def _wake(self) -> None:
         if self._asleep:
