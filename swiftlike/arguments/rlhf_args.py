@@ -449,6 +449,13 @@ class RlhfArguments(TrainArguments, PreferenceArguments, GkdArguments, GrpoArgum
             raise NotBuiltError(f"{', '.join(given)}: not built for --train_backend megatron (its checkpoints are HF "
                                 "weights with LoRA merged, and its LoRA layers carry Megatron's fused names); "
                                 "sync merged weights and start from a checkpoint with --model")
+        generates = self.rlhf_type == "grpo" or self.lmbda > 0
+        if generates and not self.use_vllm:
+            raise NotBuiltError(f"--train_backend megatron (swiftlike megatron rlhf) with --use_vllm false: "
+                                f"{self.rlhf_type} samples completions, and the Megatron backend has no generate of "
+                                "its own (no KV cache); set --use_vllm true (a colocated vLLM engine, or --vllm_mode "
+                                "server with rollout servers)" + (", or --lmbda 0 to distill on the dataset's "
+                                                                  "answers only" if self.rlhf_type == "gkd" else ""))
         if self.gradient_checkpointing or self.share_prompt_prefix:
             self.gradient_checkpointing = self.share_prompt_prefix = False
             logger.info("--train_backend megatron: no activation recompute and no KV cache in this backend, so "
