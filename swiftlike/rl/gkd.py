@@ -72,8 +72,8 @@ def build_teacher(args: RlhfArguments, resolved, tokenizer, student, device: str
                           free_memory_bytes, same_tokenizer)
     if args.teacher_model_server:
         vocab = student.get_output_embeddings().weight.shape[0]
-        served = [ServedTeacher(url, args.gkd_logits_topk, args.teacher_model_server_timeout, tokenizer, vocab)
-                  for url in args.teacher_model_server]
+        served = [ServedTeacher(url, args.gkd_logits_topk, args.teacher_model_server_timeout, tokenizer, vocab,
+                                args.teacher_model_server_api_key) for url in args.teacher_model_server]
         logger.info("teacher: %s served at %s (top-%d log-probs)", served[0].model_name,
                     ", ".join(t.url for t in served), args.gkd_logits_topk)
         return served[0] if len(served) == 1 else TeacherReplicas(served)

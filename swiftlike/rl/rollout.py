@@ -68,6 +68,12 @@ class RolloutWorker:
         self._old_dirs: list[Path] = []
         self.memory = ColocateMemory(args)
         self._asleep = False
+        # --sleep_level 2 drops the engine's weights: the next wake reloads what the last sync pushed (from the
+        # model it pushed, whose weights change only at an optimizer step, which a sync follows before any
+        # generation), so a second generation in one step (dynamic sampling, regenerated stale groups,
+        # --steps_per_generation < --gradient_accumulation_steps, GKD's micro-batches) samples the step's weights.
+        self._weights_dropped = False
+        self._synced_model = None
         self._step_of_sync = [0]  # the optimizer step whose weights each sync pushed; sync 0 = the start
         self._background: ThreadPoolExecutor | None = None
         self.generations_in_flight = 1  # background generations at once (submit); the trainer sets it
@@ -138,6 +144,7 @@ class RolloutWorker:
             if self.memory.sleep_level:  # the trainer gets the GPU memory back until the next generation
                 self.engine.sleep(self.memory.sleep_level)
                 self._asleep = True
+                self._weights_dropped = self.memory.sleep_level >= 2
         self.timeline.append({"event": "generate", "start": start, "end": time.time(), "samples": len(rows),
                               "tokens": sum(len(r.choices[0].token_ids) for r in responses),
                               "background": threading.current_thread().name.startswith(BACKGROUND)})
@@ -163,7 +170,8 @@ class RolloutWorker:
         start = time.time()
         # Before the push: an answer that a background generation gets under the new weights maps to `step`.
         self._step_of_sync.append(step)
-        self._wake()
+        self._synced_model = model
+        self._wake(reload=self.delta_sync)  # a full push replaces every weight anyway; a delta needs the old ones
         stats = self._push(model) if self.owns_servers else SyncStats()
         if self.shares_servers:
             barrier()  # a shared server has its update before any process generates on it
@@ -204,10 +212,19 @@ class RolloutWorker:
             self.engine.update_weights(tensors)
             return SyncStats(sum(t.numel() * t.element_size() for _, t in tensors), numel, numel)
 
-    def _wake(self) -> None:
-        if self._asleep:
-            self.engine.wake_up()
-            self._asleep = False
+    def _wake(self, reload: bool = True) -> None:
+        """Wake the engine; after a level-2 sleep also give it back its weights (`reload`), which vLLM dropped."""
+        if not self._asleep:
+            return
+        self.engine.wake_up()
+        self._asleep = False
+        dropped, self._weights_dropped = self._weights_dropped, False
+        if not (dropped and reload):
+            return
+        if self.delta_sync and self._synced is not None:  # the copy of exactly what the engine held
+            self.engine.update_weights(self._synced.items())
+        elif self._synced_model is not None:
+            self._push(self._synced_model)
 
     def _retire(self, path: Path) -> None:
         """Keep the last two adapter dirs (vLLM may still read the previous one lazily)."""
