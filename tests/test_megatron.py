@@ -260,6 +260,31 @@ def test_bf16_model_is_bf16_throughout_and_close_to_transformers(parallel, check
     assert abs(ours.loss.item() - hf(input_ids=ids, attention_mask=mask, labels=labels).loss.item()) < 2e-2
 
 
+def test_bf16_lora_merged_weights_leave_the_base_bit_identical(parallel, checkpoints):
+    """What a weight sync and an export read (`merged_hf_state_dict`) has every adapter folded in, while the
+    base stays bit-identical however often it is read; the adapters still act and can be disabled."""
+    from swiftlike.train.megatron.lora import adapters, apply_lora
+
+    model = MegatronCausalLM(checkpoints["gqa-qwen2"], params_dtype=torch.bfloat16)
+    apply_lora(model, rank=4, alpha=16, dropout=0.0)
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for _, adapter in adapters(model):
+            adapter.lora_B.normal_(0, 0.5)
+    base = {k: v.clone() for k, v in model.hf_state_dict().items()}
+    for _ in range(10):
+        merged = model.merged_hf_state_dict()
+    assert all(torch.equal(model.hf_state_dict()[k], v) for k, v in base.items())
+    changed = [k for k in base if not torch.equal(merged[k], base[k])]
+    assert "model.layers.0.self_attn.q_proj.weight" in changed and "model.layers.0.mlp.down_proj.weight" in changed
+    assert not any("norm" in k or "embed" in k for k in changed)
+    ids, mask = padded_batch((9, 6), "right", seed=1)
+    with torch.no_grad():
+        adapted = model(ids, attention_mask=mask).logits
+        with model.disable_adapter():
+            plain = model(ids, attention_mask=mask).logits
+    assert not torch.equal(adapted, plain)
+
 def test_perturbed_megatron_parameter_shows_in_the_right_hf_tensor(parallel, checkpoints):
     megatron = MegatronCausalLM(checkpoints["gqa-qwen2"])
     before = {k: v.clone() for k, v in megatron.hf_state_dict().items()}

@@ -20,7 +20,7 @@ HERE = Path(__file__).resolve().parent
 def test_megatron_names_become_the_trainers_fields(monkeypatch):
     from swiftlike.arguments.megatron_args import MegatronRlhfArguments
     monkeypatch.setenv("WORLD_SIZE", "2")
-    args = MegatronRlhfArguments(rlhf_type="grpo", model=TINY, dataset=["d"], reward_funcs=["format"],
+    args = MegatronRlhfArguments(rlhf_type="grpo", model=TINY, dataset=["d"], reward_funcs=["format"], use_vllm=True,
                                  num_generations=2, micro_batch_size=2, global_batch_size=8, lr=5e-5, min_lr=5e-6,
                                  train_iters=7, lr_warmup_fraction=0.1, no_save_optim=True,
                                  cross_entropy_loss_fusion=True, steps_per_generation=3)
@@ -30,8 +30,20 @@ def test_megatron_names_become_the_trainers_fields(monkeypatch):
     assert args.lr_scheduler_type == "cosine_with_min_lr" and args.lr_scheduler_kwargs == {"min_lr": 5e-6}
     assert args.train_backend == "megatron" and not args.share_prompt_prefix and not args.gradient_checkpointing
     constant = MegatronRlhfArguments(rlhf_type="grpo", model=TINY, dataset=["d"], reward_funcs=["format"],
-                                     num_generations=2, micro_batch_size=2, lr=5e-5, min_lr=5e-5)
+                                     use_vllm=True, num_generations=2, micro_batch_size=2, lr=5e-5, min_lr=5e-5)
     assert constant.lr_scheduler_type == "constant"
+
+
+def test_settings_without_effect_are_named_once(caplog):
+    """An ms-swift YAML's kernel knobs and `sequence_parallel: true` run unchanged, and the start-up warning says
+    which of them do nothing here."""
+    from swiftlike.arguments.megatron_args import MegatronRlhfArguments
+    with caplog.at_level("WARNING", logger="swiftlike.arguments"):
+        MegatronRlhfArguments(rlhf_type="grpo", model=TINY, dataset=["d"], reward_funcs=["format"], use_vllm=True,
+                              num_generations=2, micro_batch_size=2, sequence_parallel=True,
+                              cross_entropy_loss_fusion=True)
+    warned = [r.getMessage() for r in caplog.records if "no effect" in r.getMessage()]
+    assert len(warned) == 1 and "--sequence_parallel" in warned[0] and "--cross_entropy_loss_fusion" in warned[0]
 
 
 @pytest.mark.parametrize("flags, message", [
@@ -40,12 +52,15 @@ def test_megatron_names_become_the_trainers_fields(monkeypatch):
     ({"tensor_model_parallel_size": 2}, "built for TP 1"),
     ({"pipeline_model_parallel_size": 2}, "runs whole models"),
     ({"vllm_enable_lora": True, "use_vllm": True, "tuner_type": "lora"}, "not built for --train_backend megatron"),
-    ({"rlhf_type": "dpo", "reward_funcs": []}, "trains grpo and gkd"),
+    ({"rlhf_type": "dpo", "reward_funcs": [], "use_vllm": False}, "trains grpo and gkd"),
+    ({"use_vllm": False}, r"--train_backend megatron \(swiftlike megatron rlhf\) with --use_vllm false: grpo samples"),
+    ({"rlhf_type": "gkd", "reward_funcs": [], "num_generations": 1, "use_vllm": False, "lmbda": 0.5,
+      "teacher_model": TINY}, r"--use_vllm false: gkd .*--lmbda 0"),
 ])
 def test_what_the_backend_lacks_is_refused_by_name(flags, message):
     from swiftlike.arguments.megatron_args import MegatronRlhfArguments
     base = dict(rlhf_type="grpo", model=TINY, dataset=["d"], reward_funcs=["format"], num_generations=2,
-                micro_batch_size=2)
+                micro_batch_size=2, use_vllm=True)
     with pytest.raises(Exception, match=message):
         MegatronRlhfArguments(**{**base, **flags})
 
@@ -66,7 +81,9 @@ def test_megatron_backend_trains_like_the_transformers_backend(tmp_path):
     hf.mkdir()
     mc.mkdir()
     launch(hf, rollouts, dataset, 1, {"grpo": RUNS["grpo"]})
-    launch(mc, rollouts, dataset, 1, {"grpo": [*RUNS["grpo"], "--train_backend", "megatron"]})
+    # the Megatron backend generates through vLLM only; the engine is synced every step and never sampled here
+    launch(mc, rollouts, dataset, 1, {"grpo": [*RUNS["grpo"], "--train_backend", "megatron", "--use_vllm", "true",
+                                               "--vllm_max_model_len", "256"]})
     a, b = train_logs(hf, "grpo"), train_logs(mc, "grpo")
     assert [e["step"] for e in a] == [e["step"] for e in b] == [1, 2]
     for x, y in zip(a, b):
@@ -116,3 +133,31 @@ def test_megatron_grpo_with_colocated_vllm_and_lora(tmp_path):
     from transformers import AutoModelForCausalLM
     model = AutoModelForCausalLM.from_pretrained(checkpoint)
     assert type(model).__name__ == "Qwen2ForCausalLM" and (checkpoint / "args.json").is_file()
+
+
+def test_the_python_api_runs_two_megatron_trainings_in_one_process(tmp_path):
+    """A run on the Megatron backend tears down the parallel groups it set up (and the process group it started),
+    so the next run in the same process builds its own. GKD on the dataset's answers (--lmbda 0: nothing is
+    generated), in a fresh interpreter, as a user's script would run it."""
+    script = tmp_path / "two_runs.py"
+    script.write_text(f"""
+from megatron.core import parallel_state
+import torch.distributed as dist
+
+from swiftlike.arguments.megatron_args import MegatronRlhfArguments
+from swiftlike.commands.megatron import megatron_main
+
+for run in ("first", "second"):
+    args = MegatronRlhfArguments(rlhf_type="gkd", model={TINY!r}, teacher_model={TINY!r}, lmbda=0.0,
+                                 dataset=["swiftlike/arithmetic-sft#8"], micro_batch_size=2, train_iters=2,
+                                 max_completion_length=8, logging_steps=1, save_steps=100, report_to=["none"],
+                                 torch_dtype="float32", output_dir={str(tmp_path)!r} + "/" + run)
+    result = megatron_main(args)
+    assert result.global_step == 2, result
+    assert not parallel_state.model_parallel_is_initialized() and not dist.is_initialized(), run
+print("two runs finished")
+""")
+    result = subprocess.run([sys.executable, str(script)], env=ENV, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stderr[-5000:]
+    assert "two runs finished" in result.stdout
+    assert len(list((tmp_path / "second").glob("v*"))) == 1

@@ -2,19 +2,22 @@
 tiny model: GRPO with separate and colocated rollout, GKD with standalone teacher replicas, two train workers
 against one process, a killed replica, and a job larger than the cluster.
 
-One Ray head (`ray start --head`) serves the module; each job joins it with --ray_address, as a user's job joins
-a cluster.
+One Ray head of the module's own (`ray start --head --block`, its own temp dir, stopped by its own process) serves
+the module; each job joins it with --ray_address, as a user's job joins a cluster.
 """
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from servers import ENV, free_port
@@ -45,17 +48,36 @@ use_vllm: true
 
 
 @pytest.fixture(scope="module")
-def head(tmp_path_factory):
-    """A 4-CPU-slot Ray head for the module; yields its address."""
+def head():
+    """A 4-CPU-slot Ray head of this module's own; yields its address.
+
+    `ray start --head --block` in a temp dir of its own, stopped by ending that one process (which stops what it
+    started): `ray stop` would stop every Ray cluster on the machine, a user's too. Jobs join it by address; its
+    own temp dir also keeps it out of Ray's "the cluster on this machine" lookup (tests/test_ray_local.py).
+    """
     port = free_port()
+    temp = tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # short: Ray's socket paths have a length limit
     env = {**ENV, "RAY_USAGE_STATS_ENABLED": "0"}
     ray_bin = Path(sys.executable).with_name("ray")
-    started = subprocess.run([str(ray_bin), "start", "--head", f"--port={port}", "--num-cpus=4", "--num-gpus=0",
-                              "--include-dashboard=false", "--disable-usage-stats"], env=env, check=True,
-                             capture_output=True, text=True)
+    proc = subprocess.Popen([str(ray_bin), "start", "--head", "--block", f"--port={port}", f"--temp-dir={temp}",
+                             "--num-cpus=4", "--num-gpus=0", "--include-dashboard=false", "--disable-usage-stats"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    output: list[str] = []
+    threading.Thread(target=lambda: output.extend(proc.stdout), daemon=True).start()
+    deadline = time.time() + 180
     # the address `ray start` tells other nodes to join (this machine's address, which Ray also serves on)
-    yield re.search(r"ray start --address='([^']+)'", started.stdout + started.stderr).group(1)
-    subprocess.run([str(ray_bin), "stop", "--force"], env=env, capture_output=True)
+    while not (found := re.search(r"ray start --address='([^']+)'", "".join(output))):
+        assert proc.poll() is None and time.time() < deadline, "".join(output)[-3000:]
+        time.sleep(0.5)
+    try:
+        yield found.group(1)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        shutil.rmtree(temp, ignore_errors=True)
 
 
 def write_job(tmp_path: Path, *parts: str, name: str = "job.yaml") -> Path:
@@ -191,6 +213,9 @@ def test_ms_swift_megatron_ray_yaml_runs_as_swiftlike_megatron_rlhf(head, tmp_pa
     assert [e["step"] for e in logged] == [1, 2]
     assert all(e["rollout_correction/k3_kl"] < 1e-4 for e in logged)
     assert all(e["learning_rate"] == 5e-5 for e in logged)  # min_lr == lr: a constant rate
+    # the train worker built megatron-core's GPTModel, not a transformers model (which would pass the above too)
+    assert "train role on the Megatron backend: megatron-core GPTModel" in result.stderr, result.stderr[-3000:]
+    assert "--sequence_parallel" not in result.stderr
 
 
 def test_a_job_larger_than_the_cluster_is_refused_before_any_actor_starts(head, tmp_path):
@@ -199,6 +224,39 @@ def test_a_job_larger_than_the_cluster_is_refused_before_any_actor_starts(head, 
     assert result.returncode == 1
     assert "needs 5 CPU slots (train 3 + rollout 2)" in result.stderr and "has 4" in result.stderr
     assert "starting" not in result.stderr
+
+
+def test_a_job_on_fewer_nodes_than_its_nnodes_is_refused_before_any_actor_starts(head, tmp_path):
+    config = write_job(tmp_path, GRPO, "nnodes: 2\ncolocate_groups: [[train, rollout]]\ntrain: {gpus: 1}\n"
+                                       "rollout: {gpus: 1}\n")
+    result = run_job(config, "--ray_address", head, timeout=120)
+    assert result.returncode == 1
+    assert "nnodes: 2 and the Ray cluster" in result.stderr and "has 1 node(s)" in result.stderr, result.stderr[-2000:]
+    assert "starting" not in result.stderr
+
+
+def test_dpo_trains_on_two_ray_train_workers(head, tmp_path):
+    """A preference type runs its own trainer on the train role (it once ran GRPO's and failed after loading)."""
+    config = tmp_path / "dpo.yaml"
+    config.write_text(textwrap.dedent(f"""
+        rlhf_type: dpo
+        model: {TINY}
+        dataset: [swiftlike/arithmetic-preference#16]
+        per_device_train_batch_size: 2
+        max_length: 128
+        max_steps: 2
+        logging_steps: 1
+        save_steps: 2
+        report_to: [none]
+        torch_dtype: float32
+        output_dir: {tmp_path / 'out'}
+        train: {{gpus: 2, tuner_type: lora}}
+        """))
+    result = run_job(config, "--ray_address", head)
+    logged = finished_log(result, tmp_path)
+    assert [e["step"] for e in logged] == [1, 2]
+    assert all("rewards/accuracies" in e for e in logged), logged
+    assert "training on 2 worker(s)" in result.stderr
 
 
 def test_a_killed_rollout_replica_stops_the_run_naming_the_role(head, tmp_path):
@@ -213,6 +271,17 @@ def test_a_killed_rollout_replica_stops_the_run_naming_the_role(head, tmp_path):
     while not any("training on 1 worker" in line for line in stderr):
         assert time.time() < deadline and proc.poll() is None, "".join(stderr)[-4000:]
         time.sleep(1)
+    # the replica serves the node's address, not every interface, and its routes want the job's generated key
+    url = re.search(r"rollout replicas ready: (http://\S+) \(API key generated for this job\)", "".join(stderr))
+    assert url, "".join(stderr)[-3000:]
+    url = url.group(1)
+    assert httpx.get(url + "/health").status_code == 200
+    assert httpx.get(url + "/info").status_code == 401
+    assert httpx.post(url + "/update_weights/begin", json={}).status_code == 401
+    replica_host, replica_port = url.removeprefix("http://").rsplit(":", 1)
+    if replica_host != "127.0.0.1":
+        with pytest.raises(httpx.ConnectError):
+            httpx.get(f"http://127.0.0.1:{replica_port}/health")
     time.sleep(10)  # mid-run: the trainer is generating or training
     kill = ("import ray; from ray.util import list_named_actors; ray.init(address=%r, namespace='swiftlike'); "
             "[ray.kill(ray.get_actor(n)) for n in list_named_actors() if n.endswith('-rollout-0')]" % head)

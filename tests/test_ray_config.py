@@ -30,6 +30,38 @@ def test_colocate_runs_the_engines_inside_the_train_workers(tmp_path):
                              "rollout: {gpus: 2, vllm_max_model_len: 512}\n")
     assert j.train.vllm_mode == "colocate" and j.train.tuner_type == "lora"
     assert j.rollout is None and j.devices == {"train": 2}
+    assert j.train.vllm_max_model_len == 512  # the group's engine setting reaches the engines the workers run
+
+
+def test_a_colocated_rollout_groups_engine_settings_reach_the_train_role(tmp_path):
+    """ms-swift's colocate YAML sets the engines in its `rollout:` group; they override the shared settings, and
+    the command line overrides them."""
+    text = GRPO + ("vllm_gpu_memory_utilization: 0.9\ncolocate_groups: [[train, rollout]]\ntrain: {gpus: 1}\n"
+                   "rollout: {gpus: 1, vllm_tensor_parallel_size: 1, vllm_gpu_memory_utilization: 0.4, "
+                   "vllm_max_model_len: 1024, vllm_enforce_eager: true}\n")
+    j = job(tmp_path, text)
+    assert (j.train.vllm_gpu_memory_utilization, j.train.vllm_max_model_len, j.train.vllm_enforce_eager) == (0.4, 1024,
+                                                                                                            True)
+    assert job(tmp_path, text, "--vllm_max_model_len", "2048").train.vllm_max_model_len == 2048
+
+
+def test_a_colocated_rollout_groups_values_are_checked_as_the_flags_are(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        job(tmp_path, GRPO + "colocate_groups: [[train, rollout]]\ntrain: {gpus: 1}\n"
+                             "rollout: {gpus: 1, vllm_gpu_memory_utilization: 1.5}\n")
+    assert "--vllm_gpu_memory_utilization must be in (0, 1], got 1.5" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("groups, message", [
+    ("train: {gpus: 1}\nrollout: {gpus: 1, max_bucket_mb: 64}\n",
+     r"`rollout:` group: unknown argument\(s\) max_bucket_mb for a rollout engine colocated with the train role"),
+    ("train: {gpus: 1}\nrollout: {gpus: 1, not_an_argument: 1}\n", r"unknown argument\(s\) not_an_argument"),
+    ("train: {gpus: 1, vllm_max_model_len: 512}\nrollout: {gpus: 1, vllm_max_model_len: 1024}\n",
+     r"`vllm_max_model_len` is 512 in `train:` and 1024 in `rollout:`"),
+])
+def test_a_colocated_rollout_group_is_checked(tmp_path, groups, message):
+    with pytest.raises(ValueError, match=message):
+        job(tmp_path, GRPO + "colocate_groups: [[train, rollout]]\n" + groups)
 
 
 def test_separate_placement_builds_one_replica_argument_set(tmp_path):
@@ -74,6 +106,35 @@ def test_standalone_teacher_replicas_for_gkd(tmp_path):
 def test_bad_jobs_are_refused_naming_the_key(tmp_path, extra, message):
     with pytest.raises(ValueError, match=message):
         job(tmp_path, GRPO + extra)
+
+
+def test_a_preference_job_runs_on_the_train_role_alone(tmp_path):
+    dpo = "rlhf_type: dpo\nmodel: tiny-random/qwen2_5\ndataset: [swiftlike/arithmetic-preference#16]\n"
+    j = job(tmp_path, dpo + "train: {gpus: 2}\n")
+    assert j.train.rlhf_type == "dpo" and j.devices == {"train": 2} and j.rollout is None
+    with pytest.raises(ValueError, match=r"a `rollout:` group serves grpo and gkd; rlhf_type dpo trains on the "
+                                         r"dataset's answers"):
+        job(tmp_path, dpo + "use_vllm: true\ntrain: {gpus: 1}\nrollout: {gpus: 1}\n")
+
+
+def test_replica_api_keys_come_from_the_yaml_or_are_left_to_the_driver(tmp_path):
+    separate = GRPO + "train: {gpus: 1}\n"
+    assert job(tmp_path, separate + "rollout: {gpus: 1}\n").rollout.api_key is None  # the driver generates one
+    given = job(tmp_path, separate.replace("use_vllm: true", "use_vllm: true\nvllm_server_api_key: k1")
+                + "rollout: {gpus: 1}\n")
+    assert given.rollout.api_key == given.train.vllm_server_api_key == "k1"
+    assert job(tmp_path, separate + "rollout: {gpus: 1, api_key: k2}\n").rollout.api_key == "k2"
+    with pytest.raises(ValueError, match=r"`rollout.api_key` and `vllm_server_api_key` differ"):
+        job(tmp_path, separate.replace("use_vllm: true", "use_vllm: true\nvllm_server_api_key: k1")
+            + "rollout: {gpus: 1, api_key: k2}\n")
+
+
+def test_nnodes_is_kept_for_the_driver_to_check(tmp_path):
+    colocated = GRPO + "colocate_groups: [[train, rollout]]\ntrain: {gpus: 2}\nrollout: {gpus: 2}\n"
+    assert job(tmp_path, colocated + "nnodes: 2\n").nnodes == 2
+    assert job(tmp_path, colocated).nnodes is None
+    with pytest.raises(ValueError, match=r"`nnodes` must be a whole number >= 1"):
+        job(tmp_path, colocated + "nnodes: 0\n")
 
 
 def test_standalone_teacher_needs_top_k_and_a_model(tmp_path):

@@ -235,17 +235,17 @@ def test_lora_only_sync_restores_the_base_over_a_fully_synced_server(server, tmp
     """The server holds another run's full weights; the trainer sees it, pushes its base back once, and the
     adapter then scores on the server exactly as base+adapter does in the trainer."""
     from swiftlike.infer.protocol import InferRequest, RequestConfig
-    from swiftlike.rl.rollout import _stripped_state
+    from swiftlike.train.engine_weights import engine_weights
     from swiftlike.rollout.fingerprint import WeightsFingerprint
     leave_fully_synced(server)
     model = lora_model()
-    base = WeightsFingerprint.of(_stripped_state(model), "float32")
+    base = WeightsFingerprint.of(engine_weights(model, merged=False), "float32")
     assert api(server).get("/info").json()["weights"]["fingerprint"] != base.fingerprint
     engine = remote_engine(server)
-    assert engine.ensure_base_weights(lambda: _stripped_state(model), TINY)  # mismatch seen, base restored
+    assert engine.ensure_base_weights(lambda: engine_weights(model, merged=False), TINY)  # mismatch seen, base restored
     info = api(server).get("/info").json()
     assert info["weights"]["fingerprint"] == base.fingerprint and engine.policy_version == 0
-    assert not engine.ensure_base_weights(lambda: _stripped_state(model), TINY)  # cheap: nothing pushed again
+    assert not engine.ensure_base_weights(lambda: engine_weights(model, merged=False), TINY)  # cheap: nothing pushed again
     assert api(server).get("/info").json()["policy_version"] == info["policy_version"]
     model.save_pretrained(str(tmp_path / "adapter"))
     engine.add_adapter("policy", str(tmp_path / "adapter"))
@@ -261,13 +261,13 @@ def test_lora_only_sync_restores_the_base_over_a_fully_synced_server(server, tmp
 
 
 def test_lora_only_sync_to_a_server_of_another_model_stops_with_what_to_do(server):
-    from swiftlike.rl.rollout import _stripped_state
+    from swiftlike.train.engine_weights import engine_weights
     from swiftlike.rollout.client import RolloutServerError
     model = lora_model("tiny-random/llama3")
     before = api(server).get("/info").json()
     engine = remote_engine(server)
     with pytest.raises(RolloutServerError) as error:
-        engine.ensure_base_weights(lambda: _stripped_state(model), "tiny-random/llama3")
+        engine.ensure_base_weights(lambda: engine_weights(model, merged=False), "tiny-random/llama3")
     message = str(error.value)
     assert f"serves {TINY}" in message and "a different model from the trainer's tiny-random/llama3" in message
     assert before["weights"]["layout"][:12] in message and before["weights"]["fingerprint"][:12] in message

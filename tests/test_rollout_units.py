@@ -333,13 +333,13 @@ def test_checkpoint_and_peft_trainer_fingerprints_agree():
     from peft import LoraConfig, get_peft_model
 
     from swiftlike.model import load_model, resolve_model
-    from swiftlike.rl.rollout import _stripped_state
+    from swiftlike.train.engine_weights import engine_weights
     from swiftlike.rollout.fingerprint import WeightsFingerprint, checkpoint_fingerprint
     resolved = resolve_model("tiny-random/qwen2_5")
     server = checkpoint_fingerprint(resolved.model_dir, "bfloat16")
     model = get_peft_model(load_model(resolved, "float32", "cpu"), LoraConfig(r=4, target_modules="all-linear",
                                                                                init_lora_weights=False))
-    trainer = WeightsFingerprint.of(_stripped_state(model), "bfloat16")
+    trainer = WeightsFingerprint.of(engine_weights(model, merged=False), "bfloat16")
     assert (trainer.fingerprint, trainer.layout) == (server.fingerprint, server.layout)
     assert len(trainer.digests) > 10 and not any(n.startswith("lm_head.") for n in trainer.digests)
 

@@ -4,8 +4,9 @@ ms-swift's `megatron rlhf` takes Megatron-LM's spellings for the training settin
 `global_batch_size`, `lr`, `train_iters`, ...) and its parallel sizes; its Ray examples are written with them.
 This class accepts them as they are and translates each into the one field the trainers read, so a flag still
 reaches its use as the same typed object, and a conflict (both spellings, different values) is an error naming
-both. Settings that select Megatron-LM's fused GPU kernels have no counterpart in this backend; they are accepted
-and listed once as having no effect, rather than refused, so an ms-swift YAML runs unchanged.
+both. Settings that select Megatron-LM's fused GPU kernels have no counterpart in this backend, and sequence
+parallelism does nothing at TP 1 (the only TP training is built for); they are accepted and listed once as having
+no effect, rather than refused, so an ms-swift YAML runs unchanged.
 """
 from __future__ import annotations
 
@@ -20,9 +21,10 @@ from .rlhf_args import RlhfArguments
 
 logger = get_logger("swiftlike.arguments")
 
-# Megatron-LM settings that pick a fused kernel or a memory technique this backend does not have.
-KERNEL_SETTINGS = ("cross_entropy_loss_fusion", "gradient_accumulation_fusion", "attention_backend",
-                   "recompute_granularity", "no_save_rng", "finetune")
+# Megatron-LM settings that pick a fused kernel or a memory technique this backend does not have, or (sequence
+# parallelism) split activations over a TP group, which at TP 1 has one rank.
+NO_EFFECT_SETTINGS = ("cross_entropy_loss_fusion", "gradient_accumulation_fusion", "attention_backend",
+                      "recompute_granularity", "no_save_rng", "finetune", "sequence_parallel")
 
 
 @dataclass
@@ -35,7 +37,9 @@ class MegatronArguments:
     pipeline_model_parallel_size: int = arg(1, "Pipeline-parallel size; only 1 is built.")
     context_parallel_size: int = arg(1, "Context-parallel size; only 1 is built.")
     expert_model_parallel_size: int = arg(1, "Expert-parallel size (MoE); only 1 is built.")
-    sequence_parallel: bool = arg(False, "Megatron's sequence parallelism (with TP > 1); not built, accepted off.")
+    sequence_parallel: bool = arg(False, "Megatron's sequence parallelism (splits activations over the TP group); "
+                                  "training is built for TP 1, where it has no effect: true is accepted and named "
+                                  "in the start-up warning of settings without effect.")
     micro_batch_size: int | None = arg(None, "Samples per forward pass per data-parallel rank (Megatron's name for "
                                        "--per_device_train_batch_size).")
     global_batch_size: int | None = arg(None, "Samples per optimizer step over all data-parallel ranks; sets "
@@ -88,10 +92,10 @@ class MegatronRlhfArguments(RlhfArguments, MegatronArguments):
             raise ValueError(f"swiftlike megatron rlhf runs grpo and gkd; --rlhf_type {self.rlhf_type} trains on the "
                              "transformers backend: use `swiftlike rlhf`")
         self._check_parallel()
-        noted = [f"--{name}" for name in KERNEL_SETTINGS if getattr(self, name) not in (None, False)]
+        noted = [f"--{name}" for name in NO_EFFECT_SETTINGS if getattr(self, name) not in (None, False)]
         if noted:
-            logger.warning("%s: Megatron-LM kernel and checkpoint settings with no counterpart in swiftlike's "
-                           "Megatron backend; they have no effect", ", ".join(noted))
+            logger.warning("%s: Megatron-LM settings with no effect in swiftlike's Megatron backend (fused kernels "
+                           "and checkpoint details it does not have; sequence parallelism at TP 1)", ", ".join(noted))
 
     def _translate(self) -> None:
         """Megatron-LM's names into the fields the trainers read; both spellings with different values is an error."""

@@ -16,6 +16,9 @@ teacher:                   # gkd only: standalone vLLM replicas answering top-k 
   model: Qwen/Qwen2.5-14B-Instruct
 ```
 
+A colocated `rollout:` group's settings are its engines' vllm_* settings, which the train role then has (its
+workers run the engines), as ms-swift builds colocated engines from that group.
+
 Everything is checked here, before Ray starts: unknown roles and arguments (named with their group), a colocate
 group whose roles ask for different device counts, a teacher without gkd, and each role's arguments by the same
 classes the single-process commands use (`RlhfArguments` for train, `RolloutServerArguments` for a rollout or
@@ -28,6 +31,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from .infer_args import VllmArguments
 from .parser import settings_to_argv, build_parser, load_config_file, parse_args
 from .rlhf_args import RlhfArguments
 from .rollout_args import RolloutServerArguments
@@ -36,8 +40,8 @@ ROLES = ("train", "rollout", "teacher")
 # ms-swift's colocate groups that have a meaning here: rollout engines inside the train workers (weights handed over
 # in memory), and an in-process teacher on the train workers.
 COLOCATABLE = ({"train", "rollout"}, {"train", "teacher"}, {"train", "rollout", "teacher"})
-# Top-level keys that place roles rather than configure one. `nnodes` is accepted for ms-swift's YAMLs; Ray places
-# the bundles across nodes by itself.
+# Top-level keys that place roles rather than configure one. `nnodes` (ms-swift's): the nodes the job expects; the
+# driver checks that the cluster has them before it places anything, and Ray places the bundles across them.
 PLACEMENT_KEYS = ("colocate_groups", "nnodes")
 DEVICE_KEY = "gpus"
 TEACHER_PLACEHOLDER = "http://teacher-replicas.ray"
@@ -66,6 +70,7 @@ class RayJob:
     colocate_groups: list[list[str]]
     rollout: RolloutServerArguments | None = None  # one rollout replica's arguments (separate placement)
     teacher: RolloutServerArguments | None = None  # one teacher replica's arguments (standalone teacher)
+    nnodes: int | None = None  # the YAML's `nnodes:`: the cluster must have at least this many nodes
 
     def colocated_with_train(self, role: str) -> bool:
         return any(role in group and "train" in group for group in self.colocate_groups)
@@ -80,11 +85,13 @@ class RayJob:
         return units
 
 
-def split_ray_config(path: str) -> tuple[dict, dict[str, RoleGroup], list[list[str]]]:
-    """(shared arguments, role groups, colocate groups) of the YAML at `path`, with the placement checked."""
+def split_ray_config(path: str) -> tuple[dict, dict[str, RoleGroup], list[list[str]], int | None]:
+    """(shared arguments, role groups, colocate groups, nnodes) of the YAML at `path`, with the placement checked."""
     data = dict(load_config_file(path))
     colocate = data.pop("colocate_groups", None) or []
-    data.pop("nnodes", None)
+    nnodes = data.pop("nnodes", None)
+    if nnodes is not None and (not isinstance(nnodes, int) or isinstance(nnodes, bool) or nnodes < 1):
+        raise ValueError(f"{path}: `nnodes` must be a whole number >= 1 (the nodes the job runs on), got {nnodes!r}")
     groups: dict[str, RoleGroup] = {}
     rlhf_fields = _fields(RlhfArguments)
     for key in list(data):
@@ -98,7 +105,7 @@ def split_ray_config(path: str) -> tuple[dict, dict[str, RoleGroup], list[list[s
     if "train" not in groups:
         raise ValueError(f"{path}: no `train:` group; give it `{DEVICE_KEY}: N`, the train role's device count")
     _check_colocate_groups(path, colocate, groups)
-    return data, groups, colocate
+    return data, groups, colocate, nnodes
 
 
 def _role_group(path: str, name: str, value: Any) -> RoleGroup:
@@ -159,27 +166,58 @@ def load_ray_job(argv: list[str], cls: type[RlhfArguments] = RlhfArguments) -> R
     `cls` is the train role's arguments class: RlhfArguments, or MegatronRlhfArguments (`swiftlike megatron
     rlhf`), which also takes Megatron-LM's names and gets its data-parallel size from `train.gpus`."""
     path, overrides = _config_flag(argv, cls)
-    shared, groups, colocate = split_ray_config(path)
+    shared, groups, colocate, nnodes = split_ray_config(path)
     rlhf_fields = _fields(cls)
     _check_keys(path, "(top level)", shared, rlhf_fields, "swiftlike rlhf")
     _check_keys(path, "train", groups["train"].settings, rlhf_fields, "the train role (swiftlike rlhf's arguments)")
     placement = RayJob(path, None, groups, colocate)  # type: ignore[arg-type]  # placement only, until parsed
-    train_settings = {**shared, **groups["train"].settings, **_train_placement(placement, shared)}
+    engine = _colocated_engine_settings(placement) if placement.colocated_with_train("rollout") else {}
+    train_settings = {**shared, **groups["train"].settings, **engine, **_train_placement(placement, shared)}
     if "data_parallel_size" in rlhf_fields and train_settings.get("data_parallel_size") is None:
         per_replica = (int(train_settings.get("tensor_model_parallel_size", 1))
                        * int(train_settings.get("pipeline_model_parallel_size", 1)))
         train_settings["data_parallel_size"] = max(1, groups["train"].devices // per_replica)
-    job = RayJob(path, _arguments(cls, train_settings, overrides), groups, colocate)
+    job = RayJob(path, _arguments(cls, train_settings, overrides), groups, colocate, nnodes=nnodes)
     if "rollout" in groups and not job.colocated_with_train("rollout"):
-        job.rollout = _arguments(RolloutServerArguments, _replica_settings(job, shared, "rollout"),
+        settings = _replica_settings(job, shared, "rollout")
+        settings["api_key"] = _replica_key(path, "rollout", settings.get("api_key"), "vllm_server_api_key",
+                                           job.train.vllm_server_api_key)
+        job.rollout = _arguments(RolloutServerArguments, settings,
                                  _known_overrides(overrides, _fields(RolloutServerArguments)))
     if "teacher" in groups and not job.colocated_with_train("teacher"):
         settings = _replica_settings(job, shared, "teacher")
         settings["max_logprobs"] = max(int(settings.get("max_logprobs", 0)), job.train.gkd_logits_topk)
         settings["vllm_enable_lora"] = False
+        settings["api_key"] = _replica_key(path, "teacher", settings.get("api_key"), "teacher_model_server_api_key",
+                                           job.train.teacher_model_server_api_key)
         job.teacher = _arguments(RolloutServerArguments, settings,
                                  _known_overrides(overrides, _fields(RolloutServerArguments) - {"model"}))
     return job
+
+
+def _replica_key(path: str, role: str, group_key: str | None, train_flag: str, train_key: str | None) -> str | None:
+    """The API key a role's replicas are started with when the YAML gives one (the group's `api_key`, or the
+    train role's key for them); None lets the driver generate one per job."""
+    if group_key and train_key and group_key != train_key:
+        raise ValueError(f"{path}: `{role}.api_key` and `{train_flag}` differ; the train role sends the key its "
+                         f"{role} replicas check, so give one of them (or neither: the job generates one)")
+    return group_key or train_key
+
+
+def _colocated_engine_settings(job: RayJob) -> dict:
+    """A colocated `rollout:` group's own settings. Its engines run inside the train workers, so its settings
+    (ms-swift builds the rollout engines from the shared settings, then the rollout group's) are the train role's
+    vllm_* engine settings; anything else there is refused, and so is the train group giving one of them another
+    value (one engine, one value)."""
+    path, rollout, train = job.config_path, job.groups["rollout"].settings, job.groups["train"].settings
+    engine_fields = _fields(VllmArguments)
+    _check_keys(path, "rollout", rollout, engine_fields, "a rollout engine colocated with the train role, which "
+                f"takes the engine's settings only: {', '.join(sorted(engine_fields))}")
+    for key, value in rollout.items():
+        if key in train and train[key] != value:
+            raise ValueError(f"{path}: `{key}` is {train[key]!r} in `train:` and {value!r} in `rollout:`; the "
+                             "colocated engine has one value: give it in one group")
+    return dict(rollout)
 
 
 def _train_placement(job: RayJob, shared: dict) -> dict:
@@ -189,6 +227,10 @@ def _train_placement(job: RayJob, shared: dict) -> dict:
     out: dict[str, Any] = {}
     use_vllm = bool({**shared, **groups["train"].settings}.get("use_vllm", False))
     rlhf_type = {**shared, **groups["train"].settings}.get("rlhf_type")
+    if rlhf_type not in ("grpo", "gkd") and ("rollout" in groups or "teacher" in groups):
+        role = "rollout" if "rollout" in groups else "teacher"
+        raise ValueError(f"{path}: a `{role}:` group serves grpo and gkd; rlhf_type {rlhf_type} trains on the "
+                         "dataset's answers with the train role alone: remove the group (and use_vllm)")
     if "rollout" in groups:
         if not use_vllm:
             raise ValueError(f"{path}: a `rollout:` group places vLLM engines; set use_vllm: true (without it the "

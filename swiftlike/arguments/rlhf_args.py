@@ -121,9 +121,13 @@ class RolloutArguments:
     off_policy_sequence_mask_delta: float | None = arg(
         None, "DeepSeek-V3.2 off-policy sequence mask: drop from the loss negative-advantage sequences whose mean "
         "(rollout logp - current logp) exceeds this many nats; default off.")
-    sleep_level: Literal[0, 1, 2] = arg(0, "Put the colocated vLLM engine to sleep during training (vLLM sleep "
-                                        "mode, CUDA only): 1 frees the KV cache and offloads weights, 2 also "
-                                        "drops the weights (needs merged-weight sync, not --vllm_enable_lora).")
+    sleep_level: Literal[0, 1, 2] = arg(0, "Put the colocated vLLM engine to sleep after each generation (vLLM "
+                                        "sleep mode, CUDA only): 1 frees the KV cache and offloads weights, 2 also "
+                                        "drops the weights (needs merged-weight sync, not --vllm_enable_lora); "
+                                        "after a level-2 sleep the weights are pushed again on waking, so a step "
+                                        "that generates more than once (dynamic sampling, "
+                                        "--steps_per_generation < --gradient_accumulation_steps) pays one push "
+                                        "per generation.")
     offload_model: bool = arg(False, "Move the training model to CPU while vLLM generates (CUDA and "
                               "--use_vllm only).")
     offload_optimizer: bool = arg(False, "Move the optimizer state to CPU while vLLM generates (CUDA and "
@@ -147,6 +151,8 @@ class GkdArguments:
                                           "batches go to them in turn.")
     teacher_model_server_timeout: float = arg(300.0, "gkd: seconds to wait for the teacher server's answer to one "
                                               "batch before the run stops with an error.")
+    teacher_model_server_api_key: str | None = arg(None, "gkd: the teacher server's API key (its --api_key), sent as "
+                                                   "a Bearer token; a Ray job sets it for its teacher replicas.")
     gkd_logits_topk: int | None = arg(None, "gkd: compare the distributions over the teacher's K most likely "
                                       "tokens only (both renormalised over them); default the full vocabulary. "
                                       "Required with --teacher_model_server (at most the server's --max_logprobs).")
@@ -181,7 +187,7 @@ PREFERENCE_TYPES = ("dpo", "kto", "cpo", "simpo", "orpo", "rm")
 NOT_BUILT_TYPES = {"ppo": "PPO (a value model and GAE) is not built; for RL with rewards use --rlhf_type grpo"}
 PREFERENCE_ONLY = ("ref_model", "ref_adapters", "loss_weights", "rpo_alpha", "ld_alpha", "center_rewards_coefficient")
 GKD_ONLY = ("teacher_model", "teacher_adapters", "teacher_model_type", "teacher_model_server", "gkd_logits_topk",
-            "offload_teacher_model", "seq_kd")
+            "offload_teacher_model", "seq_kd", "teacher_model_server_api_key")
 GRPO_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
 DPO_LOSS_TYPES = ("sigmoid", "hinge", "ipo", "exo_pair", "nca_pair", "robust", "bco_pair", "sppo_hard", "aot",
                   "aot_unpaired", "apo_zero", "apo_down", "discopop", "sft", "sigmoid_norm")
@@ -400,6 +406,9 @@ class RlhfArguments(TrainArguments, PreferenceArguments, GkdArguments, GrpoArgum
             bad = [url for url in self.teacher_model_server if not url.startswith(("http://", "https://"))]
             if bad:
                 raise ValueError(f"--teacher_model_server must be http(s) URLs, got {bad}")
+        if self.teacher_model_server_api_key and not self.teacher_model_server:
+            raise ValueError("--teacher_model_server_api_key is the key of --teacher_model_server; this run has no "
+                             "served teacher")
         if self.teacher_model_server_timeout <= 0:
             raise ValueError(f"--teacher_model_server_timeout must be > 0 seconds, got "
                              f"{self.teacher_model_server_timeout}")
@@ -454,6 +463,13 @@ class RlhfArguments(TrainArguments, PreferenceArguments, GkdArguments, GrpoArgum
             raise NotBuiltError(f"{', '.join(given)}: not built for --train_backend megatron (its checkpoints are HF "
                                 "weights with LoRA merged, and its LoRA layers carry Megatron's fused names); "
                                 "sync merged weights and start from a checkpoint with --model")
+        generates = self.rlhf_type == "grpo" or self.lmbda > 0
+        if generates and not self.use_vllm:
+            raise NotBuiltError(f"--train_backend megatron (swiftlike megatron rlhf) with --use_vllm false: "
+                                f"{self.rlhf_type} samples completions, and the Megatron backend has no generate of "
+                                "its own (no KV cache); set --use_vllm true (a colocated vLLM engine, or --vllm_mode "
+                                "server with rollout servers)" + (", or --lmbda 0 to distill on the dataset's "
+                                                                  "answers only" if self.rlhf_type == "gkd" else ""))
         if self.gradient_checkpointing or self.share_prompt_prefix:
             self.gradient_checkpointing = self.share_prompt_prefix = False
             logger.info("--train_backend megatron: no activation recompute and no KV cache in this backend, so "

@@ -1,9 +1,10 @@
 """The processes of a Ray job, as plain classes the driver turns into actors (`ray.remote(...)`).
 
 They run the single-process code unchanged: a train worker is one rank of `swiftlike rlhf` (the GRPO or GKD
-trainer with its rollout worker, losses, correction and weight sync), joined to the others by torch.distributed
+trainer with its rollout worker, losses, correction and weight sync, or a preference trainer: dpo, kto, cpo,
+simpo, orpo, rm), joined to the others by torch.distributed
 as torchrun would join them; a replica is one `swiftlike rollout` server (its vLLM engine, weight-update routes
-and policy versions) listening on its node. So a train role with separate rollout replicas is server mode, and a
+and policy versions) listening on its node's address, behind a per-job API key. So a train role with separate rollout replicas is server mode, and a
 colocated one is colocate mode, each with every check and metric those modes have.
 """
 from __future__ import annotations
@@ -32,6 +33,7 @@ def pin_to(cores: list[int] | None) -> None:
 
 
 def free_port() -> int:
+    """A port free on this node (the caller's actor's node)."""
     with socket.socket() as s:
         s.bind(("", 0))
         return s.getsockname()[1]
@@ -58,17 +60,22 @@ class TrainWorker:
                           MASTER_PORT=str(master[1]))
         from ..rl.gkd import train_gkd
         from ..rl.grpo import train_grpo
-        return (train_gkd if args.rlhf_type == "gkd" else train_grpo)(args)
+        from ..rl.preference import train_preference
+        return {"grpo": train_grpo, "gkd": train_gkd}.get(args.rlhf_type, train_preference)(args)
 
 
 class RolloutReplica:
-    """One rollout (or teacher) server: `swiftlike rollout` on this actor's node, on `port`.
+    """One rollout (or teacher) server: `swiftlike rollout` on this actor's node.
 
-    The port is fixed by the driver, so the trainer's clients keep their address whatever happens to the process
-    behind it. Serving runs on a thread of the actor; the actor's methods answer the driver's health checks.
+    It listens on the node's address as the cluster knows it (not on every interface) and on a port free on this
+    node, taken by binding it here (the port is this node's to give, and the bound socket is handed to the server,
+    so nothing can take it in between). Every route but /health needs `args.api_key`, which the driver generates
+    per job unless the YAML sets one: a replica's weight-update routes would otherwise let anyone on the network
+    replace the policy. Serving runs on a thread of the actor; the actor's methods answer the driver's health
+    checks. Ray does not restart a replica (see driver.py), so its address holds for the run.
     """
 
-    def __init__(self, args, port: int, cores: list[int] | None = None):
+    def __init__(self, args, cores: list[int] | None = None):
         import dataclasses
 
         from ..infer.engine import build_engine
@@ -76,23 +83,30 @@ class RolloutReplica:
         from ..rollout.service import RolloutService
         import uvicorn
         pin_to(cores)
-        self.args = dataclasses.replace(args, host="0.0.0.0", port=port)
+        if not args.api_key:
+            raise ValueError("a Ray rollout replica needs an API key (the driver sets one per job)")
+        host = node_address()
+        listener = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+        listener.bind((host, 0))
+        port = listener.getsockname()[1]
+        self.args = dataclasses.replace(args, host=host, port=port)
         spec = self.args.engine_spec("vllm")
         spec.logprobs_mode = "processed_logprobs"  # RL trainers score tokens after temperature / top-k / top-p
         self.service = RolloutService(self.args, lambda: build_engine(spec))
-        config = uvicorn.Config(create_app(self.service), host="0.0.0.0", port=port, log_level="warning")
+        config = uvicorn.Config(create_app(self.service), host=host, port=port, log_level="warning")
         self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, name="swiftlike-replica-http", daemon=True)
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [listener]},
+                                       name="swiftlike-replica-http", daemon=True)
         self.thread.start()
         deadline = time.monotonic() + 60
         while not self.server.started:
             if not self.thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError(f"the rollout replica's HTTP server did not start on port {port}")
+                raise RuntimeError(f"the rollout replica's HTTP server did not start on {host}:{port}")
             time.sleep(0.05)
-        self.url = f"http://{node_address()}:{port}"
+        self.url = f"http://{host}:{port}" if ":" not in host else f"http://[{host}]:{port}"
 
     def address(self) -> tuple[str, int]:
-        return node_address(), self.args.port
+        return self.args.host, self.args.port
 
     def health(self) -> dict:
         """The driver's liveness probe: the serving thread is up, and how far the replica has come."""

@@ -142,6 +142,19 @@ def check_fits(cluster: Cluster, devices: dict[str, int]) -> None:
                          "(`ray start --address ...` on each, docs/ray.md)")
 
 
+def check_nodes(cluster: Cluster, nnodes: int | None) -> None:
+    """Refuse a job whose YAML says `nnodes: N` on a cluster with fewer alive nodes, before any actor starts (Ray
+    would otherwise pack the whole job onto the nodes it has, or wait for devices that are not there)."""
+    import ray
+    if nnodes is None:
+        return
+    alive = sum(1 for node in ray.nodes() if node.get("Alive"))
+    if alive < nnodes:
+        raise ValueError(f"the job's YAML says nnodes: {nnodes} and the Ray cluster at {cluster.address} has {alive} "
+                         f"node(s); start the others with `ray start --address {cluster.address}` (docs/ray.md) or "
+                         "lower nnodes")
+
+
 def actor_resources(cluster: Cluster, devices: int, slot_cpus: int) -> dict[str, float]:
     """Ray resources of one actor holding `devices` device slots (as actor options)."""
     if cluster.device == "GPU":

@@ -17,6 +17,7 @@ placement group is removed on the way out, so nothing is left running and nothin
 from __future__ import annotations
 
 import dataclasses
+import secrets
 import time
 import uuid
 
@@ -24,7 +25,7 @@ from ..arguments.ray_args import RayJob
 from ..train.sft import TrainResult
 from ..utils import get_logger
 from . import cluster as ray_cluster
-from .actors import RolloutReplica, TrainWorker, free_port
+from .actors import RolloutReplica, TrainWorker
 
 logger = get_logger("swiftlike.ray")
 
@@ -63,6 +64,7 @@ class _Replicas:
     role: str
     actors: list
     urls: list[str]
+    api_key: str
 
 
 def replica_count(job: RayJob, role: str) -> tuple[int, int]:
@@ -87,6 +89,7 @@ def run_ray_job(job: RayJob) -> TrainResult:
     groups, actors = [], []
     try:
         ray_cluster.check_fits(cluster, devices)
+        ray_cluster.check_nodes(cluster, job.nnodes)
         slots = Slots(cluster, sum(devices.values()))
         train_cores = [slots.take() for _ in range(job.groups["train"].devices)]
         replicas = {}
@@ -114,14 +117,19 @@ def _start_replicas(job: RayJob, job_id: str, role: str, slots: Slots, groups: l
     group = ray_cluster.reserve(role, count, resources)
     groups.append(group)
     args = job.rollout if role == "rollout" else job.teacher
+    # The replicas serve the cluster's network; their routes (weight updates included) want this key.
+    given = args.api_key
+    api_key = given or secrets.token_urlsafe(32)
+    args = dataclasses.replace(args, api_key=api_key)
     cls = ray.remote(RolloutReplica)
     actors = [cls.options(name=f"swiftlike-{job_id}-{role}-{i}", **resources, **ray_cluster.on_bundle(group, i))
-              .remote(args, free_port(), slots.take(per)) for i in range(count)]
+              .remote(args, slots.take(per)) for i in range(count)]
     logger.info("job %s: starting %d %s replica(s) of %s", job_id, count, role, args.model)
     addresses = _wait_for(role, [a.address.remote() for a in actors], REPLICA_START_TIMEOUT_S)
     urls = [f"http://{host}:{port}" for host, port in addresses]
-    logger.info("%s replicas ready: %s", role, ", ".join(urls))
-    return _Replicas(role, actors, urls)
+    logger.info("%s replicas ready: %s (API key %s)", role, ", ".join(urls),
+                "from the YAML" if given else "generated for this job")
+    return _Replicas(role, actors, urls, api_key)
 
 
 def _train_arguments(job: RayJob, replicas: dict[str, _Replicas]):
@@ -130,9 +138,11 @@ def _train_arguments(job: RayJob, replicas: dict[str, _Replicas]):
     if "rollout" in replicas:
         addresses = [url.removeprefix("http://").rsplit(":", 1) for url in replicas["rollout"].urls]
         changes.update(vllm_server_host=[host for host, _ in addresses],
-                       vllm_server_port=[int(port) for _, port in addresses])
+                       vllm_server_port=[int(port) for _, port in addresses],
+                       vllm_server_api_key=replicas["rollout"].api_key)
     if "teacher" in replicas:
-        changes["teacher_model_server"] = replicas["teacher"].urls
+        changes.update(teacher_model_server=replicas["teacher"].urls,
+                       teacher_model_server_api_key=replicas["teacher"].api_key)
     return dataclasses.replace(job.train, **changes)
 
 

@@ -72,8 +72,8 @@ def build_teacher(args: RlhfArguments, resolved, tokenizer, student, device: str
                           free_memory_bytes, same_tokenizer)
     if args.teacher_model_server:
         vocab = student.get_output_embeddings().weight.shape[0]
-        served = [ServedTeacher(url, args.gkd_logits_topk, args.teacher_model_server_timeout, tokenizer, vocab)
-                  for url in args.teacher_model_server]
+        served = [ServedTeacher(url, args.gkd_logits_topk, args.teacher_model_server_timeout, tokenizer, vocab,
+                                args.teacher_model_server_api_key) for url in args.teacher_model_server]
         logger.info("teacher: %s served at %s (top-%d log-probs)", served[0].model_name,
                     ", ".join(t.url for t in served), args.gkd_logits_topk)
         return served[0] if len(served) == 1 else TeacherReplicas(served)
@@ -113,7 +113,7 @@ def train_gkd(args: RlhfArguments) -> TrainResult:
     from ..train.tuner import parameter_summary
     from .gkd_trainer import GKD_PLOTTED, GkdTrainer
     from .rollout import RolloutWorker
-    from .rollout_trainer import load_policy
+    from .rollout_trainer import load_policy, release_policy
 
     start = time.time()
     set_seed(args.seed)
@@ -137,21 +137,24 @@ def train_gkd(args: RlhfArguments) -> TrainResult:
 
     device = default_device()
     model = load_policy(args, resolved, device)
-    logger.info("%s (gkd, %s); run directory %s", parameter_summary(model), args.tuner_type, run_dir)
-    teacher = build_teacher(args, resolved, tokenizer, model, device)
-    rollout = RolloutWorker(args, resolved, template, model) if args.lmbda > 0 else None
-    callback = RunLogCallback(run_dir, log, GKD_PLOTTED)
-    trainer = GkdTrainer(model=model, args=training_args, train_dataset=ListDataset(rows),
-                         eval_dataset=ListDataset(val) if val else None,
-                         data_collator=lambda batch: batch, processing_class=tokenizer, callbacks=[callback],
-                         checkpoint_extras=checkpoint_args_writer(saved_args), gkd_args=args, rollout=rollout,
-                         teacher=teacher)
+    teacher = rollout = None
     try:
+        logger.info("%s (gkd, %s); run directory %s", parameter_summary(model), args.tuner_type, run_dir)
+        teacher = build_teacher(args, resolved, tokenizer, model, device)
+        rollout = RolloutWorker(args, resolved, template, model) if args.lmbda > 0 else None
+        callback = RunLogCallback(run_dir, log, GKD_PLOTTED)
+        trainer = GkdTrainer(model=model, args=training_args, train_dataset=ListDataset(rows),
+                             eval_dataset=ListDataset(val) if val else None,
+                             data_collator=lambda batch: batch, processing_class=tokenizer, callbacks=[callback],
+                             checkpoint_extras=checkpoint_args_writer(saved_args), gkd_args=args, rollout=rollout,
+                             teacher=teacher)
         trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
     finally:
         if rollout is not None:
             rollout.close()
-        teacher.close()
+        if teacher is not None:
+            teacher.close()
+        release_policy(model)
     last = {}
     for entry in trainer.state.log_history:
         last.update({k: v for k, v in entry.items() if k in SUMMARY_KEYS})

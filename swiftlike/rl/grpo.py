@@ -38,7 +38,7 @@ def train_grpo(args: RlhfArguments) -> TrainResult:
     from ..train.trainer import RunLogCallback
     from ..train.tuner import parameter_summary
     from .grpo_trainer import GRPO_PLOTTED, GrpoTrainer, make_ref_model
-    from .rollout_trainer import load_policy
+    from .rollout_trainer import load_policy, release_policy
     from .plugins import load_external_plugins
     from .reward_model import load_reward_models
     from .rewards import build_reward_funcs
@@ -74,19 +74,24 @@ def train_grpo(args: RlhfArguments) -> TrainResult:
                            model_type=resolved.model_type) if log is not None else {}
 
     model = load_policy(args, resolved, default_device())
-    logger.info("%s (%s); run directory %s", parameter_summary(model), args.tuner_type, run_dir)
-    ref_model = make_ref_model(model, args.beta, args.tuner_type)
-    rollout = RolloutWorker(args, resolved, template, model)
-    callback = RunLogCallback(run_dir, log, GRPO_PLOTTED)
-    trainer = GrpoTrainer(model=model, args=training_args, train_dataset=ListDataset(rows),
-                          processing_class=tokenizer, callbacks=[callback],
-                          checkpoint_extras=checkpoint_args_writer(saved_args), grpo_args=args, rollout=rollout,
-                          reward_funcs=reward_funcs, ref_model=ref_model, run_dir=run_dir)
+    rollout = None
     try:
-        trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
+        logger.info("%s (%s); run directory %s", parameter_summary(model), args.tuner_type, run_dir)
+        ref_model = make_ref_model(model, args.beta, args.tuner_type)
+        rollout = RolloutWorker(args, resolved, template, model)
+        callback = RunLogCallback(run_dir, log, GRPO_PLOTTED)
+        trainer = GrpoTrainer(model=model, args=training_args, train_dataset=ListDataset(rows),
+                              processing_class=tokenizer, callbacks=[callback],
+                              checkpoint_extras=checkpoint_args_writer(saved_args), grpo_args=args, rollout=rollout,
+                              reward_funcs=reward_funcs, ref_model=ref_model, run_dir=run_dir)
+        try:
+            trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
+        finally:
+            trainer.write_timeline()
     finally:
-        trainer.write_timeline()
-        rollout.close()
+        if rollout is not None:
+            rollout.close()
+        release_policy(model)
     stats = EncodeStats(rows=len(rows), kept=len(rows))
     return TrainResult(run_dir=run_dir, last_checkpoint=latest_checkpoint(run_dir), best_checkpoint=None,
                        global_step=trainer.state.global_step, train_loss=callback.last_train_loss, eval_loss=None,

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..infer.protocol import InferRequest, RequestConfig
+from ..train.engine_weights import engine_weights
 from ..utils import get_logger
 from .distributed import barrier, process_rank, server_shares
 from .memory import ColocateMemory
@@ -54,21 +55,6 @@ def request_config(args) -> RequestConfig:
                          top_k=args.top_k, repetition_penalty=args.repetition_penalty, n=1, logprobs=True)
 
 
-def _stripped_state(model) -> list[tuple[str, object]]:
-    """HF names of the model's weights, LoRA merged in (PEFT renames wrapped weights to *.base_layer.*; a
-    Megatron-backend model converts its fused weights back to HF's)."""
-    from peft import PeftModel
-
-    from ..train.megatron.model import MegatronCausalLM
-    if isinstance(model, MegatronCausalLM):
-        return list(model.hf_state_dict().items())
-    if isinstance(model, PeftModel):
-        base = model.get_base_model()
-        return [(n.replace(".base_layer.", "."), p.detach()) for n, p in base.named_parameters()
-                if "lora_" not in n and "modules_to_save" not in n]
-    return [(n, p.detach()) for n, p in model.named_parameters()]
-
-
 class RolloutWorker:
     """Owns the engine; `generate` samples, `sync` pushes the trainer's current weights to it."""
 
@@ -82,6 +68,12 @@ class RolloutWorker:
         self._old_dirs: list[Path] = []
         self.memory = ColocateMemory(args)
         self._asleep = False
+        # --sleep_level 2 drops the engine's weights: the next wake reloads what the last sync pushed (from the
+        # model it pushed, whose weights change only at an optimizer step, which a sync follows before any
+        # generation), so a second generation in one step (dynamic sampling, regenerated stale groups,
+        # --steps_per_generation < --gradient_accumulation_steps, GKD's micro-batches) samples the step's weights.
+        self._weights_dropped = False
+        self._synced_model = None
         self._step_of_sync = [0]  # the optimizer step whose weights each sync pushed; sync 0 = the start
         self._background: ThreadPoolExecutor | None = None
         self.generations_in_flight = 1  # background generations at once (submit); the trainer sets it
@@ -152,6 +144,7 @@ class RolloutWorker:
             if self.memory.sleep_level:  # the trainer gets the GPU memory back until the next generation
                 self.engine.sleep(self.memory.sleep_level)
                 self._asleep = True
+                self._weights_dropped = self.memory.sleep_level >= 2
         self.timeline.append({"event": "generate", "start": start, "end": time.time(), "samples": len(rows),
                               "tokens": sum(len(r.choices[0].token_ids) for r in responses),
                               "background": threading.current_thread().name.startswith(BACKGROUND)})
@@ -177,7 +170,8 @@ class RolloutWorker:
         start = time.time()
         # Before the push: an answer that a background generation gets under the new weights maps to `step`.
         self._step_of_sync.append(step)
-        self._wake()
+        self._synced_model = model
+        self._wake(reload=self.delta_sync)  # a full push replaces every weight anyway; a delta needs the old ones
         stats = self._push(model) if self.owns_servers else SyncStats()
         if self.shares_servers:
             barrier()  # a shared server has its update before any process generates on it
@@ -191,9 +185,10 @@ class RolloutWorker:
         import torch
 
         from ..rollout.delta import SyncStats
+        from ..rollout.transport import TORCH_DTYPE_NAMES
         if self.lora_sync:
             if self.args.vllm_mode == "server":  # a server may still hold an earlier run's full weights
-                self.engine.ensure_base_weights(lambda: _stripped_state(model), self.args.model)
+                self.engine.ensure_base_weights(lambda: engine_weights(model, merged=False), self.args.model)
             path = Path(tempfile.mkdtemp(prefix="swiftlike-grpo-lora-"))
             model.save_pretrained(str(path))
             nbytes = sum(f.stat().st_size for f in path.rglob("*.safetensors"))
@@ -201,33 +196,35 @@ class RolloutWorker:
             self.engine.add_adapter(POLICY_ADAPTER, str(path))
             self._retire(path)
             return SyncStats(nbytes)
-        # The engine copies the weights before update_weights returns (in-process load, or sent over the
-        # transport), so it reads the merged parameters in place and the adapter is unmerged afterwards:
-        # no second copy of the model.
-        merged = hasattr(model, "merge_adapter")
-        if merged:
-            model.merge_adapter()
-        try:
-            with torch.no_grad():
-                tensors = _stripped_state(model)
-                if self.args.vllm_mode == "server":
-                    self.engine.update_weights(tensors)
-                    return self.engine.last_sync
-                if self.delta_sync:
-                    synced, self._synced = self._synced, None  # kept only once the engine has it
-                    self._synced, stats = push_delta_in_process(self.engine, synced, tensors)
-                    return stats
-                numel = sum(t.numel() for _, t in tensors)
+        # The adapted layers' merged weights are new tensors in the engine's dtype, made as they are sent (the base
+        # is never written: merging in place and unmerging would move a bf16 base, train/engine_weights.py).
+        with torch.no_grad():
+            tensors = engine_weights(model, dtype=TORCH_DTYPE_NAMES.get(self.engine.dtype))
+            if self.args.vllm_mode == "server":
                 self.engine.update_weights(tensors)
-                return SyncStats(sum(t.numel() * t.element_size() for _, t in tensors), numel, numel)
-        finally:
-            if merged:
-                model.unmerge_adapter()
+                return self.engine.last_sync
+            if self.delta_sync:
+                synced, self._synced = self._synced, None  # kept only once the engine has it
+                self._synced, stats = push_delta_in_process(self.engine, synced, tensors)
+                return stats
+            tensors = list(tensors)
+            numel = sum(t.numel() for _, t in tensors)
+            self.engine.update_weights(tensors)
+            return SyncStats(sum(t.numel() * t.element_size() for _, t in tensors), numel, numel)
 
-    def _wake(self) -> None:
-        if self._asleep:
-            self.engine.wake_up()
-            self._asleep = False
+    def _wake(self, reload: bool = True) -> None:
+        """Wake the engine; after a level-2 sleep also give it back its weights (`reload`), which vLLM dropped."""
+        if not self._asleep:
+            return
+        self.engine.wake_up()
+        self._asleep = False
+        dropped, self._weights_dropped = self._weights_dropped, False
+        if not (dropped and reload):
+            return
+        if self.delta_sync and self._synced is not None:  # the copy of exactly what the engine held
+            self.engine.update_weights(self._synced.items())
+        elif self._synced_model is not None:
+            self._push(self._synced_model)
 
     def _retire(self, path: Path) -> None:
         """Keep the last two adapter dirs (vLLM may still read the previous one lazily)."""

@@ -20,6 +20,16 @@ def load_policy(args, resolved, device: str):
     return prepare_model(args, resolved, device)
 
 
+def release_policy(model) -> None:
+    """Undo what `load_policy` set up for the whole process, at the end of the run however it ends: on the Megatron
+    backend its parallel groups (megatron's process-wide registry) and the process group it started, so a second
+    run in the same process (the Python API) sets up its own."""
+    from ..train.megatron.model import MegatronCausalLM
+    if isinstance(model, MegatronCausalLM):
+        from ..train.megatron import destroy_parallel
+        destroy_parallel()
+
+
 def disable_dropout(model: torch.nn.Module) -> None:
     """Zero every dropout rate (nn.Dropout modules, PEFT's lora_dropout, attention-dropout attributes).
 

@@ -18,9 +18,14 @@ def load_megatron_model(args, resolved, device: str):
     from .lora import DEFAULT_TARGETS, apply_lora
     from .model import MegatronCausalLM
     from .parallel import initialize_parallel
+    import torch.distributed as dist
+
+    from ...utils import get_logger
     initialize_parallel(1, 1, seed=args.seed)
     model = MegatronCausalLM(resolved, params_dtype=pick_dtype(args.torch_dtype, device)).to(device)
     if args.tuner_type == "lora":
         targets = DEFAULT_TARGETS if "all-linear" in args.target_modules else tuple(args.target_modules)
         apply_lora(model, args.lora_rank, args.lora_alpha, args.lora_dropout, targets)
+    get_logger("swiftlike.train").info("train role on the Megatron backend: megatron-core GPTModel of %s, TP 1, %d "
+                                       "data-parallel rank(s)", resolved.model_id, dist.get_world_size())
     return model

@@ -4,8 +4,8 @@ Why not PEFT: its Megatron dispatch (peft 0.21, `dispatch_megatron`) fails befor
 (`KeyError: 'fan_in_fan_out'`), and its adapters would carry Megatron's fused names, which neither transformers nor
 vLLM load. Here the adapter is two small matrices beside each targeted ColumnParallelLinear / RowParallelLinear,
 added to its output by a forward hook, so the base layer keeps its parameter names (`hf_state_dict` and the
-HF conversion see plain weights) and `merge` folds the adapter into exactly the weight a weight sync and an export
-read. Built for tensor parallel size 1, where a parallel linear layer is one whole matrix.
+HF conversion see plain weights) and `merged_weights` computes exactly the weights a weight sync and an export
+read, without writing into the base. Built for tensor parallel size 1, where a parallel linear layer is one whole matrix.
 """
 from __future__ import annotations
 
@@ -31,7 +31,6 @@ class LoraAdapter(nn.Module):
         self.scaling = alpha / rank
         self.dropout = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
         self.enabled = True
-        self.merged = False
 
     def delta(self, x: Tensor) -> Tensor:
         return (self.dropout(x) @ self.lora_A.T @ self.lora_B.T) * self.scaling
@@ -42,7 +41,7 @@ class LoraAdapter(nn.Module):
 
 def _add_delta(module: nn.Module, inputs: tuple, output):
     adapter: LoraAdapter = module.lora
-    if not adapter.enabled or adapter.merged:
+    if not adapter.enabled:
         return output
     out, bias = output  # megatron's parallel linear layers return (output, bias)
     return out + adapter.delta(inputs[0]).to(out.dtype), bias
@@ -76,29 +75,19 @@ def adapters(model: nn.Module) -> list[tuple[nn.Module, LoraAdapter]]:
     return [(m, m.lora) for m in model.modules() if isinstance(getattr(m, "lora", None), LoraAdapter)]
 
 
-@torch.no_grad()
-def merge(model: nn.Module) -> None:
-    """Fold every adapter into its base weight (what a weight sync or an export then reads); `unmerge` undoes it."""
-    for module, adapter in adapters(model):
-        if not adapter.merged:
-            module.weight.add_(adapter.weight_delta().to(module.weight.dtype))
-            adapter.merged = True
-
-
-@torch.no_grad()
-def unmerge(model: nn.Module) -> None:
-    for module, adapter in adapters(model):
-        if adapter.merged:
-            module.weight.sub_(adapter.weight_delta().to(module.weight.dtype))
-            adapter.merged = False
+def merged_weights(model: nn.Module) -> dict[str, Tensor]:
+    """Each adapted layer's weight with its adapter folded in, as a new tensor, by the layer's name in `model`
+    plus ".weight" (what a weight sync or an export reads). The base weights are not written: adding the delta in
+    place and subtracting it again would not give a bf16 base back."""
+    with torch.no_grad():
+        return {f"{name}.weight": module.weight + module.lora.weight_delta().to(module.weight.dtype)
+                for name, module in model.named_modules() if isinstance(getattr(module, "lora", None), LoraAdapter)}
 
 
 @contextlib.contextmanager
 def disabled(model: nn.Module):
     """The base model, adapters off (the GRPO reference and the GKD self-teacher of a LoRA run)."""
     pairs = adapters(model)
-    if any(a.merged for _, a in pairs):
-        raise RuntimeError("cannot disable merged LoRA adapters; unmerge them first")
     for _, adapter in pairs:
         adapter.enabled = False
     try:

@@ -235,21 +235,21 @@ class MegatronCausalLM(torch.nn.Module):
 
         Every rank of a TP group must call it. The tensors are detached and in the training dtype, on the model's
         device; replicated ones (the norms) share storage with the parameters, so clone before changing them.
-        LoRA adapters (lora.py) are not in it: `merge_adapter()` first to read the adapted weights.
+        LoRA adapters (lora.py) are not in it: `merged_hf_state_dict()` has them folded in.
         """
-        local = {k: v.detach() for k, v in self.gpt.state_dict().items()
+        return self._hf_state({})
+
+    def merged_hf_state_dict(self) -> dict[str, Tensor]:
+        """`hf_state_dict` with any LoRA adapters folded in: each adapted weight a new tensor, the base untouched."""
+        from .lora import merged_weights
+        return self._hf_state(merged_weights(self.gpt))
+
+    def _hf_state(self, replaced: dict[str, Tensor]) -> dict[str, Tensor]:
+        local = {k: replaced.get(k, v.detach()) for k, v in self.gpt.state_dict().items()
                  if not k.endswith("_extra_state") and ".lora." not in k}
         return mcore_to_hf(gather_tensor_parallel(local, self.sharded_parameter_names()), self.config)
 
-    # The adapter interface the trainers and the weight sync use on a PEFT model, for lora.py's adapters.
-    def merge_adapter(self) -> None:
-        from .lora import merge
-        merge(self)
-
-    def unmerge_adapter(self) -> None:
-        from .lora import unmerge
-        unmerge(self)
-
+    # The adapter interface the trainers use on a PEFT model, for lora.py's adapters.
     def disable_adapter(self):
         from .lora import disabled
         return disabled(self)
@@ -284,14 +284,6 @@ class MegatronCausalLM(torch.nn.Module):
         if dist.is_initialized():
             dist.barrier()
         return out
-
-    def merged_hf_state_dict(self) -> dict[str, Tensor]:
-        """`hf_state_dict` with any LoRA adapters folded in (copies: the adapters are unfolded again)."""
-        self.merge_adapter()
-        try:
-            return {k: v.clone() for k, v in self.hf_state_dict().items()}
-        finally:
-            self.unmerge_adapter()
 
     def write_hf_files(self, state: dict[str, Tensor], directory: Path) -> None:
         """The files of an HF checkpoint of `state` into an existing `directory` (a Trainer's checkpoint directory,
