@@ -1,13 +1,11 @@
-"""The Host-header check of the web UI and the app page (DNS rebinding), as pure rules and over a real Starlette
+"""The Host-header check of the web UI and the app page (DNS rebinding), as pure rules and over a real FastAPI
 app; `tests/test_webui.py` and `tests/test_app.py` send foreign Host headers to the real servers."""
 import socket
 
 import pytest
-from starlette.applications import Starlette
-from starlette.responses import PlainTextResponse
-from starlette.routing import Route, WebSocketRoute
-from starlette.testclient import TestClient
-from starlette.websockets import WebSocketDisconnect
+from fastapi import FastAPI, WebSocket, WebSocketDisconnect
+from fastapi.responses import PlainTextResponse
+from fastapi.testclient import TestClient
 
 from swiftlike.deploy.hosts import HostCheck, allowed_host_names, host_allowed, host_of
 
@@ -37,14 +35,17 @@ def test_only_known_names_and_addresses_are_served(header, served):
 
 
 def test_middleware_refuses_http_and_websockets_with_a_foreign_host():
-    async def hello(request):
+    app = FastAPI()
+
+    @app.get("/")
+    async def hello():
         return PlainTextResponse("hello")
 
-    async def echo(websocket):
+    @app.websocket("/ws")
+    async def echo(websocket: WebSocket):
         await websocket.accept()
         await websocket.send_text("hi")
         await websocket.close()
-    app = Starlette(routes=[Route("/", hello), WebSocketRoute("/ws", echo)])
     app.add_middleware(HostCheck, names=allowed_host_names("127.0.0.1"))
     client = TestClient(app, base_url="http://127.0.0.1:7860")
     assert client.get("/").text == "hello"
