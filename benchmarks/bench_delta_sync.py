@@ -66,8 +66,8 @@ def trajectory(model_id: str, lr: float, steps: int) -> tuple[list[list], dict]:
 
 def remote(model_id: str, port: int, weight_sync: str, bucket_mb: int):
     from swiftlike.model import load_tokenizer, resolve_model
-    from swiftlike.rollout.client import RemoteEngine, ServerClient
-    from swiftlike.rollout.transport import make_transport
+    from swiftlike.rollout.client.remote_engine import RemoteEngine, ServerClient
+    from swiftlike.rollout.client.transport import make_transport
     from swiftlike.template import get_template
     resolved = resolve_model(model_id)
     template = get_template(resolved.meta.template, load_tokenizer(resolved))

@@ -67,8 +67,8 @@ def measure_transports(args, workdir: Path) -> dict:
     import torch
 
     from swiftlike.model import load_model, load_tokenizer, resolve_model
-    from swiftlike.rollout.client import RemoteEngine, ServerClient
-    from swiftlike.rollout.transport import buckets, make_transport
+    from swiftlike.rollout.client.remote_engine import RemoteEngine, ServerClient
+    from swiftlike.rollout.client.transport import buckets, make_transport
     from swiftlike.template import get_template
     for key, value in ENV.items():
         os.environ.setdefault(key, value)

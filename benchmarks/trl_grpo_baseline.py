@@ -107,7 +107,7 @@ def main() -> None:
 
     from swiftlike.dataset import load_dataset
     from swiftlike.model import resolve_model
-    from swiftlike.rl.rewards import build_reward_funcs
+    from swiftlike.rl.rewards.functions import build_reward_funcs
 
     patched = args.vllm_dtype != "auto"
     if patched:  # adjustment 1 of the module docstring: GRPOConfig cannot set the engine dtype

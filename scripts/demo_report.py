@@ -74,7 +74,7 @@ def sparkline(values: list[float], lo: float = 0.0, hi: float = 1.0) -> str:
 
 def verdicts(path: Path) -> tuple[list[list[float]], list[dict]]:
     """Per prompt, the accuracy reward (0/1) of each answer in a `swiftlike infer` result file."""
-    from swiftlike.rl.rewards import build_reward_funcs
+    from swiftlike.rl.rewards.functions import build_reward_funcs
     rows = [json.loads(line) for line in path.open(encoding="utf-8")]
     accuracy = build_reward_funcs(["accuracy"])["accuracy"]
     answers = [r.get("responses") or [r["response"]] for r in rows]
@@ -89,7 +89,7 @@ def verdicts(path: Path) -> tuple[list[list[float]], list[dict]]:
 
 
 def formatted(rows: list[dict]) -> int:
-    from swiftlike.rl.rewards import build_reward_funcs
+    from swiftlike.rl.rewards.functions import build_reward_funcs
     return int(sum(build_reward_funcs(["format_hash"])["format_hash"]([r["response"] for r in rows])))
 
 

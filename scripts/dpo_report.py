@@ -28,7 +28,7 @@ def split(out_dir: str, n_held: int) -> None:
 
 def greedy_counts(path: Path) -> tuple[int, int, int]:
     """(answers, in the chosen style, right) of a `swiftlike infer` result file."""
-    from swiftlike.rl.rewards import build_reward_funcs
+    from swiftlike.rl.rewards.functions import build_reward_funcs
     rows = [json.loads(line) for line in path.open(encoding="utf-8")]
     funcs = build_reward_funcs(["format_hash", "accuracy"])
     answers = [r["response"] for r in rows]

@@ -41,9 +41,9 @@ def kl(out_dir: str, teacher_dir: str, model_dir: str, stage: str) -> None:
     from transformers import AutoModelForCausalLM
 
     from swiftlike.model import load_tokenizer, resolve_model
-    from swiftlike.rl.distill import forward_kl_per_token
-    from swiftlike.rl.preference_data import PreferenceEncoder
-    from swiftlike.rl.teacher import PackedSequences, completion_logits
+    from swiftlike.rl.core.distill import forward_kl_per_token
+    from swiftlike.rl.preference.data import PreferenceEncoder
+    from swiftlike.rl.online.teacher import PackedSequences, completion_logits
     from swiftlike.template import get_template
     out = Path(out_dir)
     resolved = resolve_model(model_dir)

@@ -5,7 +5,7 @@ CLI-style list) and its arguments class, named as in ms-swift (`from swift.llm i
 becomes `from swiftlike import rlhf_main, RLHFArguments`). The layer order is in docs/architecture.md.
 Heavy modules load lazily so `swiftlike --help` and argument parsing stay fast.
 """
-from .version import __version__ as __version__
+from .utils.version import __version__ as __version__
 
 _LAZY = {
     # commands

@@ -21,11 +21,11 @@ from pathlib import Path
 
 import torch
 
-import swiftlike.rl.grpo_trainer as grpo_trainer
+import swiftlike.rl.online.grpo_trainer as grpo_trainer
 import swiftlike.train.trainer as train_trainer
 from swiftlike.commands.rlhf import rlhf_main
-from swiftlike.rl.rewards import register_reward
-from swiftlike.rl.rollout import Rollout
+from swiftlike.rl.rewards.functions import register_reward
+from swiftlike.rl.online.rollout_worker import Rollout
 
 RECORDED: dict[str, list[dict]] = json.loads(Path(os.environ["DDP_TEST_ROLLOUTS"]).read_text())
 OUT = Path(os.environ["DDP_TEST_OUT"])

@@ -2,11 +2,13 @@
 
 An AST walk rather than import-linter: it sees every import statement, including the lazy ones inside
 functions (which import-linter's graph also counts), and needs no extra dependency. Relative imports are
-resolved the way Python does. A module's layer is the one of its longest matching prefix below.
+resolved the way Python does. Each folder of swiftlike/ is in one layer, named here by the folder; a module
+is in its folder's layer.
 """
 from __future__ import annotations
 
 import ast
+import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -16,18 +18,16 @@ ROOT = Path(__file__).resolve().parents[1] / "swiftlike"
 
 # bottom (0) to top; a module may import only modules of its own layer or lower ones
 LAYERS: list[tuple[str, list[str]]] = [
-    ("utils", ["swiftlike.utils", "swiftlike.version"]),
-    ("registries and protocol", ["swiftlike.template", "swiftlike.model", "swiftlike.dataset", "swiftlike.tools",
-                                 "swiftlike.infer.protocol", "swiftlike.rollout.weights", "swiftlike.rollout.delta",
-                                 "swiftlike.rollout.fingerprint"]),
-    ("engines", ["swiftlike.infer", "swiftlike.rollout.client", "swiftlike.rollout.transport",
-                 "swiftlike.rollout.collective"]),
-    ("arguments", ["swiftlike.arguments"]),
-    ("trainers and servers", ["swiftlike.train", "swiftlike.rl", "swiftlike.rollout", "swiftlike.deploy",
-                              "swiftlike.eval", "swiftlike.export", "swiftlike.ui",
-                              "swiftlike.ray"]),
-    ("commands", ["swiftlike.commands", "swiftlike.cli", "swiftlike"]),
+    ("utils", ["utils"]),
+    ("RL core", ["rl/core"]),
+    ("registries and wire format", ["template", "model", "dataset", "tools", "rollout/wire"]),
+    ("engines", ["infer", "infer/engine", "rollout/client"]),
+    ("arguments", ["arguments"]),
+    ("trainers and servers", ["train", "train/megatron", "rl", "rl/online", "rl/rewards", "rl/preference", "rollout",
+                              "rollout/server", "deploy", "eval", "export", "ui", "ui/pages", "ray"]),
+    ("commands", ["commands", "cli", ""]),
 ]
+FOLDER_LAYER = {folder: rank for rank, (_, folders) in enumerate(LAYERS) for folder in folders}
 
 
 def module_name(path: Path) -> str:
@@ -62,14 +62,16 @@ def graph() -> dict[str, set[str]]:
     return edges
 
 
+def folder_of(mod: str) -> str:
+    """The folder (relative to swiftlike/) that holds module `mod`, a package being its own folder."""
+    path = ROOT.parent.joinpath(*mod.split("."))
+    return (path if (path / "__init__.py").exists() else path.parent).relative_to(ROOT).as_posix().replace(".", "")
+
+
 def layer_of(mod: str) -> int:
-    best, rank = -1, None
-    for i, (_, prefixes) in enumerate(LAYERS):
-        for prefix in prefixes:
-            if (mod == prefix or mod.startswith(prefix + ".")) and len(prefix) > best:
-                best, rank = len(prefix), i
-    assert rank is not None, f"{mod} is in no layer; add it to LAYERS and docs/architecture.md"
-    return rank
+    folder = folder_of(mod)
+    assert folder in FOLDER_LAYER, f"swiftlike/{folder} is in no layer; add it to LAYERS and docs/architecture.md"
+    return FOLDER_LAYER[folder]
 
 
 def strongly_connected(edges: dict[str, set[str]]) -> list[list[str]]:
@@ -105,15 +107,22 @@ def strongly_connected(edges: dict[str, set[str]]) -> list[list[str]]:
 
 
 def package_graph(edges: dict[str, set[str]]) -> dict[str, set[str]]:
-    """swiftlike.<package> -> the other swiftlike.<package>s its modules import."""
-    top = defaultdict(set)
+    """package -> the other packages its modules import. A package is a folder of swiftlike/ together with its
+    sub-folders of the same layer (infer/engine is part of infer; rl/core, a layer of its own, is not part of rl)."""
+    def package(mod: str) -> str:
+        folder = folder_of(mod)
+        parts = folder.split("/")
+        for depth in range(1, len(parts)):
+            outer = "/".join(parts[:depth])
+            if FOLDER_LAYER.get(outer) == FOLDER_LAYER.get(folder):
+                return outer
+        return folder
+    packages = defaultdict(set)
     for mod, targets in edges.items():
-        if mod.count(".") < 1:
-            continue
-        src = ".".join(mod.split(".")[:2])
-        top[src].update(".".join(t.split(".")[:2]) for t in targets if t.count(".") >= 1)
-        top[src].discard(src)
-    return top
+        src = package(mod)
+        packages[src].update(package(t) for t in targets)
+        packages[src].discard(src)
+    return packages
 
 
 def test_every_import_goes_down_or_sideways():
@@ -131,12 +140,40 @@ def test_no_package_cycle():
     assert strongly_connected(package_graph(graph())) == []
 
 
+def test_every_folder_has_a_layer():
+    folders = {p.parent.relative_to(ROOT).as_posix().replace(".", "") for p in ROOT.rglob("__init__.py")}
+    assert folders == set(FOLDER_LAYER), (folders - set(FOLDER_LAYER), set(FOLDER_LAYER) - folders)
+
+
+def test_the_rl_core_imports_only_torch_and_the_standard_library():
+    """The RL core sits below the arguments: nothing of ours but itself and utils, no third-party package but torch."""
+    allowed = set(sys.stdlib_module_names) | {"torch"}
+    beyond = {}
+    for path in (ROOT / "rl" / "core").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level:
+                names = [".".join(["swiftlike", "rl", "core"][:4 - node.level] + [node.module or ""])]
+            elif isinstance(node, ast.ImportFrom):
+                names = [node.module]
+            else:
+                continue
+            for name in names:
+                ours = name.startswith("swiftlike")
+                if (ours and not name.startswith(("swiftlike.rl.core", "swiftlike.utils"))) or \
+                        (not ours and name.split(".")[0] not in allowed):
+                    beyond.setdefault(path.name, []).append(name)
+    assert not beyond, f"rl/core imports beyond torch, the standard library and utils: {beyond}"
+
+
 def test_the_checker_sees_an_upward_import_and_a_cycle():
     assert layer_of("swiftlike.infer.engine.vllm_engine") < layer_of("swiftlike.arguments.infer_args")
-    assert layer_of("swiftlike.rollout.client") < layer_of("swiftlike.rollout.app")
+    assert layer_of("swiftlike.rollout.client.remote_engine") < layer_of("swiftlike.rollout.server.app")
     assert strongly_connected({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
-    assert package_graph({"swiftlike.x.m": {"swiftlike.y.n"}, "swiftlike.y.n": {"swiftlike.x"}}) == {
-        "swiftlike.x": {"swiftlike.y"}, "swiftlike.y": {"swiftlike.x"}}
+    assert package_graph({"swiftlike.rl.online.grpo_trainer": {"swiftlike.rl.core.losses"},
+                          "swiftlike.rl.core.losses": {"swiftlike.rl.online"}}) == {
+        "rl": {"rl/core"}, "rl/core": {"rl"}}
 
 
 @pytest.mark.parametrize("is_package, source, expected", [

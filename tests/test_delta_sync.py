@@ -16,8 +16,8 @@ import torch
 from servers import free_port
 
 from swiftlike.infer.protocol import InferRequest, RequestConfig
-from swiftlike.rollout import delta
-from swiftlike.rollout.transport import cast
+from swiftlike.rollout.wire import delta
+from swiftlike.rollout.client.transport import cast
 
 TINY = "tiny-random/qwen2_5"
 PROMPTS = ["What is 2 + 3?", "Name a colour.", "Count to five."]
@@ -61,8 +61,8 @@ def server(dtype):
 
     from swiftlike.arguments.rollout_args import RolloutServerArguments
     from swiftlike.infer.engine import build_engine
-    from swiftlike.rollout.app import create_app
-    from swiftlike.rollout.service import RolloutService
+    from swiftlike.rollout.server.app import create_app
+    from swiftlike.rollout.server.service import RolloutService
     args = RolloutServerArguments(model=TINY, torch_dtype=dtype, port=free_port(), vllm_max_model_len=512)
     spec = args.engine_spec("vllm")
     service = RolloutService(args, lambda: build_engine(spec))
@@ -115,7 +115,7 @@ def assert_holds(synced: delta.SyncedWeights, weights, dtype: str) -> None:
 
 
 def test_colocated_delta_sync_equals_full_sync_bit_for_bit(colocated, trained, dtype):
-    from swiftlike.rl.rollout import push_delta_in_process
+    from swiftlike.rl.online.rollout_worker import push_delta_in_process
     synced, stats = push_delta_in_process(colocated, None, trained[0])
     assert stats.density == 1
     first = colocated_state(colocated)
@@ -136,8 +136,8 @@ def test_colocated_delta_sync_equals_full_sync_bit_for_bit(colocated, trained, d
 
 def remote(port: int, transport: str, weight_sync: str, bucket_mb: int = 1):
     from swiftlike.model import load_tokenizer, resolve_model
-    from swiftlike.rollout.client import RemoteEngine, ServerClient
-    from swiftlike.rollout.transport import make_transport
+    from swiftlike.rollout.client.remote_engine import RemoteEngine, ServerClient
+    from swiftlike.rollout.client.transport import make_transport
     from swiftlike.template import get_template
     resolved = resolve_model(TINY)
     template = get_template(resolved.meta.template, load_tokenizer(resolved))

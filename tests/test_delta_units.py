@@ -1,9 +1,9 @@
-"""Delta weight sync encoding (swiftlike/rollout/delta.py) against hand-computed tensors, bf16 and fp32."""
+"""Delta weight sync encoding (swiftlike/rollout/wire/delta.py) against hand-computed tensors, bf16 and fp32."""
 import pytest
 import torch
 
-from swiftlike.rollout import delta
-from swiftlike.rollout.delta import DeltaError, SyncedWeights, SyncStats
+from swiftlike.rollout.wire import delta
+from swiftlike.rollout.wire.delta import DeltaError, SyncedWeights, SyncStats
 
 
 def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:

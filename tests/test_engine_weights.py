@@ -10,7 +10,7 @@ import copy
 import pytest
 import torch
 
-from swiftlike.rollout import delta
+from swiftlike.rollout.wire import delta
 from swiftlike.train.engine_weights import engine_weights
 
 TINY = "tiny-random/qwen2_5"
@@ -59,7 +59,7 @@ def changed_elements(model, before: dict) -> int:
 
 def test_merged_weight_syncs_leave_a_bf16_lora_base_bit_identical(tiny_resolved, tiny_template):
     from swiftlike.arguments import RlhfArguments
-    from swiftlike.rl.rollout import RolloutWorker
+    from swiftlike.rl.online.rollout_worker import RolloutWorker
     args = RlhfArguments(rlhf_type="grpo", model=TINY, dataset=["unused"], reward_funcs=["format"], num_generations=2,
                          per_device_train_batch_size=2, tuner_type="lora", torch_dtype="bfloat16", use_vllm=True,
                          vllm_mode="colocate", weight_sync="delta", vllm_max_model_len=256)

@@ -16,10 +16,10 @@ import torch
 
 from swiftlike.arguments.rlhf_args import RlhfArguments
 from swiftlike.commands.rlhf import rlhf_main
-from swiftlike.rl.distill import generalized_jsd, teacher_topk, topk_generalized_jsd
-from swiftlike.rl.gkd_trainer import gkd_loss
-from swiftlike.rl.teacher import (LocalTeacher, PackedSequences, ServedTeacher, checkpoint_bytes, completion_logits,
-                                  fits_in_memory)
+from swiftlike.rl.core.distill import generalized_jsd, teacher_topk, topk_generalized_jsd
+from swiftlike.rl.online.gkd_trainer import gkd_loss
+from swiftlike.rl.online.teacher import (LocalTeacher, PackedSequences, ServedTeacher, checkpoint_bytes,
+                                         completion_logits, fits_in_memory)
 from swiftlike.train.outputs import read_log
 from swiftlike.utils.errors import NotBuiltError
 
@@ -292,7 +292,7 @@ def teacher_server(teacher_dir, tmp_path_factory):
 
 
 def encoded_sequences(tiny_template) -> list[tuple[list[int], list[int]]]:
-    from swiftlike.rl.preference_data import PreferenceEncoder
+    from swiftlike.rl.preference.data import PreferenceEncoder
     encoder = PreferenceEncoder(tiny_template)
     return [encoder.split(r["messages"]) for r in ROWS]
 

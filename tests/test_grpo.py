@@ -12,7 +12,7 @@ from swiftlike.train.outputs import read_log
 TINY = "tiny-random/qwen2_5"
 # A reward with spread on a random model (format_hash is always 0 there), so the policy really moves.
 PLUGIN = '''
-from swiftlike.rl.rewards import register_reward
+from swiftlike.rl.rewards.functions import register_reward
 
 @register_reward("text_length")
 def text_length(completions, **kwargs):

@@ -42,7 +42,7 @@ RTOL = 1e-5
 
 
 def test_sampler_shares_are_whole_groups_of_the_single_process_batch():
-    from swiftlike.rl.grpo_trainer import RepeatSampler
+    from swiftlike.rl.online.grpo_trainer import RepeatSampler
     # 12 prompts, groups of 2, micro-batch 2 per rank (one prompt), 2 micro-batches per generation batch,
     # each generation batch served twice; one process would take micro-batch 4 (two prompts)
     one = list(RepeatSampler(12, 2, 4, 2, seed=0, prompts_per_unit=2))
@@ -62,7 +62,7 @@ def test_sampler_shares_are_whole_groups_of_the_single_process_batch():
 def _reduce_on_rank(rank: int, port: int, out: str) -> None:
     import torch.distributed as dist
 
-    from swiftlike.rl.distributed import reduce_metrics, sum_across_processes
+    from swiftlike.rl.online.distributed import reduce_metrics, sum_across_processes
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     local = {"reward": [0.5, 1.5][rank], "timing/generate": [3.0, 2.0][rank],
              "completions/max_length": [7.0, 9.0][rank], "rollout_correction/log_ppl_diff_min": [-0.1, -0.3][rank]}
@@ -96,7 +96,7 @@ def record_rollouts(path: Path, cut: bool = True) -> None:
 
     from swiftlike.arguments import RlhfArguments
     from swiftlike.model import load_model, load_tokenizer, resolve_model
-    from swiftlike.rl.rollout import RolloutWorker
+    from swiftlike.rl.online.rollout_worker import RolloutWorker
     from swiftlike.template import get_template
     resolved = resolve_model(TINY)
     tokenizer = load_tokenizer(resolved)
@@ -289,7 +289,7 @@ def test_dapo_divides_by_the_tokens_of_the_whole_optimizer_step(dapo_runs, name,
 def test_cli_relaunches_under_torchrun_and_rank_0_writes_the_run(tmp_path):
     """`NPROC_PER_NODE=2 swiftlike rlhf` end to end: dapo on the pt engine, real sampling, 2 steps."""
     plugin = tmp_path / "plugin.py"
-    plugin.write_text("from swiftlike.rl.rewards import register_reward\n\n"
+    plugin.write_text("from swiftlike.rl.rewards.functions import register_reward\n\n"
                       "@register_reward('text_length')\ndef text_length(completions, **kwargs):\n"
                       "    return [len(c) / 100 for c in completions]\n")
     env = {**os.environ, "SWIFTLIKE_OFFLINE": "1", "NPROC_PER_NODE": "2", "OMP_NUM_THREADS": "1",

@@ -9,11 +9,11 @@ import pytest
 import torch
 
 from swiftlike.arguments import RlhfArguments
-from swiftlike.rl.advantages import select_groups
-from swiftlike.rl.grpo_batch import completion_logps, full_sequences, tensorize
-from swiftlike.rl.grpo_trainer import corrected_policy_loss
-from swiftlike.rl.memory import ColocateMemory
-from swiftlike.rl.rollout import Rollout
+from swiftlike.rl.core.advantages import select_groups
+from swiftlike.rl.online.grpo_batch import completion_logps, full_sequences, tensorize
+from swiftlike.rl.online.grpo_trainer import corrected_policy_loss
+from swiftlike.rl.online.memory import ColocateMemory
+from swiftlike.rl.online.rollout_worker import Rollout
 from swiftlike.train.outputs import plot_curves, read_log
 
 TINY = "tiny-random/qwen2_5"
@@ -71,7 +71,7 @@ def test_completion_logps_equal_each_sequence_alone_and_both_paths_agree(model_t
     """Both forward paths (a group's prompt once with its KV cache shared, or one row per sequence) give each
     completion token the log-prob an unpadded forward of its own sequence gives, and the same gradients."""
     from swiftlike.model import load_model, resolve_model
-    from swiftlike.rl.grpo_batch import shares_prompts
+    from swiftlike.rl.online.grpo_batch import shares_prompts
     torch.manual_seed(0)
     model = load_model(resolve_model(f"tiny-random/{model_type}"), "float32", "cpu")
     part = [Rollout([11, 12, 13, 14, 15], [21, 22], "a", "stop", None),
@@ -101,7 +101,7 @@ def test_completion_logps_equal_each_sequence_alone_and_both_paths_agree(model_t
 
 def test_gradient_checkpointing_in_training_takes_the_full_path(tiny_resolved):
     from swiftlike.model import load_model
-    from swiftlike.rl.grpo_batch import shares_prompts
+    from swiftlike.rl.online.grpo_batch import shares_prompts
     model = load_model(tiny_resolved, "float32", "cpu")
     batch = tensorize([Rollout([1, 2], [3], "a", "stop", None), Rollout([1, 2], [4], "b", "stop", None)], 0)
     model.gradient_checkpointing_enable()
@@ -199,8 +199,8 @@ def test_reward_model_scores_are_its_logits(tiny_reward_model):
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     from swiftlike.model import resolve_model
-    from swiftlike.rl.reward_model import RewardModel
-    from swiftlike.rl.rewards import combine_rewards
+    from swiftlike.rl.rewards.reward_model import RewardModel
+    from swiftlike.rl.rewards.functions import combine_rewards
 
     rm = RewardModel(resolve_model(str(tiny_reward_model)), "float32", "cpu")
     assert rm.name == "tiny_rm"
@@ -246,7 +246,7 @@ def test_plot_curves_expands_patterns(tmp_path):
 # ---------------------------------------------------------------- end to end (pt rollout, tiny model)
 
 PLUGIN = '''
-from swiftlike.rl.rewards import register_reward
+from swiftlike.rl.rewards.functions import register_reward
 
 @register_reward("odd_length")
 def odd_length(completions, solution, **kwargs):

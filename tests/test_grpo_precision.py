@@ -74,7 +74,7 @@ def test_dropout_is_off_by_default_so_the_first_ratio_is_one(tmp_path, disable):
 # A reward that is infinite for every completion of the second generation batch (step 2), as a buggy reward
 # function can be: the advantages, and so the loss, of that step are NaN, while generation stays healthy.
 EXPLODING_REWARD = """
-from swiftlike.rl.rewards import register_reward
+from swiftlike.rl.rewards.functions import register_reward
 
 calls = 0
 

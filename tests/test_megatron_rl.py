@@ -109,7 +109,7 @@ def test_megatron_grpo_with_colocated_vllm_and_lora(tmp_path):
     """`swiftlike megatron rlhf` end to end: Megatron-LM's names, LoRA, merged weights synced to vLLM every step
     (the engine's log-probs then equal the trainer's), and an HF checkpoint that transformers loads."""
     plugin = tmp_path / "plugin.py"
-    plugin.write_text("from swiftlike.rl.rewards import register_reward\n\n"
+    plugin.write_text("from swiftlike.rl.rewards.functions import register_reward\n\n"
                       "@register_reward('text_length')\ndef text_length(completions, **kwargs):\n"
                       "    return [len(c) / 100 for c in completions]\n")
     cmd = [sys.executable, "-m", "swiftlike.cli.main", "megatron", "rlhf", "--rlhf_type", "grpo", "--model", TINY,

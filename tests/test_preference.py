@@ -15,8 +15,8 @@ from swiftlike.arguments.rlhf_args import RlhfArguments
 from swiftlike.commands.rlhf import rlhf_main
 from swiftlike.dataset import load_dataset
 from swiftlike.model import load_tokenizer, resolve_model
-from swiftlike.rl.preference import _trainer_classes
-from swiftlike.rl.preference_data import PreferenceEncoder, encode_kto, encode_pairs, kl_partners, with_kl_completions
+from swiftlike.rl.preference.recipe import _trainer_classes
+from swiftlike.rl.preference.data import PreferenceEncoder, encode_kto, encode_pairs, kl_partners, with_kl_completions
 from swiftlike.template import get_template
 from swiftlike.train.data import EncodeStats
 from swiftlike.train.outputs import read_log

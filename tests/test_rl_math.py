@@ -1,12 +1,13 @@
-"""The GRPO-family math in swiftlike.rl, checked against values worked out by hand on tiny tensors."""
+"""The GRPO-family math in swiftlike.rl.core, checked against values worked out by hand on tiny tensors."""
 import math
 
 import pytest
 import torch
 
-from swiftlike.rl import (aggregate, apply_temperature_and_filter, effective_sample_size, group_advantages,
-                          groups_with_signal, importance_ratio, k3_kl, mismatch_metrics, off_policy_sequence_mask,
-                          policy_loss, rollout_is_weights, selected_logps)
+from swiftlike.rl.core.advantages import group_advantages, groups_with_signal
+from swiftlike.rl.core.correction import effective_sample_size, mismatch_metrics, off_policy_sequence_mask, rollout_is_weights
+from swiftlike.rl.core.losses import aggregate, importance_ratio, k3_kl, policy_loss
+from swiftlike.rl.core.sampling import apply_temperature_and_filter, selected_logps
 
 LN2 = math.log(2.0)
 
@@ -350,7 +351,7 @@ def test_effective_sample_size():
 
 
 def test_clamped_ess_is_ms_swifts_and_has_a_floor():
-    from swiftlike.rl.correction import clamped_effective_sample_size
+    from swiftlike.rl.core.correction import clamped_effective_sample_size
     mask = torch.ones(1, 5)
     # one weight in five at 100, the rest at 0.001: unclamped ESS is ~1/5; clamped to [0.5, 2] the weights
     # become (2, .5, .5, .5, .5): (4)^2 / (5 * 5) = 0.64, the floor 4t^2 / (1 + t^2)^2 for t = 2
@@ -505,7 +506,7 @@ def test_reference_kl_with_a_token_outside_the_references_set_is_finite_and_unsa
 
 
 def test_sampling_entropy_of_known_distributions():
-    from swiftlike.rl.sampling import selected_logps
+    from swiftlike.rl.core.sampling import selected_logps
     # uniform over 4 tokens: entropy ln 4; with top_k 2 the kept two are uniform: ln 2, no NaN from -inf
     logits = torch.zeros(1, 1, 4)
     h = selected_logps(logits, torch.tensor([[0]]), with_entropy=True).entropy

@@ -6,11 +6,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from swiftlike.rl import plugins
-from swiftlike.rl.plugins import load_external_plugins
-from swiftlike.rl.rewards import (REWARD_REGISTRY, CosineReward, MathAccuracy, RepetitionPenalty, SoftOverlong,
-                                  build_reward_funcs, combine_rewards, format_hash_reward, format_reward,
-                                  register_reward)
+from swiftlike.rl.rewards.functions import plugins
+from swiftlike.rl.rewards.plugins import load_external_plugins
+from swiftlike.rl.rewards.functions import (REWARD_REGISTRY, CosineReward, MathAccuracy, RepetitionPenalty,
+                                            SoftOverlong, build_reward_funcs, combine_rewards, format_hash_reward,
+                                            format_reward, register_reward)
 
 ARITHMETIC = Path(__file__).parents[1] / "swiftlike" / "dataset" / "data" / "arithmetic.jsonl"
 
@@ -259,7 +259,7 @@ def test_register_errors(clean_registry):
 # --------------------------------------------------------------------------- external plugins
 
 PLUGIN = '''
-from swiftlike.rl.rewards import register_reward
+from swiftlike.rl.rewards.functions import register_reward
 
 
 @register_reward("contains_solution")
@@ -295,7 +295,7 @@ def test_plugins_with_the_same_file_name_do_not_collide(tmp_path, clean_registry
     for sub, name in (("a", "reward_a"), ("b", "reward_b")):
         (tmp_path / sub).mkdir()
         (tmp_path / sub / "plugin.py").write_text(
-            f"from swiftlike.rl.rewards import register_reward\n"
+            f"from swiftlike.rl.rewards.functions import register_reward\n"
             f"register_reward({name!r}, lambda completions, **kw: [1.0] * len(completions))\n")
     modules = load_external_plugins([tmp_path / "a" / "plugin.py", tmp_path / "b" / "plugin.py"])
     assert len({m.__name__ for m in modules}) == 2
@@ -313,7 +313,7 @@ def test_plugin_errors_name_the_file(tmp_path, clean_registry):
         load_external_plugins(text)
 
     broken = tmp_path / "broken.py"
-    broken.write_text("from swiftlike.rl.rewards import register_reward\n"
+    broken.write_text("from swiftlike.rl.rewards.functions import register_reward\n"
                       "register_reward('half_done', lambda completions, **kw: [0.0] * len(completions))\n"
                       "1 / 0\n")
     with pytest.raises(RuntimeError, match="broken.py: importing it failed: ZeroDivisionError: division by zero"):
@@ -326,7 +326,7 @@ def test_plugin_errors_name_the_file(tmp_path, clean_registry):
         load_external_plugins([syntax])
 
     clash = tmp_path / "clash.py"
-    clash.write_text("from swiftlike.rl.rewards import register_reward\n"
+    clash.write_text("from swiftlike.rl.rewards.functions import register_reward\n"
                      "register_reward('accuracy', lambda completions, **kw: [0.0] * len(completions))\n")
     with pytest.raises(RuntimeError) as e:
         load_external_plugins([clash])
@@ -335,7 +335,7 @@ def test_plugin_errors_name_the_file(tmp_path, clean_registry):
 
 
 def test_two_plugins_registering_one_name(tmp_path, clean_registry):
-    body = ("from swiftlike.rl.rewards import register_reward\n"
+    body = ("from swiftlike.rl.rewards.functions import register_reward\n"
             "def shared(completions, **kw):\n    return [0.0] * len(completions)\n"
             "register_reward('shared', shared)\n")
     first, second = tmp_path / "first.py", tmp_path / "second.py"

@@ -19,7 +19,7 @@ from swiftlike.train.outputs import read_log
 TINY = "tiny-random/qwen2_5"
 KEY = "test-key"
 PLUGIN = '''
-from swiftlike.rl.rewards import register_reward
+from swiftlike.rl.rewards.functions import register_reward
 
 @register_reward("text_length")
 def text_length(completions, **kwargs):
@@ -70,8 +70,8 @@ def api(port: int):
 
 def remote_engine(port: int, transport: str = "http", bucket_mb: int = 512):
     from swiftlike.model import load_tokenizer, resolve_model
-    from swiftlike.rollout.client import RemoteEngine, ServerClient
-    from swiftlike.rollout.transport import make_transport
+    from swiftlike.rollout.client.remote_engine import RemoteEngine, ServerClient
+    from swiftlike.rollout.client.transport import make_transport
     from swiftlike.template import get_template
     resolved = resolve_model(TINY)
     template = get_template(resolved.meta.template, load_tokenizer(resolved))
@@ -236,7 +236,7 @@ def test_lora_only_sync_restores_the_base_over_a_fully_synced_server(server, tmp
     adapter then scores on the server exactly as base+adapter does in the trainer."""
     from swiftlike.infer.protocol import InferRequest, RequestConfig
     from swiftlike.train.engine_weights import engine_weights
-    from swiftlike.rollout.fingerprint import WeightsFingerprint
+    from swiftlike.rollout.wire.fingerprint import WeightsFingerprint
     leave_fully_synced(server)
     model = lora_model()
     base = WeightsFingerprint.of(engine_weights(model, merged=False), "float32")
@@ -262,7 +262,7 @@ def test_lora_only_sync_restores_the_base_over_a_fully_synced_server(server, tmp
 
 def test_lora_only_sync_to_a_server_of_another_model_stops_with_what_to_do(server):
     from swiftlike.train.engine_weights import engine_weights
-    from swiftlike.rollout.client import RolloutServerError
+    from swiftlike.rollout.client.remote_engine import RolloutServerError
     model = lora_model("tiny-random/llama3")
     before = api(server).get("/info").json()
     engine = remote_engine(server)

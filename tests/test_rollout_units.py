@@ -8,16 +8,15 @@ import torch
 from safetensors.torch import save, save_file
 
 from swiftlike.arguments import RlhfArguments
-from swiftlike.arguments.generation_schedule import (min_async_staleness, prefetch_depth, prefetch_lag, steps_left,
-                                                    trained_steps)
 from swiftlike.infer import openai_api
-from swiftlike.rl.async_rollout import (EpochLoader, GenerationRows, LookaheadBatches, Prefetch, replace_groups,
-                                        stale_groups)
-from swiftlike.rl.grpo_trainer import RepeatSampler
-from swiftlike.rl.rollout import Rollout
-from swiftlike.rollout.client import RolloutServerError, ServerClient
-from swiftlike.rollout.transport import buckets
-from swiftlike.rollout.weights import WeightStager, WeightUpdateError, read_header
+from swiftlike.rl.core.staleness import (min_async_staleness, prefetch_depth, prefetch_lag, stale_groups, steps_left,
+                                         trained_steps)
+from swiftlike.rl.online.prefetch import EpochLoader, GenerationRows, LookaheadBatches, Prefetch, replace_groups
+from swiftlike.rl.online.grpo_trainer import RepeatSampler
+from swiftlike.rl.online.rollout_worker import Rollout
+from swiftlike.rollout.client.remote_engine import RolloutServerError, ServerClient
+from swiftlike.rollout.client.transport import buckets
+from swiftlike.rollout.wire.buckets import WeightStager, WeightUpdateError, read_header
 
 SHAPES = {"a.weight": (2, 3), "b.weight": (4,)}
 
@@ -277,7 +276,7 @@ def test_fingerprint_definition_by_hand():
 
     import numpy as np
 
-    from swiftlike.rollout.fingerprint import sample_indices, tensor_digest
+    from swiftlike.rollout.wire.fingerprint import sample_indices, tensor_digest
     assert sample_indices(10, samples=4).tolist() == [0, 3, 6, 9]  # evenly spaced, first and last included
     assert sample_indices(3, samples=4).tolist() == [0, 1, 2]  # a small tensor: every value
     by_hand = hashlib.sha256(b"w" + b"[2, 1]" + np.array([1.5, -2.0], "<f4").tobytes()).hexdigest()
@@ -287,7 +286,7 @@ def test_fingerprint_definition_by_hand():
 
 
 def test_fingerprint_is_stable_and_sees_values_shapes_but_not_lm_head():
-    from swiftlike.rollout.fingerprint import SAMPLES_PER_TENSOR, WeightsFingerprint
+    from swiftlike.rollout.wire.fingerprint import SAMPLES_PER_TENSOR, WeightsFingerprint
     torch.manual_seed(0)
     weights = {"a.weight": torch.randn(64, 64), "b.bias": torch.randn(7)}
     base = WeightsFingerprint.of(weights.items(), "float32")
@@ -306,7 +305,7 @@ def test_fingerprint_is_stable_and_sees_values_shapes_but_not_lm_head():
 
 
 def test_fingerprint_compares_in_the_serving_dtype():
-    from swiftlike.rollout.fingerprint import WeightsFingerprint
+    from swiftlike.rollout.wire.fingerprint import WeightsFingerprint
     torch.manual_seed(0)
     fp32 = {"w": torch.randn(100)}
     bf16 = {"w": fp32["w"].to(torch.bfloat16)}
@@ -319,7 +318,7 @@ def test_fingerprint_compares_in_the_serving_dtype():
 
 
 def test_fingerprint_after_a_partial_update_describes_all_loaded_weights():
-    from swiftlike.rollout.fingerprint import WeightsFingerprint
+    from swiftlike.rollout.wire.fingerprint import WeightsFingerprint
     weights = {"a": torch.zeros(3), "b": torch.ones(4)}
     loaded = WeightsFingerprint.of(weights.items(), "float32")
     after = loaded.updated([("b", torch.full((4,), 2.0))], "float32")
@@ -334,7 +333,7 @@ def test_checkpoint_and_peft_trainer_fingerprints_agree():
 
     from swiftlike.model import load_model, resolve_model
     from swiftlike.train.engine_weights import engine_weights
-    from swiftlike.rollout.fingerprint import WeightsFingerprint, checkpoint_fingerprint
+    from swiftlike.rollout.wire.fingerprint import WeightsFingerprint, checkpoint_fingerprint
     resolved = resolve_model("tiny-random/qwen2_5")
     server = checkpoint_fingerprint(resolved.model_dir, "bfloat16")
     model = get_peft_model(load_model(resolved, "float32", "cpu"), LoraConfig(r=4, target_modules="all-linear",
@@ -345,7 +344,7 @@ def test_checkpoint_and_peft_trainer_fingerprints_agree():
 
 
 def test_stager_checks_delta_entries_against_the_served_shapes():
-    from swiftlike.rollout.delta import SUFFIXES
+    from swiftlike.rollout.wire.delta import SUFFIXES
     stager = WeightStager(SHAPES)
     full = stager.begin()
     with pytest.raises(WeightUpdateError, match="unknown tensor"):  # delta names mean nothing in a full update

@@ -11,7 +11,7 @@ from typing import Literal
 from ..utils import get_logger
 from ..utils.errors import NotBuiltError
 from .base import arg
-from .generation_schedule import min_async_staleness
+from ..rl.core.staleness import min_async_staleness
 from .infer_args import SamplingArguments, VllmArguments
 from .train_args import TrainArguments
 

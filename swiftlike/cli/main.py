@@ -5,7 +5,7 @@ import importlib
 import sys
 
 from ..utils.errors import NotBuiltError
-from ..version import __version__
+from ..utils.version import __version__
 
 # command -> (module:function, status). Commands without a module are not built yet.
 COMMANDS: dict[str, tuple[str | None, str]] = {

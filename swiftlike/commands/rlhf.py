@@ -6,9 +6,9 @@ import sys
 
 from ..arguments.ray_args import RayJob, load_ray_job, uses_ray
 from ..arguments.rlhf_args import RlhfArguments
-from ..rl.gkd import train_gkd
-from ..rl.grpo import train_grpo
-from ..rl.preference import train_preference
+from ..rl.online.gkd_recipe import train_gkd
+from ..rl.online.grpo_recipe import train_grpo
+from ..rl.preference.recipe import train_preference
 from ..train.sft import TrainResult
 from .train import run_training
 

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from ..arguments.rollout_args import RolloutServerArguments
 from ..infer.engine import build_engine
-from ..rollout.app import create_app
-from ..rollout.service import RolloutService
+from ..rollout.server.app import create_app
+from ..rollout.server.service import RolloutService
 from ..utils import get_logger
 from . import arguments_of
 

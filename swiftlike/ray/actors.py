@@ -58,9 +58,9 @@ class TrainWorker:
         os.environ.update(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(local_rank),
                           LOCAL_WORLD_SIZE="1" if one_device_each else str(world_size), MASTER_ADDR=master[0],
                           MASTER_PORT=str(master[1]))
-        from ..rl.gkd import train_gkd
-        from ..rl.grpo import train_grpo
-        from ..rl.preference import train_preference
+        from ..rl.online.gkd_recipe import train_gkd
+        from ..rl.online.grpo_recipe import train_grpo
+        from ..rl.preference.recipe import train_preference
         return {"grpo": train_grpo, "gkd": train_gkd}.get(args.rlhf_type, train_preference)(args)
 
 
@@ -79,8 +79,8 @@ class RolloutReplica:
         import dataclasses
 
         from ..infer.engine import build_engine
-        from ..rollout.app import create_app
-        from ..rollout.service import RolloutService
+        from ..rollout.server.app import create_app
+        from ..rollout.server.service import RolloutService
         import uvicorn
         pin_to(cores)
         if not args.api_key:

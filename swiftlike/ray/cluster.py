@@ -128,7 +128,7 @@ def _worker_setup(driver_cwd: str, plugins: list[str]) -> None:
         logger.warning("the driver's working directory %s is not on this node; relative paths in the job resolve "
                        "against %s", driver_cwd, os.getcwd())
     if plugins:
-        from ..rl.plugins import load_external_plugins
+        from ..rl.rewards.plugins import load_external_plugins
         load_external_plugins(plugins)
 
 

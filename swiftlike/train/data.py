@@ -15,7 +15,7 @@ import json
 from dataclasses import dataclass
 
 from ..template.base import IGNORE_INDEX, Template
-from ..version import __version__
+from ..utils.version import __version__
 
 
 @dataclass

@@ -24,8 +24,8 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache
 
-from .rollout import Rollout
-from .sampling import SampledLogps, selected_logps
+from .rollout_worker import Rollout
+from ..core.sampling import SampledLogps, selected_logps
 
 
 def tensorize(part: list[Rollout], pad_id: int, overlong_filter: bool = False) -> dict:

@@ -11,15 +11,15 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from ..arguments.rlhf_args import RlhfArguments
-from ..model import ResolvedModel, default_device, load_tokenizer, pick_dtype, resolve_model
-from ..template import get_template
-from ..train.outputs import PLOTTED, JsonlLog, save_args
-from ..train.run_setup import checkpoint_args_writer, load_train_val_rows, shared_run_dir, training_arguments
-from ..train.sft import TrainResult
-from ..utils import get_logger
-from ..utils.checkpoint import latest_checkpoint
-from .preference_data import PreferenceEncoder, encode_kto, encode_pairs, with_kl_completions
+from ...arguments.rlhf_args import RlhfArguments
+from ...model import ResolvedModel, default_device, load_tokenizer, pick_dtype, resolve_model
+from ...template import get_template
+from ...train.outputs import PLOTTED, JsonlLog, save_args
+from ...train.run_setup import checkpoint_args_writer, load_train_val_rows, shared_run_dir, training_arguments
+from ...train.sft import TrainResult
+from ...utils import get_logger
+from ...utils.checkpoint import latest_checkpoint
+from .data import PreferenceEncoder, encode_kto, encode_pairs, with_kl_completions
 
 logger = get_logger("swiftlike.rl")
 
@@ -39,7 +39,7 @@ def _trainer_classes():
         from trl.experimental.cpo import CPOConfig, CPOTrainer
         from trl.experimental.orpo import ORPOConfig, ORPOTrainer
 
-    from ..train.trainer import AtomicCheckpoints
+    from ...train.trainer import AtomicCheckpoints
 
     class DpoTrainer(AtomicCheckpoints, DPOTrainer):
         def _prepare_dataset(self, dataset, processing_class, args, dataset_name):
@@ -165,8 +165,8 @@ def encode(args: RlhfArguments, rows: list[dict], encoder: PreferenceEncoder, la
 def train_preference(args: RlhfArguments) -> TrainResult:
     from transformers import set_seed
 
-    from ..train.trainer import RunLogCallback
-    from ..train.tuner import lora_config, load_base_model, parameter_summary, prepare_model
+    from ...train.trainer import RunLogCallback
+    from ...train.tuner import lora_config, load_base_model, parameter_summary, prepare_model
 
     start = time.time()
     set_seed(args.seed)

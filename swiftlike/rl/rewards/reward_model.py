@@ -15,8 +15,8 @@ from typing import Any
 
 import torch
 
-from ..model import ResolvedModel, default_device, load_tokenizer, pick_dtype
-from ..template import get_template
+from ...model import ResolvedModel, default_device, load_tokenizer, pick_dtype
+from ...template import get_template
 
 
 class RewardModel:
@@ -65,7 +65,7 @@ class RewardModel:
 
 def load_reward_models(names: Sequence[str], use_hf: bool = False, torch_dtype: str = "auto") -> dict[str, RewardModel]:
     """`--reward_model` entries -> {column name: RewardModel}, resolved like --model."""
-    from ..model import resolve_model
+    from ...model import resolve_model
     models: dict[str, RewardModel] = {}
     for name in names:
         path = Path(name).expanduser()

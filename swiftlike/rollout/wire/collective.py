@@ -16,7 +16,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import torch
 
-from .weights import BUCKET_DTYPES, WeightStager, WeightUpdateError
+from .buckets import BUCKET_DTYPES, WeightStager, WeightUpdateError
 
 GROUP_TIMEOUT = datetime.timedelta(minutes=10)
 

@@ -4,15 +4,15 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from ..arguments.rlhf_args import RlhfArguments
-from ..model import default_device, load_tokenizer, resolve_model
-from ..template import get_template
-from ..utils.checkpoint import latest_checkpoint
-from ..train.data import EncodeStats, ListDataset
-from ..train.outputs import JsonlLog, save_args
-from ..train.run_setup import checkpoint_args_writer, load_train_val_rows, shared_run_dir, training_arguments
-from ..train.sft import TrainResult
-from ..utils import get_logger
+from ...arguments.rlhf_args import RlhfArguments
+from ...model import default_device, load_tokenizer, resolve_model
+from ...template import get_template
+from ...utils.checkpoint import latest_checkpoint
+from ...train.data import EncodeStats, ListDataset
+from ...train.outputs import JsonlLog, save_args
+from ...train.run_setup import checkpoint_args_writer, load_train_val_rows, shared_run_dir, training_arguments
+from ...train.sft import TrainResult
+from ...utils import get_logger
 
 logger = get_logger("swiftlike.rl")
 
@@ -35,14 +35,14 @@ def _prompt_rows(rows: list[dict]) -> list[dict]:
 def train_grpo(args: RlhfArguments) -> TrainResult:
     from transformers import set_seed
 
-    from ..train.trainer import RunLogCallback
-    from ..train.tuner import parameter_summary
+    from ...train.trainer import RunLogCallback
+    from ...train.tuner import parameter_summary
     from .grpo_trainer import GRPO_PLOTTED, GrpoTrainer, make_ref_model
-    from .rollout_trainer import load_policy, release_policy
-    from .plugins import load_external_plugins
-    from .reward_model import load_reward_models
-    from .rewards import build_reward_funcs
-    from .rollout import RolloutWorker
+    from .online_trainer import load_policy, release_policy
+    from ..rewards.plugins import load_external_plugins
+    from ..rewards.reward_model import load_reward_models
+    from ..rewards.functions import build_reward_funcs
+    from .rollout_worker import RolloutWorker
 
     start = time.time()
     set_seed(args.seed)

@@ -37,8 +37,8 @@ from typing import Any
 
 import torch
 
-from ..utils import get_logger
-from ..utils.registry import Registry
+from ...utils import get_logger
+from ...utils.registry import Registry
 
 logger = get_logger("swiftlike.rl")
 

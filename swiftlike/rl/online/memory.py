@@ -11,7 +11,7 @@ import contextlib
 
 import torch
 
-from ..utils import get_logger
+from ...utils import get_logger
 
 logger = get_logger("swiftlike.rl")
 

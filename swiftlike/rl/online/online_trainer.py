@@ -6,17 +6,17 @@ from collections import defaultdict
 
 import torch
 
-from ..train.guard import NonFiniteGuard
-from ..train.trainer import SwiftlikeTrainer
+from ...train.guard import NonFiniteGuard
+from ...train.trainer import SwiftlikeTrainer
 from .distributed import reduce_metrics
 
 
 def load_policy(args, resolved, device: str):
     """The model GRPO or GKD trains, on the --train_backend it names (RlhfArguments)."""
     if args.train_backend == "megatron":
-        from ..train.megatron import load_megatron_model
+        from ...train.megatron import load_megatron_model
         return load_megatron_model(args, resolved, device)
-    from ..train.tuner import prepare_model
+    from ...train.tuner import prepare_model
     return prepare_model(args, resolved, device)
 
 
@@ -24,9 +24,9 @@ def release_policy(model) -> None:
     """Undo what `load_policy` set up for the whole process, at the end of the run however it ends: on the Megatron
     backend its parallel groups (megatron's process-wide registry) and the process group it started, so a second
     run in the same process (the Python API) sets up its own."""
-    from ..train.megatron.model import MegatronCausalLM
+    from ...train.megatron.model import MegatronCausalLM
     if isinstance(model, MegatronCausalLM):
-        from ..train.megatron import destroy_parallel
+        from ...train.megatron import destroy_parallel
         destroy_parallel()
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from .weights import TORCH_DTYPE_NAMES, pack
+from ..wire.buckets import TORCH_DTYPE_NAMES, pack
 
 
 def cast(named_tensors: Iterable[tuple[str, torch.Tensor]], dtype: str) -> Iterator[tuple[str, torch.Tensor]]:
@@ -150,7 +150,7 @@ class CollectiveTransport(HttpTransport):
         self._sender = None
 
     def send(self, clients, update_ids: list[str], tensors: dict[str, torch.Tensor]) -> None:
-        from .collective import CollectiveSender
+        from ..wire.collective import CollectiveSender
         if self._sender is None:
             self._sender = CollectiveSender(clients, self.backend)
         self._sender.send(clients, update_ids, tensors)

@@ -26,19 +26,19 @@ from pathlib import Path
 import torch
 from torch.utils.data import DataLoader, Sampler
 
-from ..train.outputs import PLOTTED
-from ..utils import get_logger
-from .advantages import group_advantages, groups_with_signal, select_groups
-from ..arguments.generation_schedule import prefetch_depth, steps_left
-from .async_rollout import EpochLoader, GenerationRows, LookaheadBatches, Prefetch, replace_groups, stale_groups
-from .correction import mismatch_metrics, off_policy_sequence_mask, rollout_is_weights
+from ...train.outputs import PLOTTED
+from ...utils import get_logger
+from ..core.advantages import group_advantages, groups_with_signal, select_groups
+from ..core.staleness import prefetch_depth, stale_groups, steps_left
+from .prefetch import EpochLoader, GenerationRows, LookaheadBatches, Prefetch, replace_groups
+from ..core.correction import mismatch_metrics, off_policy_sequence_mask, rollout_is_weights
 from .distributed import concat_across_processes, sum_across_processes
 from .grpo_batch import completion_logps, tensorize
-from .losses import policy_loss
-from .rewards import combine_rewards
-from .rollout import Rollout, RolloutWorker
-from .rollout_trainer import RolloutTrainer, disable_dropout
-from .sampling import SampledLogps
+from ..core.losses import policy_loss
+from ..rewards.functions import combine_rewards
+from .rollout_worker import Rollout, RolloutWorker
+from .online_trainer import RolloutTrainer, disable_dropout
+from ..core.sampling import SampledLogps
 
 logger = get_logger("swiftlike.rl")
 # The trainer's spans in timeline.jsonl besides "sync" and "learn" (a training step's forward and backward, its
@@ -477,7 +477,7 @@ def make_ref_model(model, beta: float, tuner_type: str):
     """A frozen copy for full training with beta > 0; LoRA uses the base with adapters disabled."""
     if beta == 0 or tuner_type == "lora":
         return None
-    from ..train.megatron.model import MegatronCausalLM
+    from ...train.megatron.model import MegatronCausalLM
     if isinstance(model, MegatronCausalLM):  # its layers hold process groups, which do not copy: load it again
         ref = MegatronCausalLM(model.model_dir, params_dtype=model.params_dtype).to(model.device).eval()
     else:

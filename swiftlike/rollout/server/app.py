@@ -35,11 +35,11 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..infer import openai_api
-from ..infer.protocol import InferRequest, RequestConfig
-from ..utils import get_logger
+from ...infer import openai_api
+from ...infer.protocol import InferRequest, RequestConfig
+from ...utils import get_logger
 from .service import JSON_BODY_LIMIT, RequestTooLarge, RolloutService, StaleDeltaBase
-from .weights import WeightUpdateError
+from ..wire.buckets import WeightUpdateError
 
 logger = get_logger("swiftlike.rollout")
 
@@ -284,7 +284,7 @@ def _adapter_for(service: RolloutService, body: dict) -> str | None:
 
 def _write_adapter(path: Path, data: bytes) -> Path:
     """An adapter sent as safetensors bytes carries its adapter_config.json in the safetensors metadata."""
-    from .weights import read_header
+    from ..wire.buckets import read_header
     read_header(data)
     size = int.from_bytes(data[:8], "little")
     metadata = json.loads(data[8:8 + size]).get("__metadata__") or {}

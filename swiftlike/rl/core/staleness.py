@@ -54,3 +54,15 @@ def steps_left(micro_step: int, micro_steps: int, accumulation: int) -> int:
     `micro_step` of the epoch (0 when this step is its last)."""
     first = micro_step - micro_step % micro_steps
     return trained_steps(first, micro_steps, accumulation)[1] - micro_step // accumulation
+
+
+def stale_groups(versions: list[int | None], current: int, max_staleness: int, group_size: int) -> list[int]:
+    """Indices of the groups (consecutive `group_size` samples) holding a sample whose policy version (its oldest
+    token's) is more than `max_staleness` steps behind `current`. A group goes as a whole: its advantages are
+    computed over all its samples. None (a sample of the current policy) is never stale."""
+    stale = []
+    for g in range(len(versions) // group_size):
+        group = versions[g * group_size:(g + 1) * group_size]
+        if any(v is not None and current - v > max_staleness for v in group):
+            stale.append(g)
+    return stale

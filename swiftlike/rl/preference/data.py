@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
-from ..template.base import IGNORE_INDEX, Template
-from ..train.data import EncodeStats
+from ...template.base import IGNORE_INDEX, Template
+from ...train.data import EncodeStats
 
 
 def _common_prefix(a: list[int], b: list[int]) -> int:

@@ -25,13 +25,13 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from ..arguments.rollout_args import RolloutServerArguments
-from ..infer.protocol import InferRequest, RequestConfig
-from ..utils import get_logger
-from .delta import DeltaError, SyncedWeights
-from .fingerprint import checkpoint_fingerprint
+from ...arguments.rollout_args import RolloutServerArguments
+from ...infer.protocol import InferRequest, RequestConfig
+from ...utils import get_logger
+from ..wire.delta import DeltaError, SyncedWeights
+from ..wire.fingerprint import checkpoint_fingerprint
 from .partial import UpdateGate, generate_resumable, resumable
-from .weights import WeightStager, WeightUpdateError, checkpoint_shapes
+from ..wire.buckets import WeightStager, WeightUpdateError, checkpoint_shapes
 
 logger = get_logger("swiftlike.rollout")
 
@@ -93,7 +93,7 @@ class RolloutService:
         import torch
         import vllm
 
-        from ..version import __version__
+        from ...utils.version import __version__
         return {"model": self.engine.model_name, "model_dir": str(self.engine.model_dir),
                 "dtype": self.dtype, "policy_version": self.version, "adapters": sorted(self.engine.adapters),
                 "samples_generated": self.samples_generated,
@@ -204,7 +204,7 @@ class RolloutService:
 
     def collective(self):
         if self._collective is None:
-            from .collective import CollectiveReceiver
+            from ..wire.collective import CollectiveReceiver
             self._collective = CollectiveReceiver(self.stager)
         return self._collective
 

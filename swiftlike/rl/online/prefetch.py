@@ -4,10 +4,10 @@ rule that keeps any sample more than `--max_staleness` optimizer steps old out o
 The dataloader hands each generation batch together with the rows of the next `depth` distinct batches
 (`LookaheadBatches`); the trainer keeps that many generating on the rollout servers (`Prefetch`), so
 generation runs continuously beside training into a buffer of at most `depth` batches, and weight syncs
-do not wait for it (the servers continue a request under new weights, rollout/partial.py). `depth` is the
+do not wait for it (the servers continue a request under new weights, rollout/server/partial.py). `depth` is the
 most batches ahead whose samples are still within the bound at the last step that trains on them
-(arguments/generation_schedule.py), so a prefetched batch normally arrives within it. A batch taken from
-the buffer is filtered by `stale_groups` against what is left of the bound after its remaining steps: a
+(rl/core/staleness.py), so a prefetched batch normally arrives within it. A batch taken from
+the buffer is filtered by `rl.core.staleness.stale_groups` against what is left of the bound after its remaining steps: a
 group that would be too old by its last use (a request that waited long on a busy server) is dropped and
 generated again with the current weights (`replace_groups`), so the batch stays full.
 """
@@ -18,18 +18,6 @@ from collections.abc import Callable
 from concurrent.futures import Future
 
 from torch.utils.data import DataLoader, Sampler
-
-
-def stale_groups(versions: list[int | None], current: int, max_staleness: int, group_size: int) -> list[int]:
-    """Indices of the groups (consecutive `group_size` samples) holding a sample whose policy version (its oldest
-    token's) is more than `max_staleness` steps behind `current`. A group goes as a whole: its advantages are
-    computed over all its samples. None (a sample of the current policy) is never stale."""
-    stale = []
-    for g in range(len(versions) // group_size):
-        group = versions[g * group_size:(g + 1) * group_size]
-        if any(v is not None and current - v > max_staleness for v in group):
-            stale.append(g)
-    return stale
 
 
 def replace_groups(rollouts: list, stale: list[int], group_size: int, generate: Callable[[list[dict]], list]) -> list:

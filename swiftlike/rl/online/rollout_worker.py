@@ -23,9 +23,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..infer.protocol import InferRequest, RequestConfig
-from ..train.engine_weights import engine_weights
-from ..utils import get_logger
+from ...infer.protocol import InferRequest, RequestConfig
+from ...train.engine_weights import engine_weights
+from ...utils import get_logger
 from .distributed import barrier, process_rank, server_shares
 from .memory import ColocateMemory
 
@@ -88,7 +88,7 @@ class RolloutWorker:
             self.shares_servers = len(addresses) < world
             self.engine = _remote_engine(args, template, [addresses[i] for i in mine])
         elif args.use_vllm:
-            from ..infer.engine import EngineSpec, build_engine
+            from ...infer.engine import EngineSpec, build_engine
             opts = args.vllm_options()
             opts.max_model_len = args.vllm_max_model_len or (args.max_length or 1024) + args.max_completion_length
             opts.tensor_parallel_size = self.memory.tensor_parallel_size
@@ -97,7 +97,7 @@ class RolloutWorker:
             spec = EngineSpec("vllm", torch_dtype=args.torch_dtype, logprobs_mode="processed_logprobs", options=opts)
             self.engine = build_engine(spec, resolved=resolved, template=template)
         else:
-            from ..infer.engine import EngineSpec, build_engine
+            from ...infer.engine import EngineSpec, build_engine
             # The training model itself: its weights are the policy's at every step, so no sync is needed.
             # Processed log-probs (after temperature / top-k / top-p), as vLLM reports them to the trainer.
             spec = EngineSpec("pt", max_batch_size=64, logprobs_mode="processed_logprobs")
@@ -164,7 +164,7 @@ class RolloutWorker:
     def sync(self, model, step: int) -> dict[str, float]:
         """Push the trainer's weights, those of optimizer step `step`; returns sync/bytes (sent by this process),
         sync/seconds and, with delta sync, sync/delta_density (changed elements / all; 1 for a full sync)."""
-        from ..rollout.delta import SyncStats
+        from ...rollout.wire.delta import SyncStats
         if not self.needs_sync:
             return {}
         start = time.time()
@@ -184,8 +184,8 @@ class RolloutWorker:
         """The adapter (LoRA-only sync) or the merged weights to this process's engine; returns its SyncStats."""
         import torch
 
-        from ..rollout.delta import SyncStats
-        from ..rollout.transport import TORCH_DTYPE_NAMES
+        from ...rollout.wire.delta import SyncStats
+        from ...rollout.client.transport import TORCH_DTYPE_NAMES
         if self.lora_sync:
             if self.args.vllm_mode == "server":  # a server may still hold an earlier run's full weights
                 self.engine.ensure_base_weights(lambda: engine_weights(model, merged=False), self.args.model)
@@ -248,8 +248,8 @@ def push_delta_in_process(engine, synced, tensors):
     there is no engine tensor to patch in place (rollout/delta.py). The engine is not touched when nothing
     changed in its dtype; else it reloads every tensor, so sync/bytes is the whole model: delta sync saves
     bytes on a wire, in server mode."""
-    from ..rollout.delta import SyncedWeights, SyncStats, nbytes
-    from ..rollout.transport import cast
+    from ...rollout.wire.delta import SyncedWeights, SyncStats, nbytes
+    from ...rollout.client.transport import cast
     stats = SyncStats()
     if synced is None:
         synced = SyncedWeights.copy_of(cast(tensors, engine.dtype))
@@ -264,8 +264,8 @@ def push_delta_in_process(engine, synced, tensors):
 
 
 def _remote_engine(args, template, addresses: list[tuple[str, int]]):
-    from ..rollout.client import RemoteEngine, ServerClient
-    from ..rollout.transport import make_transport
+    from ...rollout.client.remote_engine import RemoteEngine, ServerClient
+    from ...rollout.client.transport import make_transport
     clients = [ServerClient(host, port, args.vllm_server_timeout, args.vllm_server_api_key)
                for host, port in addresses]
     transport = make_transport(args.weight_transport, args.weight_bucket_mb, args.weight_sync_path)

@@ -12,13 +12,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 import requests
 
-from ..infer.engine.base import InferEngine
-from ..infer.protocol import (Choice, InferRequest, InferResponse, RequestConfig, StreamDelta, TokenLogprob,
-                              Usage)
-from ..template import Template
-from ..utils import get_logger
-from .delta import SyncedWeights, SyncStats
-from .fingerprint import WeightsFingerprint
+from ...infer.engine.base import InferEngine
+from ...infer.protocol import Choice, InferRequest, InferResponse, RequestConfig, StreamDelta, TokenLogprob, Usage
+from ...template import Template
+from ...utils import get_logger
+from ..wire.delta import SyncedWeights, SyncStats
+from ..wire.fingerprint import WeightsFingerprint
 
 logger = get_logger("swiftlike.rollout")
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..utils import get_logger
+from ...utils import get_logger
 
 logger = get_logger("swiftlike.rl")
 

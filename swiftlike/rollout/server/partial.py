@@ -21,8 +21,8 @@ import asyncio
 import dataclasses
 from collections.abc import Awaitable, Callable
 
-from ..infer.engine.base import InferEngine
-from ..infer.protocol import Choice, InferRequest, InferResponse, RequestConfig, TokenLogprob, Usage
+from ...infer.engine.base import InferEngine
+from ...infer.protocol import Choice, InferRequest, InferResponse, RequestConfig, TokenLogprob, Usage
 
 
 def resumable(config: RequestConfig) -> bool:

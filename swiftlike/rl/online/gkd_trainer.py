@@ -16,11 +16,11 @@ import random
 import time
 import torch
 
-from ..train.outputs import PLOTTED
-from .distill import generalized_jsd, topk_generalized_jsd
-from .rollout import RolloutWorker
+from ...train.outputs import PLOTTED
+from ..core.distill import generalized_jsd, topk_generalized_jsd
+from .rollout_worker import RolloutWorker
 from .distributed import reduce_metrics
-from .rollout_trainer import RolloutTrainer
+from .online_trainer import RolloutTrainer
 from .teacher import PackedSequences, TeacherOutput, completion_logits
 
 # The curves a GKD run draws into images/.

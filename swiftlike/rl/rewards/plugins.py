@@ -2,7 +2,7 @@
 
 A plugin file is ordinary Python; at import time it calls
 
-    from swiftlike.rl.rewards import register_reward
+    from swiftlike.rl.rewards.functions import register_reward
 
     @register_reward("my_reward")
     def my_reward(completions, solution, **kwargs):
@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 
-from .rewards import REWARD_REGISTRY
+from .functions import REWARD_REGISTRY
 
 # resolved path -> imported module; a file named twice (or loaded again in the same process) is imported once.
 _LOADED: dict[Path, ModuleType] = {}

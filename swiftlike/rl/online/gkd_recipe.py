@@ -4,16 +4,16 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from ..arguments.rlhf_args import RlhfArguments
-from ..model import default_device, load_tokenizer, pick_dtype, resolve_model
-from ..template import get_template
-from ..train.data import EncodeStats, ListDataset
-from ..train.outputs import JsonlLog, save_args
-from ..train.run_setup import checkpoint_args_writer, load_train_val_rows, shared_run_dir, training_arguments
-from ..train.sft import TrainResult
-from ..utils import get_logger
-from ..utils.checkpoint import latest_checkpoint
-from .preference_data import PreferenceEncoder
+from ...arguments.rlhf_args import RlhfArguments
+from ...model import default_device, load_tokenizer, pick_dtype, resolve_model
+from ...template import get_template
+from ...train.data import EncodeStats, ListDataset
+from ...train.outputs import JsonlLog, save_args
+from ...train.run_setup import checkpoint_args_writer, load_train_val_rows, shared_run_dir, training_arguments
+from ...train.sft import TrainResult
+from ...utils import get_logger
+from ...utils.checkpoint import latest_checkpoint
+from ..preference.data import PreferenceEncoder
 
 logger = get_logger("swiftlike.rl")
 
@@ -109,11 +109,11 @@ def build_teacher(args: RlhfArguments, resolved, tokenizer, student, device: str
 def train_gkd(args: RlhfArguments) -> TrainResult:
     from transformers import set_seed
 
-    from ..train.trainer import RunLogCallback
-    from ..train.tuner import parameter_summary
+    from ...train.trainer import RunLogCallback
+    from ...train.tuner import parameter_summary
     from .gkd_trainer import GKD_PLOTTED, GkdTrainer
-    from .rollout import RolloutWorker
-    from .rollout_trainer import load_policy, release_policy
+    from .rollout_worker import RolloutWorker
+    from .online_trainer import load_policy, release_policy
 
     start = time.time()
     set_seed(args.seed)

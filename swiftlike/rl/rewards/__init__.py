@@ -1,0 +1,10 @@
+"""Rewards for the online trainers.
+
+functions: the built-in reward functions by --reward_funcs name (accuracy, format, cosine, repetition,
+    soft_overlong...) and how several combine under --reward_weights.
+plugins: --external_plugins files that register more reward functions.
+reward_model: --reward_model checkpoints scored as rewards.
+"""
+from .functions import REWARD_REGISTRY, build_reward_funcs, combine_rewards, register_reward
+
+__all__ = ["REWARD_REGISTRY", "build_reward_funcs", "combine_rewards", "register_reward"]

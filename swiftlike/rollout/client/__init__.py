@@ -1,0 +1,1 @@
+"""The trainer side of rollout servers: see swiftlike/rollout/__init__.py."""

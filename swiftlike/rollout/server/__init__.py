@@ -1,0 +1,1 @@
+"""The `swiftlike rollout` server: see swiftlike/rollout/__init__.py."""
