@@ -161,7 +161,13 @@ class VllmEngine(InferEngine):
         self._adapters[name] = LoRARequest(name, next(self._lora_ids), path)
 
     def update_weights(self, named_tensors: Iterable[tuple[str, object]]) -> None:
-        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": list(named_tensors)})
+        """Floating tensors are cast to the engine's dtype first, as a checkpoint in that dtype would hold them:
+        vLLM keeps some tensors wider than the model dtype (on AMX CPUs the linear biases of a bf16 model are
+        float32 for the sgl kernel), and a float32 push would give them values a bf16 checkpoint or a delta
+        sync in the engine's dtype never has."""
+        dtype = self.llm.llm_engine.model_config.dtype
+        weights = [(name, t.to(dtype) if t.is_floating_point() else t) for name, t in named_tensors]
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
         self.llm.collective_rpc(_refresh_tied_lm_head)
         self.reset_prefix_cache()
 
