@@ -10,3 +10,36 @@ def test_docs_tables_match_registries():
     r = subprocess.run([sys.executable, str(ROOT / "scripts" / "gen_docs_tables.py"), "--check"],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def missing_modules(package: Path, doc: str) -> list[str]:
+    """Module names a package docstring mentions that the package does not have: the `name:` (or
+    `name / name:`) keys that open a line after the summary line or follow a `;`, and every `something.py` it
+    names (looked up in the package, then from swiftlike/)."""
+    import re
+    names = set()
+    body = doc.partition("\n")[2]
+    for key in re.findall(r"(?:^|;)\s*([a-z_]\w*(?:\s*/\s*\w+)*):", body, flags=re.M):
+        names.update(part.strip() for part in key.split("/"))
+    missing = [n for n in sorted(names) if not (package / f"{n}.py").exists() and not (package / n).is_dir()]
+    for path in re.findall(r"([\w/]+\.py)\b", doc):
+        if not (package / path).exists() and not (ROOT / "swiftlike" / path).exists() and not (ROOT / path).exists():
+            missing.append(path)
+    return missing
+
+
+def test_every_module_a_package_docstring_names_exists():
+    import ast
+    wrong = {}
+    for init in (ROOT / "swiftlike").rglob("__init__.py"):
+        doc = ast.get_docstring(ast.parse(init.read_text(encoding="utf-8"))) or ""
+        missing = missing_modules(init.parent, doc)
+        if missing:
+            wrong[str(init.relative_to(ROOT))] = missing
+    assert not wrong, f"package docstrings naming modules that do not exist: {wrong}"
+
+
+def test_the_docstring_check_sees_a_missing_module():
+    rl = ROOT / "swiftlike" / "rl" / "online"
+    assert missing_modules(rl, "Online.\ngrpo_trainer / grpo_batch: the step") == []
+    assert missing_modules(rl, "Online.\nmemory: sleep; rollout: the worker\nserver.py holds it") == ["rollout", "server.py"]

@@ -13,7 +13,7 @@ COMMANDS: dict[str, tuple[str | None, str]] = {
     "pt": ("swiftlike.commands.train:pt_main", "pre-training on plain text"),
     "sft": ("swiftlike.commands.train:sft_main", "supervised fine-tuning, full or LoRA"),
     "rlhf": ("swiftlike.commands.rlhf:rlhf_main", "preference training (DPO, KTO, CPO, SimPO, ORPO, reward "
-             "models) and GRPO"),
+             "models), the GRPO family and GKD"),
     "megatron": ("swiftlike.commands.megatron:megatron_main", "`megatron rlhf`: GRPO / GKD on the megatron-core "
                  "backend, under Megatron-LM's argument names"),
     "rollout": ("swiftlike.commands.rollout:rollout_main", "vLLM rollout server for server-mode RL"),
