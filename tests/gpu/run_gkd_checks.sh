@@ -15,8 +15,8 @@
 #   MODELS="tiny-random/qwen2_5" RUNS="lora-self" tests/gpu/run_gkd_checks.sh
 set -u
 
-# shellcheck source=tests/gpu/require_gpu.sh
-source "$(dirname "$0")/require_gpu.sh"
+# shellcheck source=tests/gpu/checks.sh
+source "$(dirname "$0")/checks.sh"
 
 PYTHON=${PYTHON:-.venv/bin/python}
 MODELS=${MODELS:-"tiny-random/qwen2_5 HuggingFaceTB/SmolLM2-135M-Instruct"}
@@ -26,9 +26,6 @@ export SWIFTLIKE_OFFLINE=1
 WORK=${OUT:-$(mktemp -d)}
 LOGS=$WORK/gkd_check_logs
 mkdir -p "$LOGS"
-GPU=$(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | head -1)
-RESULTS=()
-FAILED=0
 
 for model in $MODELS; do
     # a separate teacher: the same weights in another directory, so the adapter-disabled shortcut is not taken
@@ -54,25 +51,9 @@ PY
             --max_steps 3 --logging_steps 1 --save_steps 100 --report_to none --torch_dtype bfloat16 \
             --use_vllm true --vllm_mode colocate --vllm_gpu_memory_utilization 0.3 --split_dataset_ratio 0 \
             $run_args --output_dir "$out" >"$LOGS/$name.log" 2>&1
-        rc=$?
-        if [ $rc -ne 0 ]; then
-            line="FAIL $name: rlhf exited $rc (log: $LOGS/$name.log)"
-        elif verdict=$("$PYTHON" tests/gpu/check_gkd_run.py "$out" --run "$run" --jsd0_max "$JSD0_MAX" 2>&1); then
-            line="PASS $name: $verdict"
-        else
-            line="FAIL $name: $verdict"
-        fi
-        case $line in FAIL*) FAILED=1 ;; esac
-        echo "$line"
-        RESULTS+=("$line")
+        check_run "$name" $? "$LOGS/$name.log" "$PYTHON" tests/gpu/check_gkd_run.py "$out" --run "$run" --jsd0_max "$JSD0_MAX"
     done
 done
 
-if [ -n "${OUT:-}" ]; then
-    {
-        echo "# GKD GPU checks ($(date -u +%Y-%m-%d), $GPU, commit $(git rev-parse --short HEAD 2>/dev/null))"
-        echo
-        for r in "${RESULTS[@]}"; do echo "- $r"; done
-    } >"$OUT/gkd_checks.md"
-fi
-exit $FAILED
+write_summary "GKD GPU checks" gkd_checks.md
+exit "$FAILED"

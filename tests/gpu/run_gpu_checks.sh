@@ -11,8 +11,8 @@
 # VLLM_ARGS / SGLANG_ARGS / LMDEPLOY_ARGS, extra deploy flags per backend (defaults favour a quick start).
 set -u
 
-# shellcheck source=tests/gpu/require_gpu.sh
-source "$(dirname "$0")/require_gpu.sh"
+# shellcheck source=tests/gpu/checks.sh
+source "$(dirname "$0")/checks.sh"
 
 PYTHON=${PYTHON:-.venv/bin/python}
 BACKENDS=${BACKENDS:-"vllm sglang lmdeploy"}
@@ -26,9 +26,6 @@ export SWIFTLIKE_OFFLINE=1
 
 LOGS=${OUT:-$(mktemp -d)}/gpu_check_logs
 mkdir -p "$LOGS"
-GPU=$(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | head -1)
-RESULTS=()
-FAILED=0
 
 extra_args() {
     case $1 in
@@ -80,7 +77,7 @@ stop_server() {
 for backend in $BACKENDS; do
     if ! "$PYTHON" -c "import $backend" >/dev/null 2>&1; then
         for model in $MODELS; do
-            RESULTS+=("| $backend | $model | SKIPPED | not installed |")
+            record SKIPPED "| $backend | $model | SKIPPED | not installed |"
             echo "SKIPPED  $backend  $model  (not installed: pip install 'swiftlike[$backend]')"
         done
         continue
@@ -107,24 +104,11 @@ for backend in $BACKENDS; do
             verdict=PASS
         else
             verdict=FAIL
-            FAILED=1
             grep -h "FAIL" "$LOGS/$name.checks.log" 2>/dev/null
         fi
-        RESULTS+=("| $backend $version | $model | $verdict | $note, ${seconds} s |")
-        echo "$verdict  $backend $version  $model  ($note, ${seconds} s)"
+        record "$verdict" "| $backend $version | $model | $verdict | $note, ${seconds} s |"
     done
 done
 
-if [ -n "${OUT:-}" ]; then
-    {
-        echo "# swiftlike deploy GPU checks"
-        echo
-        echo "GPU: $GPU. Commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (with uncommitted changes)'). Logs: gpu_check_logs/."
-        echo
-        echo "| backend | model | result | details |"
-        echo "|---|---|---|---|"
-        printf '%s\n' "${RESULTS[@]}"
-    } >"$OUT/gpu_checks.md"
-    echo "summary: $OUT/gpu_checks.md"
-fi
+write_summary "swiftlike deploy GPU checks" gpu_checks.md "Logs: gpu_check_logs/." "" "| backend | model | result | details |" "|---|---|---|---|"
 exit "$FAILED"

@@ -12,8 +12,8 @@
 #   MODELS="tiny-random/qwen2_5" PLACEMENTS="colocate" tests/gpu/run_megatron_ray_checks.sh
 set -u
 
-# shellcheck source=tests/gpu/require_gpu.sh
-source "$(dirname "$0")/require_gpu.sh"
+# shellcheck source=tests/gpu/checks.sh
+source "$(dirname "$0")/checks.sh"
 
 PYTHON=${PYTHON:-.venv/bin/python}
 MODELS=${MODELS:-"tiny-random/qwen2_5 HuggingFaceTB/SmolLM2-135M-Instruct"}
@@ -24,9 +24,6 @@ export SWIFTLIKE_OFFLINE=1
 WORK=${OUT:-$(mktemp -d)}
 LOGS=$WORK/megatron_ray_logs
 mkdir -p "$LOGS"
-GPU=$(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | head -1)
-RESULTS=()
-FAILED=0
 
 for model in $MODELS; do
     for placement in $PLACEMENTS; do
@@ -60,25 +57,9 @@ train: {gpus: 1, tuner_type: full, output_dir: $out/run}
 rollout: {gpus: 1, vllm_gpu_memory_utilization: 0.3, vllm_max_model_len: 1024}
 YAML
         "$PYTHON" -m swiftlike.cli.main megatron rlhf --use_ray true --config "$config" >"$LOGS/$name.log" 2>&1
-        rc=$?
-        if [ $rc -ne 0 ]; then
-            line="FAIL $name: megatron rlhf exited $rc (log: $LOGS/$name.log)"
-        elif verdict=$("$PYTHON" tests/gpu/check_rl_run.py "$out/run" --k3_max "$K3_MAX" 2>&1); then
-            line="PASS $name: $verdict"
-        else
-            line="FAIL $name: $verdict"
-        fi
-        case $line in FAIL*) FAILED=1 ;; esac
-        echo "$line"
-        RESULTS+=("$line")
+        check_run "$name" $? "$LOGS/$name.log" "$PYTHON" tests/gpu/check_rl_run.py "$out/run" --k3_max "$K3_MAX"
     done
 done
 
-if [ -n "${OUT:-}" ]; then
-    {
-        echo "# Megatron-Ray GRPO GPU checks ($(date -u +%Y-%m-%d), $GPUS x $GPU, commit $(git rev-parse --short HEAD 2>/dev/null))"
-        echo
-        for r in "${RESULTS[@]}"; do echo "- $r"; done
-    } >"$OUT/megatron_ray_checks.md"
-fi
-exit $FAILED
+write_summary "Megatron-Ray GRPO GPU checks" megatron_ray_checks.md
+exit "$FAILED"

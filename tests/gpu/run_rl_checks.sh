@@ -10,8 +10,8 @@
 #   MODELS="tiny-random/qwen2_5" SYNCS="lora" K3_MAX=0.02 tests/gpu/run_rl_checks.sh
 set -u
 
-# shellcheck source=tests/gpu/require_gpu.sh
-source "$(dirname "$0")/require_gpu.sh"
+# shellcheck source=tests/gpu/checks.sh
+source "$(dirname "$0")/checks.sh"
 
 PYTHON=${PYTHON:-.venv/bin/python}
 MODELS=${MODELS:-"tiny-random/qwen2_5 HuggingFaceTB/SmolLM2-135M-Instruct"}
@@ -21,9 +21,6 @@ export SWIFTLIKE_OFFLINE=1
 WORK=${OUT:-$(mktemp -d)}
 LOGS=$WORK/rl_check_logs
 mkdir -p "$LOGS"
-GPU=$(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | head -1)
-RESULTS=()
-FAILED=0
 
 for model in $MODELS; do
     for sync in $SYNCS; do
@@ -38,25 +35,9 @@ for model in $MODELS; do
             --save_steps 100 --report_to none --torch_dtype bfloat16 --use_vllm true --vllm_mode colocate \
             --vllm_gpu_memory_utilization 0.3 --top_k 20 --top_p 0.9 --log_rollout_offpolicy_metrics true \
             $sync_args --output_dir "$out" >"$LOGS/$name.log" 2>&1
-        rc=$?
-        if [ $rc -ne 0 ]; then
-            line="FAIL $name: rlhf exited $rc (log: $LOGS/$name.log)"
-        elif verdict=$("$PYTHON" tests/gpu/check_rl_run.py "$out" --k3_max "$K3_MAX" 2>&1); then
-            line="PASS $name: $verdict"
-        else
-            line="FAIL $name: $verdict"
-        fi
-        case $line in FAIL*) FAILED=1 ;; esac
-        echo "$line"
-        RESULTS+=("$line")
+        check_run "$name" $? "$LOGS/$name.log" "$PYTHON" tests/gpu/check_rl_run.py "$out" --k3_max "$K3_MAX"
     done
 done
 
-if [ -n "${OUT:-}" ]; then
-    {
-        echo "# GRPO GPU checks ($(date -u +%Y-%m-%d), $GPU, commit $(git rev-parse --short HEAD 2>/dev/null))"
-        echo
-        for r in "${RESULTS[@]}"; do echo "- $r"; done
-    } >"$OUT/rl_checks.md"
-fi
-exit $FAILED
+write_summary "GRPO GPU checks" rl_checks.md
+exit "$FAILED"

@@ -13,8 +13,8 @@
 #   MODELS="tiny-random/qwen2_5" SYNCS="full" tests/gpu/run_sleep_checks.sh
 set -u
 
-# shellcheck source=tests/gpu/require_gpu.sh
-source "$(dirname "$0")/require_gpu.sh"
+# shellcheck source=tests/gpu/checks.sh
+source "$(dirname "$0")/checks.sh"
 
 PYTHON=${PYTHON:-.venv/bin/python}
 MODELS=${MODELS:-"tiny-random/qwen2_5 HuggingFaceTB/SmolLM2-135M-Instruct"}
@@ -24,9 +24,6 @@ export SWIFTLIKE_OFFLINE=1
 WORK=${OUT:-$(mktemp -d)}
 LOGS=$WORK/sleep_check_logs
 mkdir -p "$LOGS"
-GPU=$(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | head -1)
-RESULTS=()
-FAILED=0
 
 for model in $MODELS; do
     for sync in $SYNCS; do
@@ -43,26 +40,10 @@ for model in $MODELS; do
                 --sleep_level 2 --offload_model true --offload_optimizer true --tuner_type full --learning_rate 1e-5 \
                 --weight_sync "$sync" --log_rollout_offpolicy_metrics true $case_args --output_dir "$out" \
                 >"$LOGS/$name.log" 2>&1
-            rc=$?
-            if [ $rc -ne 0 ]; then
-                line="FAIL $name: rlhf exited $rc (log: $LOGS/$name.log)"
-            elif verdict=$("$PYTHON" tests/gpu/check_rl_run.py "$out" --k3_max "$K3_MAX" 2>&1); then
-                line="PASS $name: $verdict"
-            else
-                line="FAIL $name: $verdict"
-            fi
-            case $line in FAIL*) FAILED=1 ;; esac
-            echo "$line"
-            RESULTS+=("$line")
+            check_run "$name" $? "$LOGS/$name.log" "$PYTHON" tests/gpu/check_rl_run.py "$out" --k3_max "$K3_MAX"
         done
     done
 done
 
-if [ -n "${OUT:-}" ]; then
-    {
-        echo "# --sleep_level 2 GPU checks ($(date -u +%Y-%m-%d), $GPU, commit $(git rev-parse --short HEAD 2>/dev/null))"
-        echo
-        for r in "${RESULTS[@]}"; do echo "- $r"; done
-    } >"$OUT/sleep_checks.md"
-fi
-exit $FAILED
+write_summary "--sleep_level 2 GPU checks" sleep_checks.md
+exit "$FAILED"
