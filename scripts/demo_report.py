@@ -3,7 +3,7 @@
 The scorer is the training reward itself (swiftlike's `accuracy`, through math-verify, and `format_hash`), so
 "accuracy" here means exactly what the policy was rewarded for: the right number on a last line `#### N`.
 
-Statistics (pure functions, unit-tested in tests/test_demo_report.py):
+Statistics (pure functions, unit-tested in tests/repo/test_demo_report.py):
 - greedy: right answers out of the held-out prompts at temperature 0;
 - mean@k: each held-out prompt is sampled k times at the training temperature; the prompt's score is its
   share of right samples, and mean@k is the mean of those scores over prompts;

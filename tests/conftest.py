@@ -1,5 +1,15 @@
-"""Shared fixtures. Expensive things (vLLM engines, converted models) are built once per session."""
+"""Shared fixtures. Expensive things (vLLM engines, converted models) are built once per session.
+
+The suite mirrors the package: tests/unit/<package>/ (unit tests by package), tests/e2e/ (end-to-end runs:
+training, servers, the CLI, browsers), tests/repo/ (checks of the repository itself: layers, dependencies,
+docs, examples, GPU scripts), tests/helpers/ (the shared helpers: servers, workers, paths), tests/gpu/ (prepared
+GPU checks). tests/helpers is put on sys.path here, so any test imports `servers` or `paths` by name.
+"""
 import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "helpers"))
 
 os.environ.setdefault("SWIFTLIKE_OFFLINE", "1")
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")

@@ -1,4 +1,4 @@
-"""The OpenAI-client checks of tests/test_deploy.py, against any running `swiftlike deploy` URL.
+"""The OpenAI-client checks of tests/e2e/test_deploy.py, against any running `swiftlike deploy` URL.
 
 run_gpu_checks.sh runs it once per backend and model on a GPU machine; by hand:
     python tests/gpu/check_openai_client.py --url http://127.0.0.1:8000/v1 --model M --api-key K

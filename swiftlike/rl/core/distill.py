@@ -3,7 +3,7 @@
 Pure functions of logits (or of the teacher's top-k log-probs, which is all a served teacher sends), with
 the prompt masked out at the token level. Written here rather than taken from TRL's
 `GKDTrainer.generalized_jsd_loss` because that one needs the teacher's full logits, which a served teacher
-does not send; the full-vocabulary path below agrees with TRL's to 1e-6 (tests/test_gkd.py).
+does not send; the full-vocabulary path below agrees with TRL's to 1e-6 (tests/e2e/test_gkd.py).
 
 Definitions (Agarwal et al. 2023, eq. 1, as TRL and ms-swift compute them), with P the teacher, Q the
 student, both softmaxes of the logits divided by `temperature`, and M = beta * P + (1 - beta) * Q:

@@ -5,7 +5,7 @@ Why not TRL's `GKDTrainer`: it generates with `model.generate` only and keeps th
 student samples through the same rollout worker as GRPO (the training model, a colocated vLLM engine, or
 `swiftlike rollout` servers, with merged or LoRA-only weight sync and policy versions), and the teacher is
 in-process, the student with its adapter disabled, or a server answering top-k prompt log-probs (`teacher.py`).
-The divergence itself agrees with TRL's `generalized_jsd_loss` (tests/test_gkd.py).
+The divergence itself agrees with TRL's `generalized_jsd_loss` (tests/e2e/test_gkd.py).
 
 On-policy or not is drawn once per micro-batch from a generator seeded with --seed, the same draw on every
 process, so all ranks generate (and sync) together.

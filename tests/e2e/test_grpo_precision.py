@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from swiftlike.train.guard import NonFiniteError, NonFiniteGuard
-from tests.servers import free_port, start
-from tests.test_grpo import rlhf, run_rlhf
+from servers import free_port, start
+from test_grpo import rlhf, run_rlhf
 
 TOP_K_TOP_P = ["--top_k", "20", "--top_p", "0.9"]
 

@@ -1,4 +1,4 @@
-"""One rank of tests/test_megatron.py's TP=2 run: forward, loss and backward on TP=2 MegatronCausalLMs over gloo.
+"""One rank of tests/e2e/test_megatron.py's TP=2 run: forward, loss and backward on TP=2 MegatronCausalLMs over gloo.
 
 Launched by torch.distributed.run with: <inputs.pt> <output prefix> <checkpoint dir>... (one process group for all
 the checkpoints, to pay the start-up once). For checkpoint i each rank writes <prefix>.<i>.rank<r>.pt: its

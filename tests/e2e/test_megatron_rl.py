@@ -10,11 +10,12 @@ import pytest
 
 from servers import ENV
 from swiftlike.train.outputs import read_log
+from paths import HELPERS
 
 pytest.importorskip("megatron.core")
 
 TINY = "tiny-random/qwen2_5"
-HERE = Path(__file__).resolve().parent
+HERE = HELPERS
 
 
 def test_megatron_names_become_the_trainers_fields(monkeypatch):
@@ -66,7 +67,7 @@ def test_what_the_backend_lacks_is_refused_by_name(flags, message):
 
 
 def test_megatron_backend_trains_like_the_transformers_backend(tmp_path):
-    """The recorded rollouts of tests/test_grpo_ddp.py, one process each: loss, gradient norm and the update of
+    """The recorded rollouts of tests/e2e/test_grpo_ddp.py, one process each: loss, gradient norm and the update of
     every weight (compared under HF names) agree within 1e-5 relative."""
     import torch
 

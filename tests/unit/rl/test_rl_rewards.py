@@ -6,13 +6,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from swiftlike.rl.rewards.functions import plugins
+from swiftlike.rl.rewards import plugins
 from swiftlike.rl.rewards.plugins import load_external_plugins
 from swiftlike.rl.rewards.functions import (REWARD_REGISTRY, CosineReward, MathAccuracy, RepetitionPenalty,
                                             SoftOverlong, build_reward_funcs, combine_rewards, format_hash_reward,
                                             format_reward, register_reward)
+from paths import REPO
 
-ARITHMETIC = Path(__file__).parents[1] / "swiftlike" / "dataset" / "data" / "arithmetic.jsonl"
+ARITHMETIC = REPO / "swiftlike" / "dataset" / "data" / "arithmetic.jsonl"
 
 
 def approx(x):

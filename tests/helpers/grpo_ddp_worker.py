@@ -1,6 +1,6 @@
-"""Runs `swiftlike rlhf` once per GRPO loss type on recorded rollouts; launched by tests/test_grpo_ddp.py.
+"""Runs `swiftlike rlhf` once per GRPO loss type on recorded rollouts; launched by tests/e2e/test_grpo_ddp.py.
 
-Plain `python tests/grpo_ddp_worker.py` is the one-process run; under `torch.distributed.run` every rank runs
+Plain `python tests/helpers/grpo_ddp_worker.py` is the one-process run; under `torch.distributed.run` every rank runs
 it. The only test hook is `InjectedRolloutTrainer`, a GrpoTrainer subclass put in place of GrpoTrainer before
 `rlhf_main` builds its trainer: `_collect_rollouts` serves the completions the test recorded with the real pt
 engine (sampling is random, and the one- and two-process runs must train on the same rollouts), and it keeps

@@ -25,7 +25,7 @@ TOKENIZER_FOR = {"chatml": "smollm2", "qwen": "qwen2", "qwen2_5": "qwen2_5", "qw
 
 
 def test_every_template_is_covered():
-    """`tokenizer` renders with the tokenizer's own template; tests/test_tokenizer_template.py covers it."""
+    """`tokenizer` renders with the tokenizer's own template; tests/unit/template/test_tokenizer_template.py covers it."""
     assert set(TOKENIZER_FOR) == set(TEMPLATE_REGISTRY) - {"tokenizer"}
 
 

@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from swiftlike.arguments.ray_args import TEACHER_PLACEHOLDER, load_ray_job
+from paths import REPO
 
 GRPO = """
 rlhf_type: grpo
@@ -152,7 +153,7 @@ def test_without_config_the_error_says_what_to_add():
         load_ray_job(["--use_ray", "true"])
 
 
-@pytest.mark.parametrize("config", sorted((Path(__file__).resolve().parent.parent / "examples" / "ray").rglob("*.yaml")),
+@pytest.mark.parametrize("config", sorted((REPO / "examples" / "ray").rglob("*.yaml")),
                          ids=lambda p: p.parent.name + "/" + p.name)
 def test_every_example_job_is_a_valid_job(config):
     from swiftlike.arguments.megatron_args import MegatronRlhfArguments

@@ -1,8 +1,8 @@
-"""An --external_plugins file for tests/test_ray.py: the GRPO train workers of a Ray job train on the rollouts
-tests/test_grpo_ddp.py records, and save what the test compares with a one-process run.
+"""An --external_plugins file for tests/e2e/test_ray.py: the GRPO train workers of a Ray job train on the rollouts
+tests/e2e/test_grpo_ddp.py records, and save what the test compares with a one-process run.
 
 Ray imports it in every worker process as it starts (the driver's worker_process_setup_hook), before the
-trainer is built, which is the same point at which tests/grpo_ddp_worker.py puts its trainer in place; the
+trainer is built, which is the same point at which tests/helpers/grpo_ddp_worker.py puts its trainer in place; the
 trainer itself is that worker's `InjectedRolloutTrainer` (see there). Environment: SWIFTLIKE_TEST_ROLLOUTS and
 SWIFTLIKE_TEST_OUT (the driver forwards SWIFTLIKE_* variables to every actor), which become that worker's
 DDP_TEST_ROLLOUTS and DDP_TEST_OUT.

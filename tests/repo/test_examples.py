@@ -19,8 +19,9 @@ import pytest
 
 from swiftlike.arguments.parser import build_parser
 from swiftlike.cli.main import COMMANDS
+from paths import REPO
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = REPO
 EXAMPLES = ROOT / "examples"
 HELPER = EXAMPLES / "_common.sh"
 SCRIPTS = sorted(p for p in EXAMPLES.rglob("*.sh") if p != HELPER)

@@ -22,12 +22,13 @@ import pytest
 
 from servers import ENV, free_port
 from swiftlike.train.outputs import read_log
+from paths import HELPERS
 
 pytestmark = pytest.mark.slow
 ray = pytest.importorskip("ray")
 
 TINY = "tiny-random/qwen2_5"
-HERE = Path(__file__).resolve().parent
+HERE = HELPERS
 GRPO = f"""
 rlhf_type: grpo
 model: {TINY}
@@ -53,7 +54,7 @@ def head():
 
     `ray start --head --block` in a temp dir of its own, stopped by ending that one process (which stops what it
     started): `ray stop` would stop every Ray cluster on the machine, a user's too. Jobs join it by address; its
-    own temp dir also keeps it out of Ray's "the cluster on this machine" lookup (tests/test_ray_local.py).
+    own temp dir also keeps it out of Ray's "the cluster on this machine" lookup (tests/e2e/test_ray_local.py).
     """
     port = free_port()
     temp = tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # short: Ray's socket paths have a length limit
@@ -299,7 +300,7 @@ def test_a_killed_rollout_replica_stops_the_run_naming_the_role(head, tmp_path):
 
 
 def test_two_ray_train_workers_match_one_process(head, tmp_path):
-    """The same global batch (recorded rollouts, served by tests/ray_recorded_rollouts_plugin.py) through two
+    """The same global batch (recorded rollouts, served by tests/helpers/ray_recorded_rollouts_plugin.py) through two
     Ray train workers and through one plain process: the same losses, gradient norms and parameter update."""
     import torch
 
@@ -309,7 +310,7 @@ def test_two_ray_train_workers_match_one_process(head, tmp_path):
     dataset.write_text("".join(json.dumps({"messages": [{"role": "user", "content": p}]}) + "\n" for p in PROMPTS))
     one = tmp_path / "one"
     one.mkdir()
-    launch(one, rollouts, dataset, 1, {"grpo": RUNS["grpo"]})  # tests/grpo_ddp_worker.py, one process
+    launch(one, rollouts, dataset, 1, {"grpo": RUNS["grpo"]})  # tests/helpers/grpo_ddp_worker.py, one process
     two = tmp_path / "two"
     two.mkdir()
     settings = dict(zip([a[2:] for a in COMMON[::2]], COMMON[1::2]))

@@ -21,9 +21,10 @@ from swiftlike.train.megatron import (MegatronCausalLM, destroy_parallel, hf_to_
                                       initialize_parallel, mcore_to_hf, transformer_config)
 from swiftlike.train.megatron.convert import fuse_qkv, padded_vocab_size, split_qkv  # noqa: E402
 from swiftlike.train.megatron.model import read_hf_weights  # noqa: E402
+from paths import HELPERS, REPO
 
-REPO = Path(__file__).resolve().parent.parent
-WORKER = Path(__file__).resolve().parent / "megatron_tp_worker.py"
+REPO = REPO
+WORKER = HELPERS / "megatron_tp_worker.py"
 TINY = ("tiny-random/qwen2_5", "tiny-random/llama3")
 GQA = ("gqa-qwen2", "gqa-llama")
 ALL = TINY + GQA

@@ -5,8 +5,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from paths import TESTS
 
-GPU_DIR = Path(__file__).resolve().parent / "gpu"
+GPU_DIR = TESTS / "gpu"
 
 
 @pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="a GPU machine runs these checks for real")

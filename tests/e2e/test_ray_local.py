@@ -1,5 +1,5 @@
 """`swiftlike rlhf --use_ray true` with no cluster running: the job starts a local Ray cluster itself and stops it
-after. (tests/test_ray.py runs its jobs on a `ray start` head, which runs only while that module does.)"""
+after. (tests/e2e/test_ray.py runs its jobs on a `ray start` head, which runs only while that module does.)"""
 import pytest
 
 from test_ray import GRPO, check_synced, finished_log, run_job, write_job

@@ -1,6 +1,6 @@
 """GRPO with several processes (gloo on CPU): two ranks must train exactly like one process on the same batch.
 
-The rollouts are recorded once with the real pt engine and served to both runs by tests/grpo_ddp_worker.py
+The rollouts are recorded once with the real pt engine and served to both runs by tests/helpers/grpo_ddp_worker.py
 (see there for the one hook); everything from rewards to the optimizer step is the real code. One process
 trains with per_device_train_batch_size 4, two with 2 each: the same global batch of 8 prompts x 2
 completions, 4 micro-batches per generation batch, 2 accumulated per optimizer step, 2 steps (the second
@@ -17,10 +17,11 @@ from pathlib import Path
 import pytest
 
 from swiftlike.train.outputs import read_log
+from paths import HELPERS, REPO
 
 TINY = "tiny-random/qwen2_5"
-REPO = Path(__file__).resolve().parent.parent
-WORKER = Path(__file__).resolve().parent / "grpo_ddp_worker.py"
+REPO = REPO
+WORKER = HELPERS / "grpo_ddp_worker.py"
 NUM_GENERATIONS = 2
 PROMPTS = [f"What is {a} + {b}?" for a, b in [(1, 2), (3, 4), (5, 6), (7, 8), (9, 10), (11, 12), (13, 14), (15, 16)]]
 COMMON = ["--rlhf_type", "grpo", "--model", TINY, "--reward_funcs", "text_length", "--tuner_type", "full",

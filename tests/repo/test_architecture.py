@@ -13,8 +13,9 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
+from paths import REPO
 
-ROOT = Path(__file__).resolve().parents[1] / "swiftlike"
+ROOT = REPO / "swiftlike"
 
 # bottom (0) to top; a module may import only modules of its own layer or lower ones
 LAYERS: list[tuple[str, list[str]]] = [

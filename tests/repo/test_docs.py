@@ -2,8 +2,9 @@
 import subprocess
 import sys
 from pathlib import Path
+from paths import REPO
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO
 
 
 def test_docs_tables_match_registries():

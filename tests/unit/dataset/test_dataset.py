@@ -12,10 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from paths import REPO
+
 from swiftlike.dataset import (DATASET_REGISTRY, DatasetRowError, iter_dataset, load_dataset, normalize_row,
                                split_dataset)
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = REPO
 NAMES = {"model_name": ["小黄", "Xiao Huang"], "model_author": ["魔搭", "ModelScope"]}
 
 

@@ -15,8 +15,9 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from paths import REPO
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = REPO
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
 
 # Import name -> distribution(s) that provide it, where the two differ beyond `_` vs `-`.

@@ -1,5 +1,5 @@
 """The Host-header check of the web UI and the app page (DNS rebinding), as pure rules and over a real FastAPI
-app; `tests/test_webui.py` and `tests/test_app.py` send foreign Host headers to the real servers."""
+app; `tests/e2e/test_webui.py` and `tests/e2e/test_app.py` send foreign Host headers to the real servers."""
 import socket
 
 import pytest
