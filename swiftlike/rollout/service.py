@@ -174,7 +174,7 @@ class RolloutService:
         else:
             applied = list(tensors.items())
             self.engine.update_weights(applied)
-            self.synced = SyncedWeights(dict(tensors)) if update.keep_base else None
+            self.synced = SyncedWeights.kept_from(tensors) if update.keep_base else None
         self.weights = self.weights.updated(applied, self.dtype)
         self.version += 1
         self.full_update_version = self.version
