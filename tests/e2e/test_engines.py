@@ -132,3 +132,44 @@ def test_update_weights_accepts_a_full_state_dict_with_tied_head(pt_tiny, tiny_r
     pt_tiny.update_weights(fresh.items())
     assert pt_tiny.infer(requests()[:1], GREEDY)[0].choices[0].token_ids == before
 
+
+
+def test_prefix_cache_reset_with_a_request_in_flight_still_drops_every_block(vllm_tiny):
+    """vLLM refuses a reset (returns False) while a request holds KV blocks; the engine's reset preempts it, so
+    nothing computed before the reset (under the old weights) is reused, and the request still completes."""
+    import asyncio
+    import threading
+    config = RequestConfig(max_tokens=64, temperature=0)
+    expected = vllm_tiny.infer(requests()[:1], config)[0].choices[0].token_ids
+    loop = asyncio.new_event_loop()
+    threading.Thread(target=loop.run_forever, daemon=True).start()
+    started, tokens = threading.Event(), []
+
+    async def consume():
+        async for delta in vllm_tiny.stream_async(requests()[0], config):
+            tokens.extend(delta.token_ids)
+            started.set()
+    done = asyncio.run_coroutine_threadsafe(consume(), loop)
+    try:
+        assert started.wait(120)
+        with vllm_tiny.between_steps():
+            assert len(tokens) < len(expected), "the request finished before the reset"
+            assert not vllm_tiny.llm.reset_prefix_cache()  # what vLLM answers while the request holds blocks
+            vllm_tiny.reset_prefix_cache()
+            assert vllm_tiny.llm.reset_prefix_cache(), "the engine's reset left blocks held"
+        done.result(300)
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+    assert tokens == expected  # preempted, its KV recomputed: the same greedy answer
+
+
+def test_prefix_cache_reset_that_vllm_refuses_is_an_error():
+    from swiftlike.infer.engine.vllm_engine import VllmEngine
+
+    class BlocksStillHeld:
+        def reset_prefix_cache(self, reset_running_requests: bool = False) -> bool:
+            return False
+    engine = VllmEngine.__new__(VllmEngine)
+    engine.llm = BlocksStillHeld()
+    with pytest.raises(RuntimeError, match="could not reset its prefix cache.*previous weights"):
+        engine.reset_prefix_cache()

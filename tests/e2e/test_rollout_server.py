@@ -4,6 +4,7 @@ One API-keyed server serves the whole module (every trainer here authenticates);
 generation spread across servers and, at the end, dies under a running trainer.
 """
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -112,9 +113,9 @@ def greedy_logprobs(port: int) -> list[float]:
     return resp.json()["results"][0]["choices"][0]["logprobs"]
 
 
-def grpo(tmp_path, ports, *extra, steps: int = 3, check: bool = True, run: str = "v0-*"):
+def grpo(tmp_path, ports, *extra, steps: int = 3, check: bool = True, run: str = "v0-*", plugin_text: str = PLUGIN):
     plugin = tmp_path / "plugin.py"
-    plugin.write_text(PLUGIN)
+    plugin.write_text(plugin_text)
     argv = ["rlhf", "--rlhf_type", "grpo", *GRPO, "--vllm_server_port", *map(str, ports), "--external_plugins",
             str(plugin), "--output_dir", str(tmp_path / "out"), "--max_steps", str(steps), *extra]
     result = subprocess.run([sys.executable, "-m", "swiftlike.cli.main", *argv], env=ENV, capture_output=True,
@@ -361,6 +362,66 @@ def test_grpo_two_batches_ahead_within_max_staleness_warns_once_without_correcti
     learn = [s for s in timeline if s["event"] == "learn"]
     assert len(learn) == 4 * 2 and not any(s["event"] == "generate" and not s["background"] and s["end"] > learn[0]["start"]
                                            for s in timeline)  # 2 micro-steps a step; only step 0 generates in front
+
+
+RESTARTING_PLUGIN = PLUGIN.replace('"text_length"', '"text_length_unused"') + '''
+import os, signal, sys, time
+import httpx
+sys.path.insert(0, {tests!r})
+from servers import start
+
+scored = []
+
+@register_reward("text_length")
+def text_length_restarting_the_server(completions, **kwargs):
+    """After the second batch is scored (the trainer waits here), the server dies and a fresh one takes its port."""
+    scored.append(len(completions))
+    if len(scored) == 2:
+        os.kill({pid}, signal.SIGKILL)
+        while True:
+            try:
+                httpx.get("http://127.0.0.1:{port}/health", timeout=1)
+            except httpx.TransportError:
+                break
+            time.sleep(0.2)
+        proc = start({argv!r}, {port}, {log!r})
+        open({pid_file!r}, "w").write(str(proc.pid))
+    return [len(c) / 100 for c in completions]
+'''
+
+
+def test_grpo_rebases_policy_versions_when_the_server_restarts_mid_run(tmp_path):
+    """A server that restarts mid-run counts its versions from 0 again; the trainer's next sync (a delta, refused
+    with 409, then full) re-bases it, so samples are not taken for many steps stale and nothing is regenerated."""
+    from pathlib import Path
+    proc, port = start_server(tmp_path, "--api_key", KEY)
+    argv = ["rollout", "--model", TINY, "--port", str(port), "--torch_dtype", "float32", "--vllm_enable_lora", "true",
+            "--vllm_max_model_len", "1024", "--max_prompts", "256", "--api_key", KEY]
+    pid_file = tmp_path / "restarted.pid"
+    plugin = RESTARTING_PLUGIN.format(tests=str(Path(__file__).parent), pid=proc.pid, port=port, argv=argv,
+                                      log=str(tmp_path / "restarted.log"), pid_file=str(pid_file))
+    try:
+        result = grpo(tmp_path, [port], "--tuner_type", "full", "--learning_rate", "1e-3", "--weight_sync", "delta",
+                      steps=5, check=False, plugin_text=plugin)
+    finally:
+        stop_server(proc)
+        if pid_file.exists():
+            restarted = int(pid_file.read_text())
+            os.kill(restarted, signal.SIGINT)
+            for _ in range(60):
+                if not Path(f"/proc/{restarted}").exists():
+                    break
+                time.sleep(0.5)
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert pid_file.exists(), "the server was not restarted"
+    assert "delta weight sync refused" in result.stderr  # the restarted server refused the delta: a full sync
+    steps = [e for e in read_log(next((tmp_path / "out").glob("v0-*"))) if "loss" in e]
+    # the server restarted after step 2 was scored: steps 3-5 sample on it (not re-based: versions 0, 1, 2, all
+    # 2 steps stale)
+    assert [e["policy_version"] for e in steps] == [0, 1, 2, 3, 4]
+    assert [e["staleness/max"] for e in steps] == [0] * 5 and [e["staleness/dropped"] for e in steps] == [0] * 5
+    assert_in_step(steps)  # the restarted server samples with the trainer's weights again
+    assert "it restarted or another trainer updated it" in result.stderr
 
 
 def test_generation_spreads_across_two_servers(server, second_server, tmp_path):

@@ -172,8 +172,18 @@ class VllmEngine(InferEngine):
         self.reset_prefix_cache()
 
     def reset_prefix_cache(self) -> None:
-        """Cached prefixes were computed with the old weights."""
-        self.llm.reset_prefix_cache()
+        """Cached prefixes were computed with the old weights, and a request would reuse them silently.
+
+        vLLM keeps its cache (and answers False) while a request in flight holds KV blocks, e.g. one paused in
+        the continuous batcher; those are then preempted (vLLM's `reset_running_requests`), so they compute
+        their KV again, under the current weights. A reset that still fails is an error, not a warning in vLLM's
+        log: the engine would go on serving prefixes of the old weights."""
+        if self.llm.reset_prefix_cache():
+            return
+        if not self.llm.reset_prefix_cache(reset_running_requests=True):
+            raise RuntimeError("vLLM could not reset its prefix cache even after preempting the requests in flight "
+                               "(blocks still held, e.g. by a KV transfer in progress), so it would reuse KV computed "
+                               "under the previous weights; restart the engine")
 
     def sleep(self, level: int = 1) -> None:
         self.llm.sleep(level=level)

@@ -94,8 +94,11 @@ def _message(resp: requests.Response) -> str:
 class RemoteEngine(InferEngine):
     """Rollout servers as one engine: a batch is split across servers, weight updates go to all of them.
 
-    Policy versions are counted from this engine's first contact, so answers from several servers (or a
-    server that already served an earlier run) compare directly with the number of syncs made here.
+    Policy versions count the syncs made here: every committed update (full, delta or adapter) puts the
+    servers at this engine's next version, so each server's own count is mapped onto it (`ServerVersions`),
+    and answers from several servers, a server that served an earlier run, or one that restarted mid-run
+    (its count starts again at 0; the next update, full since a delta is refused, re-bases it) all compare
+    directly with the trainer's.
 
     With `weight_sync="delta"` the first update is full and asks each server to keep a copy; later ones send
     only the changed elements (delta.py) against the weights id each server answered at its last commit.
@@ -122,7 +125,7 @@ class RemoteEngine(InferEngine):
             raise RolloutServerError(f"the rollout servers serve different models ({sorted(models)}); start them "
                                      "all with the trainer's --model")
         self._supports_lora = all(i["enable_lora"] for i in infos)
-        self._base_versions = [i["policy_version"] for i in infos]
+        self._versions = [ServerVersions(i["policy_version"]) for i in infos]
         self.policy_version = 0
         self._adapters: dict[str, str] = {}
         self._trainer_base: WeightsFingerprint | None = None
@@ -164,15 +167,15 @@ class RemoteEngine(InferEngine):
             body = {"prompts": [{"input_ids": self.prompt_ids(requests[i])} for i in group], "adapter": adapter,
                     "config": asdict(config)}
             result = self.clients[server].post("/generate", json=body)
-            base = self._base_versions[server]
+            local = self._versions[server].local
             for i, res in zip(group, result["results"]):
                 choices = [Choice(k, c["text"], c["token_ids"], c["finish_reason"],
                                   [TokenLogprob(t, "", lp) for t, lp in zip(c["token_ids"], c["logprobs"])]
                                   if c["logprobs"] is not None else None,
-                                  [(v - base, n) for v, n in c["version_spans"]] if c.get("version_spans") else None)
+                                  [(local(v), n) for v, n in c["version_spans"]] if c.get("version_spans") else None)
                            for k, c in enumerate(res["choices"])]
                 usage = Usage(len(res["prompt_ids"]), sum(len(c.token_ids) for c in choices))
-                version = res["policy_version"] - base
+                version = local(res["policy_version"])
                 out[i] = InferResponse(choices, usage, res["prompt_ids"], version)
         return out
 
@@ -298,7 +301,8 @@ class RemoteEngine(InferEngine):
                 "update before LoRA-only sync", client.url, served["fingerprint"][:12],
                 served["full_update_version"], mine.fingerprint[:12])
         versions = self._push_weights(base_tensors())
-        self._base_versions = [v - self.policy_version for v in versions]
+        for server, v in zip(self._versions, versions):
+            server.rebase(v, self.policy_version)
         still = [c.url for c in self.clients
                  if self._info_with_weights(c)["weights"]["fingerprint"] != mine.fingerprint]
         if still:
@@ -321,16 +325,20 @@ class RemoteEngine(InferEngine):
         """Another trainer process pushed this sync to these (shared) servers: count it, re-read where each
         server's versions stand (the pusher may also have restored a base), and know its adapter."""
         self.policy_version += 1
-        self._base_versions = [c.get("/info")["policy_version"] - self.policy_version for c in self.clients]
+        for server, c in zip(self._versions, self.clients):
+            server.rebase(c.get("/info")["policy_version"], self.policy_version)
         if adapter is not None:
             self._adapters[adapter] = "(pushed by another trainer process)"
 
     def _count(self, versions: list[int]) -> None:
-        local = {v - base for v, base in zip(versions, self._base_versions)}
-        if len(local) > 1:
-            logger.warning("rollout servers disagree on the policy version (%s); a server restarted or another "
-                           "trainer updates it", sorted(local))
-        self.policy_version = max(local)
+        """One committed update: every server now holds this engine's next version, whatever its own count."""
+        self.policy_version += 1
+        for server, client, v in zip(self._versions, self.clients, versions):
+            if server.local(v) != self.policy_version:
+                logger.warning("rollout server %s is at its policy version %d, this trainer's %d: it restarted or "
+                               "another trainer updated it; its versions are counted from this update on",
+                               client.url, v, self.policy_version)
+            server.rebase(v, self.policy_version)
 
     def reset_prefix_cache(self) -> None:
         for c in self.clients:
@@ -341,3 +349,26 @@ class RemoteEngine(InferEngine):
         self.transport.close()
         for c in self.clients:
             c.close()
+
+
+class ServerVersions:
+    """One server's policy versions on this engine's count: `local = server - offset`, the offset set at each
+    update (`rebase`). A restarted server counts from 0 again, so the update after it gets a new offset; the
+    versions below that update keep the offset they were sampled under (tokens a restarted server sampled
+    from its checkpoint, before the trainer's update reached it, map to the start's version, not the update's).
+    """
+
+    def __init__(self, server_version: int):
+        self._offsets: list[tuple[int, int]] = [(-1 << 62, server_version)]  # (first server version, offset)
+
+    def rebase(self, server_version: int, local_version: int) -> None:
+        offset = server_version - local_version
+        if offset == self._offsets[-1][1]:
+            return
+        # a restarted server's numbers run again below the earlier updates': theirs belonged to the old process
+        self._offsets = [(start, o) for start, o in self._offsets if start < server_version]
+        self._offsets.append((server_version, offset))
+
+    def local(self, server_version: int) -> int:
+        offset = next(o for start, o in reversed(self._offsets) if start <= server_version)
+        return server_version - offset

@@ -229,7 +229,7 @@ def create_app(service: RolloutService) -> FastAPI:
         req = openai_api.chat_request(body)
         req.adapter = _adapter_for(service, body)
         config = openai_api.request_config(body, service.args.default_max_tokens)
-        resp = (await service.generate([req], config))[0]
+        resp = (await service.generate([req], config, cut_at_updates=False))[0]
         return openai_api.chat_response(resp, body.get("model") or service.engine.model_name)
 
     @app.post("/v1/completions")
@@ -240,7 +240,7 @@ def create_app(service: RolloutService) -> FastAPI:
             req.adapter = _adapter_for(service, body)
         config = openai_api.request_config(body, service.args.default_max_tokens)
         service.engine.check_config(config)
-        resps = await service.generate(reqs, config)
+        resps = await service.generate(reqs, config, cut_at_updates=False)
         return openai_api.completion_response(resps, body.get("model") or service.engine.model_name)
 
     @app.post("/tokenize")

@@ -8,12 +8,15 @@ and re-prefill; vLLM keeps no cache computed under weights it no longer holds), 
 sampled, and its log-probability reported, by exactly one version's weights. The answer records which
 tokens each version produced as `version_spans`, [[version, token count], ...] in order.
 
-Requests that cannot resume (several choices sharing one seed, prompt log-probs, the OpenAI routes)
-still run under the gate: the update waits until they finish, and they never see two versions.
-
-What a resumed request does not carry over: presence / frequency penalties count only the tokens of
-the current piece (the prefix is prompt to the engine), and a stop string split across the cut is not
-seen. GRPO's rollout uses neither.
+Only a request whose every setting resumes exactly is cut (`resumable`): sampling that depends on the
+token alone (temperature, top-p / top-k, the repetition penalty, which vLLM applies over the prompt too,
+so the prefix keeps counting), log-probs, and several choices (each resumes alone). Anything else runs
+under the gate: the update waits until it finishes, and it never sees two versions. That is a seed (one
+stream of draws over the choices), prompt log-probs, presence / frequency penalties (they count only
+the generated tokens, so a resumed piece would forget the prefix's), stop strings (one split across the
+cut would go unseen, and the resumed piece's text is decoded anew from all tokens, so vLLM's cut at the
+stop string would be lost), streaming, any setting added later until it is known to resume, and the
+OpenAI routes (their answers carry no `version_spans`). GRPO's rollout sets none of them.
 """
 from __future__ import annotations
 
@@ -25,9 +28,17 @@ from ...infer.engine.base import InferEngine
 from ...infer.protocol import Choice, InferRequest, InferResponse, RequestConfig, TokenLogprob, Usage
 
 
+# RequestConfig fields whose effect a cut request keeps exactly when it resumes from its prefix (max_tokens and
+# n are split by `generate_resumable`); a request with any other field off its default is not cut.
+RESUMES_EXACTLY = frozenset({"max_tokens", "temperature", "top_p", "top_k", "repetition_penalty", "n", "logprobs",
+                             "top_logprobs"})
+
+
 def resumable(config: RequestConfig) -> bool:
-    """Whether a request can be cut at an update and continued from its prefix."""
-    return config.prompt_logprobs is None and config.seed is None and not config.stream
+    """Whether a request can be cut at an update and continued from its prefix with nothing changed."""
+    defaults = RequestConfig()
+    return all(getattr(config, f.name) == getattr(defaults, f.name)
+               for f in dataclasses.fields(RequestConfig) if f.name not in RESUMES_EXACTLY)
 
 
 class UpdateGate:

@@ -124,9 +124,11 @@ class RolloutService:
                 raise ValueError(f"prompt of {len(ids)} tokens + max_tokens {config.max_tokens} exceeds the "
                                  f"server's max_model_len {self.max_model_len} (--vllm_max_model_len)")
 
-    async def generate(self, requests: list[InferRequest], config: RequestConfig):
+    async def generate(self, requests: list[InferRequest], config: RequestConfig, cut_at_updates: bool = True):
+        """`cut_at_updates=False` (the OpenAI routes, whose answers cannot say which version made which token):
+        an update waits for these requests, as it does for any whose settings would not resume exactly."""
         self.check_generate(requests, config)
-        if resumable(config):
+        if cut_at_updates and resumable(config):
             responses = await asyncio.gather(*(generate_resumable(self.engine, self.gate, lambda: self.version, r,
                                                                   config) for r in requests))
         else:
@@ -172,7 +174,7 @@ class RolloutService:
         else:
             applied = list(tensors.items())
             self.engine.update_weights(applied)
-            self.synced = SyncedWeights(dict(tensors)) if update.keep_base else None
+            self.synced = SyncedWeights.kept_from(tensors) if update.keep_base else None
         self.weights = self.weights.updated(applied, self.dtype)
         self.version += 1
         self.full_update_version = self.version

@@ -182,6 +182,13 @@ class SyncedWeights:
     def copy_of(cls, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> SyncedWeights:
         return cls({n: t.detach().to("cpu", copy=True).contiguous() for n, t in named_tensors})
 
+    @classmethod
+    def kept_from(cls, received: dict[str, torch.Tensor]) -> SyncedWeights:
+        """Server side, from a full update's tensors: CPU ones (views of the HTTP bodies or bucket files) are kept
+        as they are; GPU ones (views of the NCCL broadcast buffers) are copied to CPU, since holding them would
+        keep a second model in GPU memory beside vLLM's."""
+        return cls({n: t if t.device.type == "cpu" else t.detach().to("cpu").contiguous() for n, t in received.items()})
+
     def advance(self, name: str, new: torch.Tensor, stats: SyncStats) -> dict[str, torch.Tensor]:
         """Trainer side: the delta from the synced value of `name` to `new`, applied here too; counts it."""
         new = new.detach().to("cpu").contiguous()
@@ -201,7 +208,8 @@ class SyncedWeights:
 
     def patch(self, entries: dict[str, torch.Tensor]) -> list[str]:
         """Receiver side: check every delta first, then apply them all; returns the names that changed."""
-        grouped = group(entries)
+        grouped = {name: {part: t.to("cpu") for part, t in parts.items()}  # NCCL delivers them on the GPU
+                   for name, parts in group(entries).items()}
         for name, parts in grouped.items():
             check(name, self.tensors.get(name), parts)
         for name, parts in grouped.items():

@@ -114,3 +114,23 @@ def test_trainer_and_receiver_copies_stay_equal_bit_for_bit(dtype):
         assert stats.total == 3107 and stats.changed == expected and stats.bytes == delta.nbytes(sent.values())
         if density == 0.0:
             assert stats.changed <= 1 and stats.bytes <= 8  # only the NaN, set once
+
+
+def test_server_copy_keeps_received_cpu_tensors_in_place():
+    received = {"w": torch.arange(8, dtype=torch.float32)}  # e.g. a view of an HTTP body
+    kept = SyncedWeights.kept_from(received)
+    assert kept.tensors["w"].data_ptr() == received["w"].data_ptr()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="NCCL buckets arrive on the GPU")
+def test_server_copy_of_nccl_buckets_lives_on_cpu_and_takes_gpu_deltas():
+    """NCCL hands the server views of GPU broadcast buffers; the copy kept for deltas must not pin them (a second
+    model in GPU memory beside vLLM's), and later deltas arrive on the GPU too."""
+    old = torch.arange(64, dtype=torch.float32)
+    kept = SyncedWeights.kept_from({"w": old.cuda()})
+    assert kept.tensors["w"].device.type == "cpu"
+    new = old.clone()
+    new[5] = 0.5
+    entries, _ = delta.encode("w", old, new)
+    assert kept.patch({k: t.cuda() for k, t in entries.items()}) == ["w"]
+    assert same_bits(kept.tensors["w"], new) and kept.tensors["w"].device.type == "cpu"
