@@ -4,7 +4,6 @@ LoRA, and a real run against a colocated vLLM engine whose weights are synced fr
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 

@@ -1,7 +1,6 @@
 """The demo report's statistics (scripts/demo_report.py) on hand-computed cases; no model is loaded."""
 import importlib.util
 import sys
-from pathlib import Path
 
 import pytest
 from paths import REPO

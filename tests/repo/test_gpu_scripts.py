@@ -2,7 +2,6 @@
 without a GPU, so that a CI run here cannot mistake them for passing or failing checks."""
 import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
 from paths import TESTS

@@ -1,7 +1,6 @@
 """The Ray job YAML (arguments/ray_args.py): ms-swift's form accepted, bad placements refused before Ray starts,
 each with a message naming the key."""
 import textwrap
-from pathlib import Path
 
 import pytest
 

@@ -1,7 +1,6 @@
 """GRPO reward functions (`--reward_funcs`), their weighted sum and `--external_plugins`, on hand-worked values."""
 import json
 import math
-from pathlib import Path
 
 import pytest
 import torch
