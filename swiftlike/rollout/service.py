@@ -126,7 +126,9 @@ class RolloutService:
 
     async def generate(self, requests: list[InferRequest], config: RequestConfig):
         self.check_generate(requests, config)
-        if resumable(config):
+        # min_tokens and a structured-output grammar hold state over the whole answer, which a continuation
+        # from a prefix would restart: such a request runs whole under one weights version.
+        if resumable(config) and not config.min_tokens and config.structured_outputs is None:
             responses = await asyncio.gather(*(generate_resumable(self.engine, self.gate, lambda: self.version, r,
                                                                   config) for r in requests))
         else:
