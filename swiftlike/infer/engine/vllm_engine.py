@@ -185,7 +185,10 @@ class VllmEngine(InferEngine):
                       top_p=config.top_p, top_k=config.top_k if config.top_k > 0 else 0, min_p=config.min_p,
                       repetition_penalty=config.repetition_penalty, presence_penalty=config.presence_penalty,
                       frequency_penalty=config.frequency_penalty, seed=config.seed, stop=config.stop or None,
-                      stop_token_ids=[*self.template.stop_token_ids, *config.stop_token_ids],
+                      # the template's stop tokens are the model's EOS, which ignore_eos leaves out (vLLM
+                      # drops generation_config's EOS ids then too)
+                      stop_token_ids=[*([] if config.ignore_eos else self.template.stop_token_ids),
+                                      *config.stop_token_ids],
                       min_tokens=config.min_tokens, ignore_eos=config.ignore_eos,
                       include_stop_str_in_output=config.include_stop_str_in_output,
                       skip_special_tokens=config.skip_special_tokens,
