@@ -169,6 +169,10 @@ def test_vllm_only_fields_apply_on_vllm_and_are_refused_by_name_on_pt(servers, v
         assert set(only["choices"][0]["token_ids"]) <= {11, 12}, name
         biased = complete(port, max_tokens=5, temperature=1.0, logit_bias={"13": 100}, return_token_ids=True)
         assert biased["choices"][0]["token_ids"] == [13] * 5, name
+        # min_tokens holds off the EOS the bias would pick at once; ignore_eos lets generation run through it
+        forced = complete(port, max_tokens=10, min_tokens=5, allowed_token_ids=[eos, 11], logit_bias={str(eos): 100},
+                          temperature=1.0, return_token_ids=True)["choices"][0]
+        assert forced["token_ids"] == [11] * 5 + [eos] and forced["finish_reason"] == "stop", name
         special = dict(max_tokens=3, ignore_eos=True, allowed_token_ids=[eos], temperature=1.0)
         assert complete(port, **special)["choices"][0]["text"] == ""
         assert complete(port, **special, skip_special_tokens=False)["choices"][0]["text"] == eos_text * 3

@@ -44,6 +44,8 @@ def request_config(body: dict, default_max_tokens: int) -> RequestConfig:
     """The sampling part of a chat/completions body; OpenAI's defaults where a field is absent."""
     kwargs = {k: body[k] for k in SAMPLING_FIELDS if body.get(k) is not None}
     kwargs.setdefault("max_tokens", body.get("max_completion_tokens") or default_max_tokens)
+    if kwargs.get("top_k") == 0:  # vLLM's other spelling of no top-k
+        kwargs["top_k"] = -1
     if isinstance(kwargs.get("stop"), str):
         kwargs["stop"] = [kwargs["stop"]]
     if kwargs.get("top_logprobs") and not kwargs.get("logprobs"):  # vLLM's rule, with its message

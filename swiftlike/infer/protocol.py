@@ -27,7 +27,7 @@ class RequestConfig:
     max_tokens: int = 512
     temperature: float = 1.0
     top_p: float = 1.0
-    top_k: int = -1  # -1 (or vLLM's 0) = no top-k
+    top_k: int = -1  # -1 = no top-k (the OpenAI routes also take vLLM's 0 for it)
     min_p: float = 0.0  # vLLM's: tokens below min_p x the top token's probability are dropped
     repetition_penalty: float = 1.0
     presence_penalty: float = 0.0  # OpenAI's: subtracted from a token's logit once it has appeared
@@ -55,13 +55,11 @@ class RequestConfig:
     stream: bool = False
 
     def __post_init__(self) -> None:
-        if self.top_k == 0:
-            self.top_k = -1
         checks = [
             ("max_tokens", self.max_tokens >= 1, "must be >= 1"),
             ("temperature", self.temperature >= 0, "must be >= 0"),
             ("top_p", 0 < self.top_p <= 1, "must be in (0, 1]"),
-            ("top_k", self.top_k == -1 or self.top_k >= 1, "must be -1 or 0 (all tokens) or >= 1"),
+            ("top_k", self.top_k == -1 or self.top_k >= 1, "must be -1 (all tokens) or >= 1"),
             ("min_p", 0 <= self.min_p <= 1, "must be in [0, 1]"),
             ("min_tokens", 0 <= self.min_tokens <= self.max_tokens, "must be in [0, max_tokens]"),
             ("n", self.n >= 1, "must be >= 1"),
