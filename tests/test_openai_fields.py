@@ -47,6 +47,7 @@ def servers(vllm_tiny, pt_tiny):
         http.should_exit = True
         thread.join(30)
     service._engine_thread.shutdown()
+    vllm_tiny.stop_concurrent_serving()  # the session's later tests drive it with `infer` again
 
 
 def client(port: int) -> openai.OpenAI:

@@ -302,6 +302,14 @@ class VllmEngine(InferEngine):
         with self._continuous.paused():
             yield
 
+    def stop_concurrent_serving(self) -> None:
+        """Stop the continuous batcher's stepping thread, so that `infer` / `stream` (which step the engine
+        themselves, and must not while that thread does) can drive this engine again; `generate_async`
+        starts a new one when called."""
+        if self._continuous is not None:
+            self._continuous.close()
+            self._continuous = None
+
     def _batcher(self) -> "ContinuousBatcher":
         if self._continuous is None:
             self._continuous = ContinuousBatcher(self)
