@@ -78,9 +78,13 @@ def create_app(engine: InferEngine, args: DeployArguments) -> FastAPI:
         config = openai_api.request_config({**body, "stream": False}, args.max_new_tokens)
         engine.check_config(config)
         model = body.get("model") or base_name
+        shape = openai_api.answer_shape(body, engine.tokenizer)
         if body.get("stream"):
             if len(reqs) > 1:
                 raise ValueError("stream=true takes one prompt; send a batch of prompts without streaming")
+            if shape.echo or shape.return_token_ids or shape.tokens_as_ids:
+                raise ValueError("echo, return_token_ids and return_tokens_as_token_ids are answered without "
+                                 "streaming; send them with stream=false")
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
             return StreamingResponse(_sse(engine, limit, reqs[0], config, model, chat, include_usage),
                                      media_type="text/event-stream")
@@ -89,7 +93,10 @@ def create_app(engine: InferEngine, args: DeployArguments) -> FastAPI:
             async with limit:
                 return await engine.generate_async(req, config)
         resps = await asyncio.gather(*(one(req) for req in reqs))
-        return openai_api.chat_response(resps[0], model) if chat else openai_api.completion_response(resps, model)
+        if chat:
+            return openai_api.chat_response(resps[0], model, shape)
+        return openai_api.completion_response(resps, model, shape, engine.tokenizer,
+                                              prompt_logprobs_asked=body.get("prompt_logprobs") is not None)
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request):

@@ -3,30 +3,26 @@
 Shared by every server that speaks the OpenAI API (`swiftlike deploy`, the rollout server's debugging
 routes), so both answer the same way and report bad fields by their OpenAI names. Request bodies are
 validated against the `openai` package's own request types (the maintained schema of the API: roles,
-list-of-parts content, field types), through pydantic. A field that would change the answer and that is
-not built here (tools, structured output, logit_bias, ...) is refused with a 400 naming it, never ignored.
+list-of-parts content, field types), through pydantic. Every field of OpenAI's and vLLM's request is in
+openai_fields.FIELDS: applied with vLLM's meaning, or refused with a 400 naming it, never ignored.
 """
 from __future__ import annotations
 
 import json
 import time
 import uuid
+from dataclasses import dataclass, field
 from functools import cache
 
-from .protocol import InferRequest, InferResponse, RequestConfig
+from . import openai_fields
+from .protocol import InferRequest, InferResponse, RequestConfig, TokenLogprob
 
-# top_k, repetition_penalty and prompt_logprobs are vLLM's extensions of the OpenAI body, read the same way.
-SAMPLING_FIELDS = ("max_tokens", "temperature", "top_p", "top_k", "repetition_penalty", "presence_penalty",
-                   "frequency_penalty", "n", "seed", "stop", "logprobs", "top_logprobs", "prompt_logprobs")
-
-# Fields of OpenAI's request schema that change the answer and are not built: refused (HTTP 400) when set.
-NOT_BUILT = {
-    "tools": "tool calling", "tool_choice": "tool calling", "functions": "function calling",
-    "function_call": "function calling", "logit_bias": "logit_bias", "audio": "audio output",
-    "modalities": "non-text output", "prediction": "predicted outputs", "web_search_options": "web search",
-    "reasoning_effort": "reasoning effort", "verbosity": "verbosity control", "best_of": "best_of",
-    "echo": "echo", "suffix": "suffix (insertion)",
-}
+# Body fields that are RequestConfig fields of the same name and meaning (vLLM's extensions among them).
+SAMPLING_FIELDS = ("max_tokens", "temperature", "top_p", "top_k", "min_p", "repetition_penalty",
+                   "presence_penalty", "frequency_penalty", "n", "seed", "stop", "logprobs", "top_logprobs",
+                   "prompt_logprobs", "stop_token_ids", "min_tokens", "ignore_eos", "include_stop_str_in_output",
+                   "skip_special_tokens", "spaces_between_special_tokens", "allowed_token_ids", "bad_words",
+                   "structured_outputs")
 
 
 class OpenAIRequestError(ValueError):
@@ -48,16 +44,54 @@ def request_config(body: dict, default_max_tokens: int) -> RequestConfig:
     """The sampling part of a chat/completions body; OpenAI's defaults where a field is absent."""
     kwargs = {k: body[k] for k in SAMPLING_FIELDS if body.get(k) is not None}
     kwargs.setdefault("max_tokens", body.get("max_completion_tokens") or default_max_tokens)
+    if kwargs.get("top_k") == 0:  # vLLM's other spelling of no top-k
+        kwargs["top_k"] = -1
     if isinstance(kwargs.get("stop"), str):
         kwargs["stop"] = [kwargs["stop"]]
+    if kwargs.get("top_logprobs") and not kwargs.get("logprobs"):  # vLLM's rule, with its message
+        raise OpenAIRequestError("when using `top_logprobs`, `logprobs` must be set to true")
     if isinstance(kwargs.get("logprobs"), int) and not isinstance(kwargs.get("logprobs"), bool):
         kwargs["top_logprobs"], kwargs["logprobs"] = kwargs["logprobs"], True  # completions API: logprobs=N
+    if body.get("logit_bias"):
+        try:
+            kwargs["logit_bias"] = {int(k): float(v) for k, v in body["logit_bias"].items()}
+        except (AttributeError, TypeError, ValueError):
+            raise OpenAIRequestError("`logit_bias` must map token ids to numbers, e.g. {\"1234\": -100}") from None
+    if body.get("echo"):  # OpenAI's legacy echo: the prompt's log-probs come with the answer's
+        if kwargs.get("logprobs") and kwargs.get("prompt_logprobs") is None:
+            kwargs["prompt_logprobs"] = kwargs.get("top_logprobs") or 0
+        if body.get("max_tokens") == 0:  # the prompt alone: one token is generated and not answered
+            kwargs["max_tokens"] = 1
     if body.get("stream"):
         raise OpenAIRequestError("stream=true is not served here; use swiftlike deploy for streaming")
     try:
         return RequestConfig(**kwargs)
     except TypeError as e:
         raise OpenAIRequestError(f"bad sampling field: {e}") from None
+
+
+@dataclass
+class AnswerShape:
+    """What a body asks of the answer's form rather than of sampling (vLLM's and OpenAI's fields)."""
+
+    request_id: str | None = None
+    return_token_ids: bool = False
+    tokens_as_ids: bool = False  # return_tokens_as_token_ids: log-prob tokens as "token_id:<id>"
+    echo: bool = False
+    echo_only: bool = False  # echo with max_tokens 0: the prompt, without what was generated
+    prompt_texts: list[str] = field(default_factory=list)
+
+
+def answer_shape(body: dict, tokenizer=None) -> AnswerShape:
+    """The answer's form; `tokenizer` (completions) turns token-id prompts back into text for `echo`."""
+    shape = AnswerShape(request_id=body.get("request_id"), return_token_ids=bool(body.get("return_token_ids")),
+                        tokens_as_ids=bool(body.get("return_tokens_as_token_ids")), echo=bool(body.get("echo")))
+    if shape.echo:
+        shape.echo_only = body.get("max_tokens") == 0
+        prompt = body.get("prompt")
+        prompts = prompt if isinstance(prompt, list) and prompt and isinstance(prompt[0], (str, list)) else [prompt]
+        shape.prompt_texts = [p if isinstance(p, str) else tokenizer.decode(p) for p in prompts]
+    return shape
 
 
 @cache
@@ -104,14 +138,11 @@ def _materialised(value, where: str = ""):
 def validated(body: dict, chat: bool) -> dict:
     """`body` checked against OpenAI's request schema, with every not-built field refused by name."""
     from pydantic import ValidationError
-    for name, what in NOT_BUILT.items():
-        if body.get(name) is not None:
-            raise OpenAIRequestError(f"`{name}` is not supported by this server ({what} is not built); "
-                                     "leave it out")
-    response_format = body.get("response_format")
-    if response_format is not None and response_format != {"type": "text"}:
-        raise OpenAIRequestError(f"`response_format` {json.dumps(response_format)[:80]} is not supported by this "
-                                 "server (structured output is not built); only {\"type\": \"text\"}")
+    route = "chat" if chat else "completions"
+    for name, value in body.items():
+        problem = openai_fields.refusal(name, value, route)
+        if problem is not None:
+            raise OpenAIRequestError(problem)
     # A completions `prompt` is checked by `completion_requests`: the schema's union of lazily validated
     # iterables would take a batch of token-id lists for one list of ids and then reject its first item.
     schema_body = body if chat else {**body, "prompt": ""}
@@ -154,17 +185,20 @@ def completion_requests(body: dict, tokenizer) -> list[InferRequest]:
     in one HTTP request, answered with the choices of prompt i at indices i*n .. i*n+n-1)."""
     validated(body, chat=False)
     prompt = body.get("prompt")
+
+
+    special = body.get("add_special_tokens", True) is not False  # vLLM's default for completions
     if isinstance(prompt, list) and prompt and all(isinstance(p, (str, list)) for p in prompt):
-        return [_one_prompt(p, tokenizer, f"prompt.{i}") for i, p in enumerate(prompt)]
-    return [_one_prompt(prompt, tokenizer, "prompt")]
+        return [_one_prompt(p, tokenizer, f"prompt.{i}", special) for i, p in enumerate(prompt)]
+    return [_one_prompt(prompt, tokenizer, "prompt", special)]
 
 
-def _one_prompt(prompt, tokenizer, where: str) -> InferRequest:
+def _one_prompt(prompt, tokenizer, where: str, special: bool) -> InferRequest:
     if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
         return InferRequest(input_ids=prompt)
     if not isinstance(prompt, str) or not prompt:
         raise OpenAIRequestError(f"`{where}` must be a non-empty string (or a list of token ids)")
-    return InferRequest(input_ids=tokenizer.encode(prompt, add_special_tokens=False))
+    return InferRequest(input_ids=tokenizer.encode(prompt, add_special_tokens=special))
 
 
 def _usage(*resps: InferResponse) -> dict:
@@ -190,40 +224,74 @@ def _prompt_logprobs(resp: InferResponse) -> list | None:
     return out
 
 
-def chat_response(resp: InferResponse, model: str) -> dict:
+def _token(t, shape: AnswerShape) -> str:
+    return f"token_id:{t.token_id}" if shape.tokens_as_ids else t.token
+
+
+def chat_response(resp: InferResponse, model: str, shape: AnswerShape | None = None) -> dict:
+    shape = shape or AnswerShape()
     choices = []
     for c in resp.choices:
         logprobs = None
         if c.logprobs is not None:
-            logprobs = {"content": [{"token": t.token, "logprob": t.logprob,
-                                     "top_logprobs": [{"token": a.token, "logprob": a.logprob}
+            logprobs = {"content": [{"token": _token(t, shape), "logprob": t.logprob,
+                                     "top_logprobs": [{"token": _token(a, shape), "logprob": a.logprob}
                                                       for a in t.top_logprobs]} for t in c.logprobs]}
-        choices.append({"index": c.index, "message": {"role": "assistant", "content": c.text},
-                        "finish_reason": c.finish_reason, "logprobs": logprobs})
-    out = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()),
-           "model": model, "choices": choices, "usage": _usage(resp)}
+        choice = {"index": c.index, "message": {"role": "assistant", "content": c.text},
+                  "finish_reason": c.finish_reason, "logprobs": logprobs}
+        if shape.return_token_ids:
+            choice["token_ids"] = c.token_ids
+        choices.append(choice)
+    out = {"id": f"chatcmpl-{shape.request_id or uuid.uuid4().hex}", "object": "chat.completion",
+           "created": int(time.time()), "model": model, "choices": choices, "usage": _usage(resp)}
     if resp.prompt_logprobs is not None:  # where vLLM puts it in a chat answer
         out["prompt_logprobs"] = _prompt_logprobs(resp)
+    if shape.return_token_ids:
+        out["prompt_token_ids"] = resp.prompt_token_ids
     return out
 
 
-def completion_response(resps: InferResponse | list[InferResponse], model: str) -> dict:
-    """One completions answer for one prompt or a batch of them (choices of prompt i follow prompt i-1's)."""
+def _legacy_logprobs(entries: list[TokenLogprob], shape: AnswerShape) -> dict:
+    """OpenAI's completions log-probs; each top_logprobs holds the chosen token too (as vLLM's)."""
+    return {"tokens": [_token(t, shape) for t in entries], "token_logprobs": [t.logprob for t in entries],
+            "top_logprobs": [{**{_token(a, shape): a.logprob for a in t.top_logprobs}, _token(t, shape): t.logprob}
+                             for t in entries]}
+
+
+def _echoed_logprobs(resp: InferResponse, tokenizer, shape: AnswerShape) -> dict:
+    """The prompt's positions in the legacy shape: the first has no log-prob (nothing precedes it)."""
+    first = resp.prompt_token_ids[0]
+    head = tokenizer.decode([first]) if tokenizer is not None else ""
+    rest = _legacy_logprobs([e for e in resp.prompt_logprobs[1:]], shape)
+    return {"tokens": [f"token_id:{first}" if shape.tokens_as_ids else head, *rest["tokens"]],
+            "token_logprobs": [None, *rest["token_logprobs"]], "top_logprobs": [None, *rest["top_logprobs"]]}
+
+
+def completion_response(resps: InferResponse | list[InferResponse], model: str, shape: AnswerShape | None = None,
+                        tokenizer=None, prompt_logprobs_asked: bool = True) -> dict:
+    """One completions answer for one prompt or a batch of them (choices of prompt i follow prompt i-1's).
+    With `echo`, each choice's text and log-probs start with its prompt's (OpenAI's legacy completions)."""
+    shape = shape or AnswerShape()
     resps = [resps] if isinstance(resps, InferResponse) else resps
     choices = []
-    for resp in resps:
-        prompt_logprobs = _prompt_logprobs(resp)
+    for i, resp in enumerate(resps):
+        prompt_logprobs = _prompt_logprobs(resp) if prompt_logprobs_asked else None
         for c in resp.choices:
-            logprobs = None
-            if c.logprobs is not None:
-                logprobs = {"tokens": [t.token for t in c.logprobs], "token_logprobs": [t.logprob for t in c.logprobs],
-                            "top_logprobs": [{a.token: a.logprob for a in t.top_logprobs} for t in c.logprobs]}
-            choice = {"index": len(choices), "text": c.text, "finish_reason": c.finish_reason, "logprobs": logprobs}
+            text, entries = ("", []) if shape.echo_only else (c.text, c.logprobs)
+            logprobs = _legacy_logprobs(entries, shape) if c.logprobs is not None else None
+            if shape.echo:
+                text = shape.prompt_texts[i] + text
+                if logprobs is not None and resp.prompt_logprobs is not None:
+                    echoed = _echoed_logprobs(resp, tokenizer, shape)
+                    logprobs = {k: echoed[k] + logprobs[k] for k in logprobs}
+            choice = {"index": len(choices), "text": text, "finish_reason": c.finish_reason, "logprobs": logprobs}
             if prompt_logprobs is not None:
                 choice["prompt_logprobs"] = prompt_logprobs
+            if shape.return_token_ids:
+                choice["token_ids"], choice["prompt_token_ids"] = c.token_ids, resp.prompt_token_ids
             choices.append(choice)
-    return {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
-            "model": model, "choices": choices, "usage": _usage(*resps)}
+    return {"id": f"cmpl-{shape.request_id or uuid.uuid4().hex}", "object": "text_completion",
+            "created": int(time.time()), "model": model, "choices": choices, "usage": _usage(*resps)}
 
 
 def stream_choice(chunk, chat: bool) -> dict:

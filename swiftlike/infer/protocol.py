@@ -27,13 +27,26 @@ class RequestConfig:
     max_tokens: int = 512
     temperature: float = 1.0
     top_p: float = 1.0
-    top_k: int = -1
+    top_k: int = -1  # -1 = no top-k (the OpenAI routes also take vLLM's 0 for it)
+    min_p: float = 0.0  # vLLM's: tokens below min_p x the top token's probability are dropped
     repetition_penalty: float = 1.0
     presence_penalty: float = 0.0  # OpenAI's: subtracted from a token's logit once it has appeared
     frequency_penalty: float = 0.0  # OpenAI's: subtracted once per earlier occurrence
     n: int = 1
     seed: int | None = None
     stop: list[str] = field(default_factory=list)
+    # vLLM's extensions of the OpenAI body (tests/e2e/test_openai_fields.py): engines that cannot apply a
+    # non-default one refuse it by name (InferEngine.check_config).
+    stop_token_ids: list[int] = field(default_factory=list)  # besides the template's stop tokens
+    min_tokens: int = 0  # no stop before this many tokens
+    ignore_eos: bool = False
+    include_stop_str_in_output: bool = False
+    skip_special_tokens: bool = True
+    spaces_between_special_tokens: bool = True
+    allowed_token_ids: list[int] | None = None
+    bad_words: list[str] = field(default_factory=list)
+    logit_bias: dict[int, float] | None = None
+    structured_outputs: dict | None = None  # vLLM's StructuredOutputsParams as a dict: regex, json, choice, ...
     logprobs: bool = False
     top_logprobs: int | None = None
     # vLLM's extension: log-probs of every prompt token and this many alternatives at each prompt position
@@ -47,6 +60,8 @@ class RequestConfig:
             ("temperature", self.temperature >= 0, "must be >= 0"),
             ("top_p", 0 < self.top_p <= 1, "must be in (0, 1]"),
             ("top_k", self.top_k == -1 or self.top_k >= 1, "must be -1 (all tokens) or >= 1"),
+            ("min_p", 0 <= self.min_p <= 1, "must be in [0, 1]"),
+            ("min_tokens", 0 <= self.min_tokens <= self.max_tokens, "must be in [0, max_tokens]"),
             ("n", self.n >= 1, "must be >= 1"),
             ("presence_penalty", -2 <= self.presence_penalty <= 2, "must be in [-2, 2]"),
             ("frequency_penalty", -2 <= self.frequency_penalty <= 2, "must be in [-2, 2]"),
@@ -57,9 +72,24 @@ class RequestConfig:
             if not ok:
                 raise InvalidSamplingParam(name, f"{rule}, got {getattr(self, name)}")
 
+    def extensions_set(self) -> list[str]:
+        """The vLLM-extension fields given a value other than their default (engines check these)."""
+        defaults = RequestConfig.__dataclass_fields__
+        return [name for name in VLLM_EXTENSIONS if getattr(self, name) != _default(defaults[name])]
+
     @property
     def greedy(self) -> bool:
         return self.temperature == 0
+
+
+VLLM_EXTENSIONS = ("min_p", "stop_token_ids", "min_tokens", "ignore_eos", "include_stop_str_in_output",
+                   "skip_special_tokens", "spaces_between_special_tokens", "allowed_token_ids", "bad_words",
+                   "logit_bias", "structured_outputs")
+
+
+def _default(f):
+    from dataclasses import MISSING
+    return f.default_factory() if f.default is MISSING else f.default
 
 
 @dataclass

@@ -27,6 +27,8 @@ class InferEngine(ABC):
     policy_version: int | None = None
     # Most alternatives per position a request may ask for (vLLM's --max-logprobs, ms-swift's --max_logprobs).
     max_logprobs: int = 20
+    # vLLM's extension fields of RequestConfig this engine applies; a non-default value of another is refused.
+    applied_extensions: frozenset[str] = frozenset()
 
     @property
     def dtype(self) -> str:
@@ -58,6 +60,10 @@ class InferEngine(ABC):
         for name in ("presence_penalty", "frequency_penalty"):
             if getattr(config, name) != 0 and not self.supports_penalties:
                 raise ValueError(f"{name} is not supported by the {type(self).__name__} backend; leave it at 0 "
+                                 "or serve with --infer_backend vllm")
+        for name in config.extensions_set():
+            if name not in self.applied_extensions:
+                raise ValueError(f"{name} is not supported by the {type(self).__name__} backend; leave it out "
                                  "or serve with --infer_backend vllm")
         if config.prompt_logprobs is not None and not self.supports_prompt_logprobs:
             raise ValueError(f"prompt_logprobs is not supported by the {type(self).__name__} backend; serve with "
@@ -173,8 +179,12 @@ class InferEngine(ABC):
         """Release the engine's resources."""
 
 
-def cut_at_stop(text: str, stop: list[str]) -> tuple[str, bool]:
-    """Text up to the first stop string, and whether one was found (OpenAI semantics). For engines whose own
-    stop matching differs from OpenAI's rule (pt's token-level check, lmdeploy's per-token stop_words)."""
-    cuts = [text.index(word) for word in stop if word in text]
-    return (text[: min(cuts)], True) if cuts else (text, False)
+def cut_at_stop(text: str, stop: list[str], include: bool = False) -> tuple[str, bool]:
+    """Text up to the first stop string (with it when `include`, vLLM's include_stop_str_in_output), and
+    whether one was found (OpenAI semantics). For engines whose own stop matching differs from OpenAI's rule
+    (pt's token-level check, lmdeploy's per-token stop_words)."""
+    cuts = [(text.index(word), len(word)) for word in stop if word in text]
+    if not cuts:
+        return text, False
+    at, length = min(cuts)
+    return text[: at + length if include else at], True

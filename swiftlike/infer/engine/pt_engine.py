@@ -29,6 +29,10 @@ class PtEngine(InferEngine):
     temperature, top-k and top-p; filtered tokens get -inf), which is what RL rollout compares the
     trainer's log-probs with."""
 
+    # transformers' generate has these; vLLM's token-list and detokenizer extensions are refused by name
+    applied_extensions = frozenset({"min_p", "stop_token_ids", "min_tokens", "ignore_eos",
+                                    "include_stop_str_in_output", "skip_special_tokens"})
+
     def __init__(self, resolved: ResolvedModel, template: Template | None = None, torch_dtype: str = "auto",
                  max_batch_size: int = 16, adapters: dict[str, str] | None = None, device: str | None = None,
                  model=None, logprobs_mode: LogprobsMode = "raw_logprobs", attn_impl: str | None = None,
@@ -82,18 +86,22 @@ class PtEngine(InferEngine):
             for name, tensor in updates:
                 params[name].copy_(tensor)
 
+    def _stop_ids(self, config: RequestConfig) -> list[int]:
+        """The tokens that end an answer: the template's unless ignore_eos (vLLM's rule), and the request's."""
+        return [*([] if config.ignore_eos else self.template.stop_token_ids), *config.stop_token_ids]
+
     def _generate_kwargs(self, config: RequestConfig) -> dict:
         kwargs = dict(max_new_tokens=config.max_tokens, num_return_sequences=config.n,
-                      eos_token_id=self.template.stop_token_ids, pad_token_id=self.tokenizer.pad_token_id,
+                      eos_token_id=self._stop_ids(config) or None, pad_token_id=self.tokenizer.pad_token_id,
                       repetition_penalty=config.repetition_penalty, return_dict_in_generate=True,
-                      do_sample=not config.greedy)
+                      do_sample=not config.greedy, min_new_tokens=config.min_tokens or None)
         # HF's `scores` are the logits after the processors and warpers, `logits` the raw ones.
         kwargs["output_scores" if self.logprobs_mode == "processed_logprobs" else "output_logits"] = True
         if config.greedy:
             kwargs.update(temperature=None, top_p=None, top_k=None)
         else:
             kwargs.update(temperature=config.temperature, top_p=config.top_p,
-                          top_k=config.top_k if config.top_k > 0 else 0)
+                          top_k=config.top_k if config.top_k > 0 else 0, min_p=config.min_p or None)
         if config.stop:
             kwargs.update(stop_strings=config.stop, tokenizer=self.tokenizer)
         return kwargs
@@ -152,11 +160,12 @@ class PtEngine(InferEngine):
         return contextlib.nullcontext()
 
     def _make_choice(self, index: int, tokens: list[int], row_logprobs, config: RequestConfig) -> Choice:
-        stops = set(self.template.stop_token_ids)
+        stops = set(self._stop_ids(config))
         end = next((i + 1 for i, t in enumerate(tokens) if t in stops), None)
         finish = "stop" if end is not None else "length"
         tokens = tokens[:end] if end is not None else tokens
-        text, hit = cut_at_stop(self.tokenizer.decode(tokens, skip_special_tokens=True), config.stop)
+        text, hit = cut_at_stop(self.tokenizer.decode(tokens, skip_special_tokens=config.skip_special_tokens),
+                                config.stop, config.include_stop_str_in_output)
         if hit:
             finish = "stop"
         logprobs = None
@@ -203,7 +212,7 @@ class PtEngine(InferEngine):
         self.check_adapter(request)
         prompt = self.prompt_ids(request)
         queue: Queue = Queue()
-        stops = set(self.template.stop_token_ids)
+        stops = set(self._stop_ids(config))
 
         class _Streamer:
             first = True
@@ -243,7 +252,8 @@ class PtEngine(InferEngine):
             pending.extend(item)
             if any(t in stops for t in item):
                 finish = "stop"
-            text, hit = cut_at_stop(self.tokenizer.decode(tokens, skip_special_tokens=True), config.stop)
+            text, hit = cut_at_stop(self.tokenizer.decode(tokens, skip_special_tokens=config.skip_special_tokens),
+                                    config.stop, config.include_stop_str_in_output)
             if hit:
                 finish = "stop"
             if text.endswith("\ufffd") and finish != "stop":

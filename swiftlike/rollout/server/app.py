@@ -229,8 +229,10 @@ def create_app(service: RolloutService) -> FastAPI:
         req = openai_api.chat_request(body)
         req.adapter = _adapter_for(service, body)
         config = openai_api.request_config(body, service.args.default_max_tokens)
+        service.engine.check_config(config)
         resp = (await service.generate([req], config, cut_at_updates=False))[0]
-        return openai_api.chat_response(resp, body.get("model") or service.engine.model_name)
+        return openai_api.chat_response(resp, body.get("model") or service.engine.model_name,
+                                        openai_api.answer_shape(body))
 
     @app.post("/v1/completions")
     async def completions(request: Request):
@@ -241,7 +243,10 @@ def create_app(service: RolloutService) -> FastAPI:
         config = openai_api.request_config(body, service.args.default_max_tokens)
         service.engine.check_config(config)
         resps = await service.generate(reqs, config, cut_at_updates=False)
-        return openai_api.completion_response(resps, body.get("model") or service.engine.model_name)
+        tokenizer = service.engine.tokenizer
+        return openai_api.completion_response(resps, body.get("model") or service.engine.model_name,
+                                              openai_api.answer_shape(body, tokenizer), tokenizer,
+                                              prompt_logprobs_asked=body.get("prompt_logprobs") is not None)
 
     @app.post("/tokenize")
     async def tokenize(request: Request):
