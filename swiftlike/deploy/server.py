@@ -4,29 +4,24 @@ requests finish)."""
 from __future__ import annotations
 
 import asyncio
-import hmac
 import json
 import signal
 import time
 import uuid
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import StreamingResponse
 
 from ..arguments.deploy_args import DeployArguments
 from ..infer import openai_api
 from ..infer.engine import InferEngine
 from ..infer.protocol import InferRequest, RequestConfig
 from ..utils import get_logger
+from . import plumbing
 
 logger = get_logger("swiftlike.deploy")
 
 GRACEFUL_SHUTDOWN_S = 60
-
-
-def _error(status: int, message: str, kind: str = "invalid_request_error") -> JSONResponse:
-    return JSONResponse({"error": {"message": message, "type": kind, "param": None, "code": status}},
-                        status_code=status)
 
 
 def create_app(engine: InferEngine, args: DeployArguments) -> FastAPI:
@@ -35,27 +30,7 @@ def create_app(engine: InferEngine, args: DeployArguments) -> FastAPI:
     base_name = args.served_model_name or engine.model_name
     limit = asyncio.Semaphore(args.max_concurrency)
 
-    @app.middleware("http")
-    async def auth(request: Request, call_next):
-        if args.api_key and request.url.path.startswith("/v1"):
-            sent = request.headers.get("authorization", "")
-            if not hmac.compare_digest(sent.encode(), f"Bearer {args.api_key}".encode()):
-                return _error(401, "missing or wrong API key: send `Authorization: Bearer <--api_key>`",
-                              "authentication_error")
-        return await call_next(request)
-
-    @app.exception_handler(ValueError)
-    async def bad_value(request: Request, exc: ValueError):
-        return _error(400, str(exc))
-
-    @app.exception_handler(Exception)
-    async def server_fault(request: Request, exc: Exception):
-        logger.exception("%s failed", request.url.path)
-        return _error(500, f"{type(exc).__name__}: {exc}", "server_error")
-
-    @app.get("/health")
-    async def health():
-        return {"status": "ok"}
+    plumbing.install(app, api_key=args.api_key, logger=logger, guarded=lambda path: path.startswith("/v1"))
 
     @app.get("/v1/models")
     async def models():

@@ -25,18 +25,17 @@ Routes:
 from __future__ import annotations
 
 import dataclasses
-import hmac
 import json
 from pathlib import Path
 
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from ...infer import openai_api
 from ...infer.protocol import InferRequest, RequestConfig
+from ...deploy import plumbing
 from ...utils import get_logger
 from .service import JSON_BODY_LIMIT, RequestTooLarge, RolloutService, StaleDeltaBase
 from ..wire.buckets import WeightUpdateError
@@ -98,56 +97,22 @@ class CollectiveBucket(BaseModel):
     tensors: list[TensorSpec] = Field(min_length=1)
 
 
-def _error(status: int, message: str) -> JSONResponse:
-    return JSONResponse({"error": {"message": message, "code": status}}, status_code=status)
-
-
 def create_app(service: RolloutService) -> FastAPI:
     app = FastAPI(title="swiftlike rollout")
     api_key = service.args.api_key
     bucket_limit = service.args.max_bucket_mb << 20
 
-    @app.middleware("http")
-    async def guard(request: Request, call_next):
-        if api_key and request.url.path != "/health":
-            sent = request.headers.get("authorization", "")
-            if not hmac.compare_digest(sent.encode(), f"Bearer {api_key}".encode()):
-                return _error(401, "missing or wrong API key: send `Authorization: Bearer <--api_key>`")
-        limit = bucket_limit if request.url.path in ("/update_weights/bucket", "/load_adapter") else JSON_BODY_LIMIT
-        length = request.headers.get("content-length")
-        if length is not None and length.isdigit() and int(length) > limit:
-            return _error(413, f"request body of {int(length) >> 20} MiB exceeds this endpoint's limit of "
-                               f"{limit >> 20} MiB (--max_bucket_mb for weight buckets); send smaller buckets")
-        return await call_next(request)
-
-    @app.exception_handler(RequestValidationError)
-    async def invalid_body(request: Request, exc: RequestValidationError):
-        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()[:5])
+    def sampling_hint(exc: RequestValidationError) -> str:
         sampling = {f.name for f in dataclasses.fields(RequestConfig)}
         if any(e["type"] == "extra_forbidden" and e["loc"][-1] in sampling for e in exc.errors()):
-            problems += " (sampling settings go in the body's `config` object, the engines' RequestConfig)"
-        return _error(422, f"invalid request body for {request.url.path}: {problems}")
+            return " (sampling settings go in the body's `config` object, the engines' RequestConfig)"
+        return ""
 
-    @app.exception_handler(StaleDeltaBase)
-    async def stale_delta_base(request: Request, exc: StaleDeltaBase):
-        return _error(409, str(exc))
-
-    @app.exception_handler(RequestTooLarge)
-    async def too_large(request: Request, exc: RequestTooLarge):
-        return _error(413, str(exc))
-
-    @app.exception_handler(ValueError)
-    async def bad_value(request: Request, exc: ValueError):
-        return _error(400, str(exc))
-
-    @app.exception_handler(Exception)
-    async def server_fault(request: Request, exc: Exception):
-        logger.exception("%s failed", request.url.path)
-        return _error(500, f"{type(exc).__name__}: {exc}")
-
-    @app.get("/health")
-    async def health():
-        return {"status": "ok", "policy_version": service.version}
+    plumbing.install(
+        app, api_key=api_key, logger=logger,
+        body_limit=lambda path: bucket_limit if path in ("/update_weights/bucket", "/load_adapter") else JSON_BODY_LIMIT,
+        errors={StaleDeltaBase: 409, RequestTooLarge: 413}, validation_hint=sampling_hint,
+        health=lambda: {"policy_version": service.version})
 
     @app.get("/info")
     async def info():
