@@ -234,18 +234,18 @@ class GrpoTrainer(RolloutTrainer):
         only what is behind the weights of this step."""
         current, group_size = self.worker.policy_version, self.grpo.num_generations
         if current is not None:
-            bound = max(self.worker.max_staleness - steps_left, 0)
+            bound = max(self.rollout.max_staleness - steps_left, 0)
             stale = stale_groups([r.policy_version for r in rollouts], current, bound, group_size)
             rollouts = replace_groups(rollouts, stale, group_size, self._generate_now)
             self._metrics["staleness/dropped"].append(float(len(stale) * group_size))
             behind = max((current - r.policy_version for r in rollouts if r.policy_version is not None), default=0)
-            if behind > 0 and self.worker.rollout_importance_sampling_mode is None and not self._warned_stale:
+            if behind > 0 and self.rollout.rollout_importance_sampling_mode is None and not self._warned_stale:
                 self._warned_stale = True
                 logger.warning(
                     "training on samples up to %d optimizer steps stale (--async_generate, --max_staleness %d) "
                     "without --rollout_importance_sampling_mode: the loss treats them as samples of the current "
                     "policy. Set --rollout_importance_sampling_mode token_truncate (or another mode) to reweight "
-                    "each token by pi_current / pi_behaviour", behind + steps_left, self.worker.max_staleness)
+                    "each token by pi_current / pi_behaviour", behind + steps_left, self.rollout.max_staleness)
         return rollouts
 
     @torch.no_grad()
