@@ -7,7 +7,7 @@ Each table lives between a pair of markers in its page and is replaced whole:
     docs/datasets.md   <!-- datasets:start -->  ... <!-- datasets:end -->
     docs/agent.md      <!-- agent-templates:start --> ... (AGENT_TEMPLATE_REGISTRY), <!-- loss-scales:start -->,
                        <!-- tools:start --> ... (TOOL_REGISTRY)
-    docs/rlhf.md       <!-- args-rollout:start --> ... (RolloutArguments + VllmArguments)
+    docs/rlhf.md       <!-- args-rollout:start --> ... (RolloutPlacementArguments + VllmArguments)
     docs/rlhf.md       <!-- args-preference:start --> ... (PreferenceArguments)
     docs/rlhf.md       <!-- args-gkd:start --> ... (GkdArguments)
     docs/rollout.md    <!-- args-rollout-server:start --> ... (RolloutServerArguments + LogprobLimitArguments +
@@ -28,7 +28,7 @@ from pathlib import Path
 from swiftlike.arguments.app_args import AppArguments
 from swiftlike.arguments.infer_args import LogprobLimitArguments, SamplingArguments, VllmArguments
 from swiftlike.arguments.megatron_args import MegatronArguments
-from swiftlike.arguments.rlhf_args import GkdArguments, PreferenceArguments, RayArguments, RolloutArguments
+from swiftlike.arguments.rlhf_args import GkdArguments, PreferenceArguments, RayArguments, RolloutPlacementArguments
 from swiftlike.arguments.rollout_args import RolloutServerArguments
 
 from swiftlike.dataset import DATASET_REGISTRY
@@ -149,7 +149,7 @@ TABLES = {
     "datasets.md": [("datasets", datasets_table)],
     "agent.md": [("agent-templates", agent_templates_table), ("loss-scales", loss_scales_table),
                  ("tools", tools_table)],
-    "rlhf.md": [("args-rollout", lambda: args_table(RolloutArguments, VllmArguments)),
+    "rlhf.md": [("args-rollout", lambda: args_table(RolloutPlacementArguments, VllmArguments)),
                 ("args-preference", lambda: args_table(PreferenceArguments)),
                 ("args-gkd", lambda: args_table(GkdArguments))],
     "rollout.md": [("args-rollout-server", lambda: args_table(RolloutServerArguments, LogprobLimitArguments,

@@ -66,18 +66,16 @@ class BaseArguments:
         if self.max_length is not None and self.max_length <= 0:
             raise ValueError(f"--max_length must be positive, got {self.max_length}")
 
-    def engine_spec(self, backend: str | None = None):
-        """What `build_engine` needs, from this command's flags. The backend's options are built here, so a
-        bad --vllm_* / --sglang_* / --lmdeploy_* value fails before any model loads."""
+    def model_engine_spec(self, backend: str, options=None, *, max_batch_size: int = 16, max_logprobs: int = 20):
+        """What `build_engine` needs to load this command's --model on `backend` with the backend's `options`
+        (VllmOptions, ...; None: its defaults). Each command that serves a model has its own `engine_spec()`,
+        which names its backend and builds its options there, so a bad --vllm_* / --sglang_* / --lmdeploy_*
+        value fails before any model loads."""
         from ..infer.engine import EngineSpec
-        backend = backend or getattr(self, "infer_backend", "pt")
-        make_options = getattr(self, f"{backend}_options", None)
         return EngineSpec(backend=backend, model=self.model, model_type=self.model_type, use_hf=self.use_hf,
                           model_revision=self.model_revision, template=self.template, system=self.system,
                           torch_dtype=self.torch_dtype, attn_impl=self.attn_impl, adapters=self.adapter_paths(),
-                          max_batch_size=getattr(self, "max_batch_size", 16),
-                          max_logprobs=getattr(self, "max_logprobs", 20),
-                          options=make_options() if make_options else None)
+                          max_batch_size=max_batch_size, max_logprobs=max_logprobs, options=options)
 
     def adapter_paths(self) -> dict[str, str]:
         """`name=path` or bare paths (named after their directory) as {name: path}."""

@@ -24,6 +24,12 @@ class DeployArguments(BaseArguments, VllmArguments, SglangArguments, LmdeployArg
     max_new_tokens: int = arg(512, "max_tokens of a request that does not set it.")
     max_batch_size: int = arg(16, "Prompts per forward batch in the pt engine.")
 
+    def engine_spec(self):
+        options = {"vllm": self.vllm_options, "sglang": self.sglang_options,
+                   "lmdeploy": self.lmdeploy_options}.get(self.infer_backend)
+        return self.model_engine_spec(self.infer_backend, options() if options else None,
+                                      max_batch_size=self.max_batch_size, max_logprobs=self.max_logprobs)
+
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.model is None:

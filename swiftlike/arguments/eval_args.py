@@ -30,10 +30,11 @@ class EvalArguments(BaseArguments, SamplingArguments, VllmArguments):
     max_new_tokens: int = arg(256, "Most tokens per answer.")
     max_batch_size: int = arg(16, "Prompts per forward batch in the pt engine.")
 
-    def engine_spec(self, backend: str | None = None):
+    def engine_spec(self):
         """--eval_url: the running server behind the engine interface; otherwise --model, loaded here."""
         if self.eval_url is None:
-            return super().engine_spec(backend)
+            options = self.vllm_options() if self.infer_backend == "vllm" else None
+            return self.model_engine_spec(self.infer_backend, options, max_batch_size=self.max_batch_size)
         from ..infer.engine import EngineSpec
         from ..infer.engine.openai_engine import OpenAIOptions
         return EngineSpec("openai", model=self.eval_model_name,

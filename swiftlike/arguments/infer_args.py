@@ -8,7 +8,7 @@ from ..infer.engine.lmdeploy_engine import LmdeployOptions
 from ..infer.engine.sglang_engine import SglangOptions
 from ..infer.engine.vllm_engine import VllmOptions
 from .base import BaseArguments, arg
-from .engine_flags import engine_flags
+from .option_flags import engine_flags
 
 
 @dataclass
@@ -91,6 +91,10 @@ class InferArguments(BaseArguments, GenerationArguments, VllmArguments):
     result_path: str | None = arg(None, "JSONL file for batch results (default: infer_result/<time>.jsonl).")
     max_batch_size: int = arg(16, "Prompts per forward batch in the pt engine.")
     val_dataset_sample: int | None = arg(None, "Use only the first N rows of --val_dataset.")
+
+    def engine_spec(self):
+        options = self.vllm_options() if self.infer_backend == "vllm" else None
+        return self.model_engine_spec(self.infer_backend, options, max_batch_size=self.max_batch_size)
 
     def __post_init__(self) -> None:
         super().__post_init__()

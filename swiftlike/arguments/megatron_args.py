@@ -17,6 +17,7 @@ from typing import Literal
 from ..utils import get_logger
 from ..utils.errors import NotBuiltError
 from .base import arg
+from ..rl.core.advantages import AdvantageEstimator
 from .rlhf_args import RlhfArguments
 
 logger = get_logger("swiftlike.arguments")
@@ -57,7 +58,7 @@ class MegatronArguments:
     lr_warmup_iters: int | None = arg(None, "Warm-up steps (--warmup_steps).")
     train_iters: int | None = arg(None, "Optimizer steps to run (--max_steps).")
     no_save_optim: bool = arg(False, "Checkpoints without the optimizer state (--save_only_model).")
-    advantage_estimator: Literal["grpo", "rloo", "reinforce_plus_plus"] = arg(
+    advantage_estimator: AdvantageEstimator = arg(
         "grpo", "GRPO's advantage estimator; grpo (group-normalised rewards) is built.")
     cross_entropy_loss_fusion: bool = arg(False, "Megatron-LM's fused cross entropy (GPU kernel; no effect here).")
     gradient_accumulation_fusion: bool = arg(False, "Megatron-LM's fused weight-gradient accumulation (GPU kernel; "

@@ -142,9 +142,10 @@ def settings_to_argv(data: dict[str, Any]) -> list[str]:
 
 
 def parse_args(cls: type, argv: list[str] | None = None, prog: str | None = None):
-    """Parse `argv` (default sys.argv[1:]) into `cls`; a `--config` file fills values first."""
+    """Parse `argv` (default sys.argv[1:]) into `cls`, a command's arguments class (`prog` defaults to its
+    `command`); a `--config` file fills values first."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    prog = prog or f"swiftlike {getattr(cls, 'command', '')}".strip()
+    prog = prog or f"swiftlike {cls.command}"
     parser = build_parser(cls, prog)
     pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     pre.add_argument("--config")

@@ -6,193 +6,40 @@ Names and defaults follow ms-swift's RLHF and GRPO arguments; `beta` and `loss_t
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
+from ..rl.core.losses import LOSS_TYPES
+from ..rl.core.options import (GKD, GRPO, ONLINE, PREFERENCE_TYPES, GkdOptions, GrpoOptions, PolicyTrainingOptions,
+                               PreferenceOptions, RayOptions, RewardOptions, RlhfType, RolloutOptions,
+                               SamplingOptions, flags_not_read_by)
+from ..rl.core.staleness import min_async_staleness
 from ..utils import get_logger
 from ..utils.errors import NotBuiltError
 from .base import arg
-from ..rl.core.staleness import min_async_staleness
 from .infer_args import SamplingArguments, VllmArguments
+from .option_flags import flag_values, option_flags
 from .train_args import TrainArguments
 
 logger = get_logger("swiftlike.arguments")
 
 
-@dataclass
-class GrpoArguments:
-    """GRPO: sampling, rewards, advantages and the clipped policy loss."""
+PolicyTrainingArguments = option_flags(PolicyTrainingOptions, "", "PolicyTrainingArguments", module=__name__,
+                                       doc=PolicyTrainingOptions.__doc__)
+CompletionArguments = option_flags(SamplingOptions, "", "CompletionArguments", module=__name__,
+                                   doc="How long a sampled completion may be (GRPO and GKD; the sampling rule itself "
+                                       "is the shared --temperature / --top_p / --top_k group).")
+GrpoArguments = option_flags(GrpoOptions, "", "GrpoArguments", module=__name__, doc=GrpoOptions.__doc__)
+RewardArguments = option_flags(RewardOptions, "", "RewardArguments", module=__name__, doc=RewardOptions.__doc__)
+RolloutPlacementArguments = option_flags(RolloutOptions, "", "RolloutPlacementArguments", module=__name__,
+                                         doc=RolloutOptions.__doc__)
+GkdArguments = option_flags(GkdOptions, "", "GkdArguments", module=__name__, doc=GkdOptions.__doc__)
+PreferenceArguments = option_flags(PreferenceOptions, "", "PreferenceArguments", module=__name__,
+                                   doc=PreferenceOptions.__doc__)
+RayArguments = option_flags(RayOptions, "", "RayArguments", module=__name__, doc=RayOptions.__doc__)
 
-    num_generations: int = arg(8, "Completions sampled per prompt (the group size G).")
-    max_completion_length: int = arg(512, "Most tokens generated per completion.")
-    epsilon: float = arg(0.2, "Lower clip range of the importance ratio (and upper when --epsilon_high is unset).")
-    epsilon_high: float | None = arg(None, "Upper clip range (DAPO clip-higher, e.g. 0.28); default --epsilon.")
-    importance_sampling_level: Literal["token", "sequence", "sequence_token"] = arg(
-        "token", "token: PPO/GRPO ratio per token; sequence: GSPO's length-normalised sequence ratio.")
-    scale_rewards: Literal["group", "batch", "none"] = arg(
-        "group", "Advantage denominator: group std, batch std, or none (Dr. GRPO).")
-    num_iterations: int = arg(1, "Policy updates per generated batch (mu in the GRPO paper).")
-    steps_per_generation: int | None = arg(None, "Micro-batches generated at once; default "
-                                           "--gradient_accumulation_steps.")
-    reward_funcs: list[str] = arg([], "Reward functions by name: accuracy, format, format_hash, cosine, repetition, "
-                                  "soft_overlong, or names registered in --external_plugins.")
-    reward_weights: list[float] | None = arg(None, "One weight per reward: the --reward_funcs entries, then the "
-                                             "--reward_model entries (ms-swift's order); default 1.0 each.")
-    reward_model: list[str] = arg([], "Sequence-classification reward models (local dir or model id, resolved like "
-                                  "--model); each scores prompt + completion and adds one reward column.")
-    dynamic_sample: bool = arg(False, "DAPO dynamic sampling: replace groups whose rewards are all equal (no "
-                               "advantage signal) with groups of freshly drawn prompts.")
-    max_resample_times: int = arg(3, "Most extra generation rounds per batch under --dynamic_sample; groups "
-                                  "still missing are filled with the zero-std ones so the batch size is fixed.")
-    overlong_filter: bool = arg(False, "DAPO overlong filtering: completions cut at --max_completion_length "
-                                "(finish_reason length) are left out of the loss.")
-    disable_dropout: bool = arg(True, "Zero every dropout rate (including --lora_dropout) in the policy and the "
-                                "reference, so old, new and reference log-probs of a token agree before an update "
-                                "(TRL's disable_dropout); false keeps dropout in the policy's training passes.")
-    share_prompt_prefix: bool = arg(True, "Score a group's shared prompt once per micro-batch and run its "
-                                    "completions on that prompt's KV cache (gradients flow through it), instead "
-                                    "of once per completion: the same loss up to float rounding, about half the "
-                                    "tokens. Off under --gradient_checkpointing, which drops the cache in training.")
-    on_nonfinite: Literal["error", "skip"] = arg(
-        "error", "A NaN/inf loss, gradient norm or metric: error stops the run at that step, naming the value; skip "
-        "drops that step's update (counted in nonfinite/skipped_steps) and keeps training.")
-    external_plugins: list[str] = arg([], "Python files imported first, e.g. to register reward functions.")
-    log_completions: bool = arg(False, "Write prompts, completions and rewards to completions.jsonl in the run dir.")
-    # reward function parameters
-    cosine_min_len_value_wrong: float = arg(-0.5, "cosine reward: value for a wrong answer of length 0.")
-    cosine_max_len_value_wrong: float = arg(0.0, "cosine reward: value for a wrong answer at --cosine_max_len.")
-    cosine_min_len_value_correct: float = arg(1.0, "cosine reward: value for a right answer of length 0.")
-    cosine_max_len_value_correct: float = arg(0.5, "cosine reward: value for a right answer at --cosine_max_len.")
-    cosine_max_len: int | None = arg(None, "cosine reward: length scale; default --max_completion_length.")
-    repetition_n_grams: int = arg(3, "repetition reward: n-gram size.")
-    repetition_max_penalty: float = arg(-1.0, "repetition reward: penalty of a fully repetitive answer (<= 0).")
-    soft_max_length: int | None = arg(None, "soft_overlong reward: L_max; default --max_completion_length.")
-    soft_cache_length: int | None = arg(None, "soft_overlong reward: L_cache, the punished interval's length.")
-
-
-@dataclass
-class RolloutArguments:
-    """Where completions come from: the training model (pt), a colocated vLLM engine or rollout servers, how
-    weights reach them, and mismatch handling. The vLLM engine's own settings are the shared `--vllm_*` group."""
-
-    use_vllm: bool = arg(False, "Generate with vLLM; false = the training model's own generate().")
-    vllm_mode: Literal["colocate", "server"] = arg("colocate", "colocate: vLLM in the trainer's process; "
-                                                   "server: one or more `swiftlike rollout` servers.")
-    vllm_server_host: list[str] = arg(["127.0.0.1"], "Rollout server host(s) for --vllm_mode server; one host "
-                                      "for all ports, or one per --vllm_server_port.")
-    vllm_server_port: list[int] = arg([8000], "Rollout server port(s); several servers share each generation "
-                                      "batch between them.")
-    vllm_server_timeout: float = arg(240.0, "Seconds the trainer keeps trying to reach a rollout server (at start "
-                                     "and after a transient error) before it stops with an error.")
-    vllm_server_api_key: str | None = arg(None, "The servers' --api_key, sent as a Bearer token.")
-    weight_transport: Literal["auto", "http", "path", "nccl", "gloo"] = arg(
-        "auto", "How full weights reach rollout servers: http (safetensors over HTTP, any host), path (files "
-        "under --weight_sync_path, one host or a shared filesystem), nccl (GPU broadcast), gloo (the same on "
-        "CPU). auto = nccl with CUDA, else http.")
-    weight_sync_path: str | None = arg(None, "Directory for --weight_transport path; default /dev/shm.")
-    weight_bucket_mb: int = arg(512, "Weights are sent to rollout servers in buckets of at most this many MiB.")
-    weight_sync: Literal["full", "delta"] = arg(
-        "full", "Merged-weight sync to vLLM: full sends every weight each time; delta (SLIME's "
-        "--update-weight-mode delta) sends full weights once, then only the elements whose value in the engine's "
-        "dtype changed (positions or a bitmask, with the values), and the engine reloads from a patched copy, so "
-        "it holds what a full sync would give, bit for bit. Costs one copy of the model in the engine's dtype on "
-        "the trainer and on each rollout server. It saves bytes on the wire (server mode); colocated, the engine "
-        "still reloads every weight. Not with --vllm_enable_lora, which already sends only the adapter.")
-    async_generate: bool = arg(False, "Server mode: the rollout servers generate the next generation batches "
-                               "while the trainer learns (up to --max_staleness optimizer steps ahead), and a "
-                               "weight sync does not wait for them: a request in flight continues under the new "
-                               "weights (partial rollout). Samples are off-policy; only "
-                               "--rollout_importance_sampling_mode corrects the loss for it (without it the "
-                               "trainer warns once and treats them as on-policy).")
-    max_staleness: int | None = arg(None, "TRL's name: no sample is trained on at any step, its batch's last use "
-                                    "included, more than this many optimizer steps after the step whose weights "
-                                    "sampled its oldest token. Prefetching goes as far ahead as that allows; a "
-                                    "group older anyway is dropped and generated again (staleness/dropped). 0 = "
-                                    "synchronous training (a batch reused over several steps is then PPO's old "
-                                    "policy). With --async_generate true it must let one batch be prefetched: 1 "
-                                    "when a generation batch serves one optimizer step, 2B - 1 when it serves B "
-                                    "(the default); else 0, and > 0 needs --async_generate true.")
-    rollout_importance_sampling_mode: Literal["token_truncate", "token_mask", "sequence_truncate",
-                                              "sequence_mask"] | None = arg(
-        None, "Reweight the loss by pi_train / pi_rollout, bounded by the threshold; default off.")
-    rollout_importance_sampling_threshold: float = arg(2.0, "Upper bound of the rollout IS weights.")
-    log_rollout_offpolicy_metrics: bool = arg(False, "Log training-inference mismatch metrics (rollout_correction/*) "
-                                              "even without --rollout_importance_sampling_mode (with a mode set "
-                                              "they are always logged).")
-    off_policy_sequence_mask_delta: float | None = arg(
-        None, "DeepSeek-V3.2 off-policy sequence mask: drop from the loss negative-advantage sequences whose mean "
-        "(rollout logp - current logp) exceeds this many nats; default off.")
-    sleep_level: Literal[0, 1, 2] = arg(0, "Put the colocated vLLM engine to sleep after each generation (vLLM "
-                                        "sleep mode, CUDA only): 1 frees the KV cache and offloads weights, 2 also "
-                                        "drops the weights (needs merged-weight sync, not --vllm_enable_lora); "
-                                        "after a level-2 sleep the weights are pushed again on waking, so a step "
-                                        "that generates more than once (dynamic sampling, "
-                                        "--steps_per_generation < --gradient_accumulation_steps) pays one push "
-                                        "per generation.")
-    offload_model: bool = arg(False, "Move the training model to CPU while vLLM generates (CUDA and "
-                              "--use_vllm only).")
-    offload_optimizer: bool = arg(False, "Move the optimizer state to CPU while vLLM generates (CUDA and "
-                                  "--use_vllm only).")
-
-
-@dataclass
-class GkdArguments:
-    """GKD: on-policy distillation from a teacher, in-process or served (ms-swift's names and defaults)."""
-
-    teacher_model: str | None = arg(None, "gkd: the teacher (local dir or model id, resolved like --model). Equal to "
-                                    "--model with --tuner_type lora: the teacher is the model with its adapter "
-                                    "disabled (no second copy).")
-    teacher_adapters: list[str] = arg([], "gkd: LoRA adapters merged into the teacher (e.g. the SFT adapter that "
-                                      "made it the teacher).")
-    teacher_model_type: str | None = arg(None, "gkd: model type of --teacher_model; default detected.")
-    teacher_model_revision: str | None = arg(None, "gkd: hub revision of --teacher_model.")
-    teacher_model_server: list[str] = arg([], "gkd: URL(s) of a served teacher (`swiftlike deploy ... --max_logprobs "
-                                          "K` or `swiftlike rollout`, or vLLM's server) that answers top-k prompt "
-                                          "log-probs; needs --gkd_logits_topk. Several URLs serve one teacher: "
-                                          "batches go to them in turn.")
-    teacher_model_server_timeout: float = arg(300.0, "gkd: seconds to wait for the teacher server's answer to one "
-                                              "batch before the run stops with an error.")
-    teacher_model_server_api_key: str | None = arg(None, "gkd: the teacher server's API key (its --api_key), sent as "
-                                                   "a Bearer token; a Ray job sets it for its teacher replicas.")
-    gkd_logits_topk: int | None = arg(None, "gkd: compare the distributions over the teacher's K most likely "
-                                      "tokens only (both renormalised over them); default the full vocabulary. "
-                                      "Required with --teacher_model_server (at most the server's --max_logprobs).")
-    offload_teacher_model: bool = arg(False, "gkd: keep the in-process teacher on CPU and move it to the "
-                                      "accelerator only for its forward pass (CUDA only).")
-    lmbda: float = arg(0.5, "gkd: share of micro-batches whose completions the student generates itself "
-                       "(on-policy); the rest use the dataset's answers. 1 = fully on-policy.")
-    seq_kd: bool = arg(False, "gkd: sequence-level KD, where the teacher generates the off-policy answers (not "
-                       "built; the dataset's answers are used).")
-    sft_alpha: float = arg(0.0, "gkd: weight of an NLL (SFT) loss on the completion tokens, added to the "
-                           "divergence.")
-
-
-@dataclass
-class RayArguments:
-    """Ray placement of the train, rollout and teacher roles from one YAML (docs/ray.md)."""
-
-    use_ray: bool = arg(False, "Run the roles of the --config YAML as Ray actors in placement groups. The YAML is "
-                        "ms-swift's: shared arguments at the top, then one group per role (train, rollout, teacher) "
-                        "with its device count `gpus:` (CPU slots on a machine without a GPU) and its own "
-                        "arguments, and optional `colocate_groups: [[train, rollout]]` (time-sharing the same "
-                        "devices) instead of separate placement.")
-    ray_address: str | None = arg(None, "Ray cluster to join: the head's host:port (what `ray start --head` "
-                                  "prints). Default: Ray's own RAY_ADDRESS, else the cluster `ray start` runs on "
-                                  "this machine, else a local cluster started for this run and stopped after it.")
-    train_backend: Literal["transformers", "megatron"] = arg(
-        "transformers", "Model backend of the train role: transformers, or megatron (megatron-core's GPTModel, "
-        "Llama and Qwen2 families; `swiftlike megatron rlhf` sets it, as ms-swift's `megatron rlhf` does).")
-
-
-PREFERENCE_TYPES = ("dpo", "kto", "cpo", "simpo", "orpo", "rm")
 NOT_BUILT_TYPES = {"ppo": "PPO (a value model and GAE) is not built; for RL with rewards use --rlhf_type grpo"}
-PREFERENCE_ONLY = ("ref_model", "ref_adapters", "loss_weights", "rpo_alpha", "ld_alpha", "center_rewards_coefficient")
-GKD_ONLY = ("teacher_model", "teacher_adapters", "teacher_model_type", "teacher_model_server", "gkd_logits_topk",
-            "offload_teacher_model", "seq_kd", "teacher_model_server_api_key")
-GRPO_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
-DPO_LOSS_TYPES = ("sigmoid", "hinge", "ipo", "exo_pair", "nca_pair", "robust", "bco_pair", "sppo_hard", "aot",
-                  "aot_unpaired", "apo_zero", "apo_down", "discopop", "sft", "sigmoid_norm")
-CPO_LOSS_TYPES = ("sigmoid", "hinge", "ipo", "simpo", "alphapo")
-KTO_LOSS_TYPES = ("kto", "apo_zero_unpaired")
+# What the flags only some types read are, by those types (their `only=`), for the refusal message.
+READERS_NAMES = {PREFERENCE_TYPES: "preference-training arguments", GKD: "GKD's teacher arguments",
+                 GRPO: "GRPO's rollout and reward arguments", ONLINE: "the rollout arguments of grpo and gkd"}
 # ms-swift's defaults per --rlhf_type (swift/arguments/rlhf_args.py): beta, then loss_type.
 DEFAULT_BETA = {"grpo": 0.04, "simpo": 2.0, "gkd": 0.5}
 DEFAULT_TEMPERATURE = {"gkd": 0.9}
@@ -200,42 +47,14 @@ DEFAULT_LOSS_TYPE = {"grpo": "grpo", "dpo": "sigmoid", "cpo": "sigmoid", "simpo"
 
 
 @dataclass
-class PreferenceArguments:
-    """The preference family: reference model and the loss terms of DPO, CPO/SimPO, KTO and reward models."""
-
-    ref_model: str | None = arg(None, "Reference model for dpo/kto with --tuner_type full; default --model. With "
-                                "LoRA the reference is the model with its adapter disabled (no second copy).")
-    ref_model_type: str | None = arg(None, "Model type of --ref_model; default --model_type.")
-    ref_model_revision: str | None = arg(None, "Hub revision of --ref_model.")
-    ref_adapters: list[str] = arg([], "LoRA adapters applied to the reference, e.g. the SFT adapter that "
-                                  "--adapters continues, so the reference is the SFT model and not the base.")
-    precompute_ref_log_probs: bool = arg(False, "dpo: compute the reference log-probs of the whole dataset once "
-                                         "before training (TRL), then free the reference model.")
-    label_smoothing: float = arg(0.0, "dpo/cpo: probability that a preference label is flipped (robust DPO, EXO).")
-    rpo_alpha: float | None = arg(None, "dpo: weight of an NLL (SFT) loss on the chosen answer, "
-                                  "loss = dpo_loss + rpo_alpha * nll (RPO paper; 1.0 recommended); default off.")
-    ld_alpha: float | None = arg(None, "dpo: LD-DPO weight in [0, 1] of the chosen/rejected tokens past their "
-                                 "shared length (length desensitisation); default off.")
-    discopop_tau: float = arg(0.05, "dpo --loss_type discopop: temperature of the log-ratio modulation.")
-    loss_weights: list[float] | None = arg(None, "dpo: one weight per --loss_type entry when several are mixed "
-                                           "(MPO); default 1.0 each.")
-    cpo_alpha: float = arg(1.0, "cpo/simpo: weight of the NLL loss on the chosen answer; with simpo, 0 is pure "
-                           "SimPO and the default 1.0 is CPO-SimPO (as in ms-swift).")
-    simpo_gamma: float = arg(1.0, "simpo: target reward margin (the paper suggests 0.5-1.5).")
-    desirable_weight: float = arg(1.0, "kto: weight of the desirable (label true) examples' loss.")
-    undesirable_weight: float = arg(1.0, "kto: weight of the undesirable (label false) examples' loss.")
-    center_rewards_coefficient: float | None = arg(None, "rm: weight of a penalty on the squared mean reward, "
-                                                   "which keeps rewards centred on 0 (0.01 recommended).")
-
-
-@dataclass
-class RlhfArguments(TrainArguments, PreferenceArguments, GkdArguments, GrpoArguments, SamplingArguments,
-                    RolloutArguments, VllmArguments, RayArguments):
+class RlhfArguments(TrainArguments, PreferenceArguments, GkdArguments, GrpoArguments, RewardArguments,
+                    PolicyTrainingArguments, CompletionArguments, SamplingArguments, RolloutPlacementArguments,
+                    VllmArguments, RayArguments):
     """swiftlike rlhf: preference training (dpo, kto, cpo, simpo, orpo, rm), RL with rewards (grpo) and
     on-policy distillation (gkd)."""
 
     command = "rlhf"
-    rlhf_type: Literal["dpo", "orpo", "simpo", "kto", "cpo", "rm", "ppo", "grpo", "gkd"] = arg(
+    rlhf_type: RlhfType = arg(
         "dpo", "Algorithm: dpo, kto, cpo, simpo, orpo (preference pairs or labelled answers), rm (a reward model "
         "from preference pairs), grpo (sampled groups scored by rewards), gkd (distillation from a teacher on the "
         "student's own samples). ppo is not built.")
@@ -263,20 +82,121 @@ class RlhfArguments(TrainArguments, PreferenceArguments, GkdArguments, GrpoArgum
         if self.loss_type is None:
             self.loss_type = [DEFAULT_LOSS_TYPE[self.rlhf_type]] if self.rlhf_type in DEFAULT_LOSS_TYPE else []
         super().__post_init__()
-        if self.rlhf_type == "grpo":
-            self._check_grpo()
-        elif self.rlhf_type == "gkd":
-            self._check_gkd()
-        else:
-            self._check_preference()
+        self._refuse_unread_flags()
         if self.steps_per_generation is None:
             self.steps_per_generation = self.gradient_accumulation_steps
+        if self.rlhf_type == "grpo" and (len(self.loss_type) != 1 or self.loss_type[0] not in LOSS_TYPES):
+            raise ValueError(f"--loss_type {' '.join(self.loss_type)}: grpo takes one of {', '.join(LOSS_TYPES)}")
+        if self.rlhf_type == "gkd" and self.loss_type:
+            raise ValueError("--loss_type: gkd's loss is the generalized JSD (set its shape with --beta); leave "
+                             "--loss_type unset")
         if self.train_backend == "megatron":
             self._check_megatron_backend()
+        # The groups this type reads, each built once here and frozen: the trainers receive these, not `self`.
+        self._groups = self._build_groups()
 
+    # ------------------------------------------------------------------ the option groups
+    def policy_training_options(self) -> PolicyTrainingOptions:
+        return self._group(PolicyTrainingOptions)
+
+    def sampling_options(self) -> SamplingOptions:
+        return self._group(SamplingOptions)
+
+    def grpo_options(self) -> GrpoOptions:
+        return self._group(GrpoOptions)
+
+    def reward_options(self) -> RewardOptions:
+        return self._group(RewardOptions)
+
+    def rollout_options(self) -> RolloutOptions:
+        return self._group(RolloutOptions)
+
+    def gkd_options(self) -> GkdOptions:
+        return self._group(GkdOptions)
+
+    def preference_options(self) -> PreferenceOptions:
+        return self._group(PreferenceOptions)
+
+    def ray_options(self) -> RayOptions:
+        return self._group(RayOptions)
+
+    def _group(self, cls: type):
+        if cls not in self._groups:
+            raise ValueError(f"--rlhf_type {self.rlhf_type} reads no {cls.__name__}; it reads "
+                             f"{', '.join(c.__name__ for c in self._groups)}")
+        return self._groups[cls]
+
+    def _build_groups(self) -> dict[type, object]:
+        """Each group checks its own values as it is built; what spans groups is checked here, in between."""
+        groups: dict[type, object] = {PolicyTrainingOptions: PolicyTrainingOptions(**flag_values(self, PolicyTrainingOptions)),
+                                      RayOptions: RayOptions(**flag_values(self, RayOptions))}
+        if self.is_preference:
+            groups[PreferenceOptions] = PreferenceOptions(**flag_values(self, PreferenceOptions),
+                                                          rlhf_type=self.rlhf_type, loss_type=list(self.loss_type),
+                                                          beta=self.beta)
+            if self.ref_model and self.tuner_type == "lora":
+                raise ValueError("--ref_model with --tuner_type lora: the reference is the model with its adapter "
+                                 "disabled; use --ref_adapters to give the reference an adapter of its own")
+            return groups
+        if self.rlhf_type == "grpo":
+            groups[RewardOptions] = RewardOptions(**flag_values(self, RewardOptions))
+            groups[GrpoOptions] = grpo = GrpoOptions(**flag_values(self, GrpoOptions), loss_type=self.loss_type[0],
+                                                     beta=self.beta)
+            self._check_generation_batch(grpo)
+        else:
+            groups[GkdOptions] = GkdOptions(**flag_values(self, GkdOptions), beta=self.beta)
+        groups[SamplingOptions] = SamplingOptions(
+            **flag_values(self, SamplingOptions), temperature=self.temperature, top_p=self.top_p, top_k=self.top_k,
+            repetition_penalty=self.repetition_penalty)
+        groups[RolloutOptions] = self._rollout_group()
+        if self.vllm_enable_lora and self.tuner_type != "lora":
+            raise ValueError("--vllm_enable_lora true syncs a LoRA adapter; it needs --tuner_type lora")
+        if self.vllm_enable_lora and self.lora_rank > self.vllm_max_lora_rank:
+            raise ValueError(f"--lora_rank {self.lora_rank} exceeds --vllm_max_lora_rank {self.vllm_max_lora_rank}")
+        if self.use_vllm:
+            self.vllm_options()  # the engine's options check their own values, named by flag
+        return groups
+
+    def _check_generation_batch(self, grpo: GrpoOptions) -> None:
+        spg = grpo.steps_per_generation
+        batch = self.per_device_train_batch_size * spg
+        if batch % grpo.num_generations:
+            raise ValueError(
+                f"--per_device_train_batch_size ({self.per_device_train_batch_size}) * steps per generation ({spg}, "
+                f"--steps_per_generation or --gradient_accumulation_steps) = {batch} completions must be divisible "
+                f"by --num_generations ({grpo.num_generations}) so every prompt's group is generated together")
+
+    def _rollout_group(self) -> RolloutOptions:
+        """The rollout group, with --max_staleness resolved: its default and its least value depend on how many
+        optimizer steps one generation batch serves (--steps_per_generation, --num_iterations, accumulation)."""
+        spg, ga = self.steps_per_generation, self.gradient_accumulation_steps
+        least = min_async_staleness(spg * self.num_iterations, ga)
+        if self.max_staleness is None:
+            self.max_staleness = least if self.async_generate else 0
+        rollout = RolloutOptions(**flag_values(self, RolloutOptions), vllm_enable_lora=self.vllm_enable_lora)
+        if 0 < rollout.max_staleness < least:
+            raise ValueError(
+                f"--max_staleness {rollout.max_staleness} leaves no room to generate ahead: a generation batch "
+                f"serves {spg} micro-batches x {self.num_iterations} iteration(s) at --gradient_accumulation_steps "
+                f"{ga}, so a batch generated one batch ahead is last trained on {least} optimizer steps after it "
+                f"was sampled. Set --max_staleness {least} or more (leave it unset for that default), or 0 for "
+                "synchronous training")
+        return rollout
+
+    def _refuse_unread_flags(self) -> None:
+        """Flags that only other --rlhf_type values read (their `only=`), given here: an error, not a silent no-op."""
+        for readers, names in flags_not_read_by(self.rlhf_type).items():
+            given = [f"--{name}" for name in names if getattr(self, name) not in (None, [], False)]
+            if given:
+                learns = (f"; {self.rlhf_type} learns from the answers in the dataset"
+                          if self.is_preference and "grpo" in readers else "")
+                raise ValueError(f"{', '.join(given)}: {READERS_NAMES[readers]}, not used by --rlhf_type "
+                                 f"{self.rlhf_type}{learns}")
+
+    # ------------------------------------------------------------------ shared settings
     @property
     def grpo_loss_type(self) -> str:
-        """GRPO takes exactly one --loss_type (checked in _check_grpo)."""
+        """GRPO takes exactly one --loss_type (checked in __post_init__)."""
         return self.loss_type[0]
 
     @property
@@ -299,155 +219,6 @@ class RlhfArguments(TrainArguments, PreferenceArguments, GkdArguments, GrpoArgum
             raise ValueError(f"--loss_scale all: {self.rlhf_type}'s loss is on the {answers} only (what default "
                              "and last_round both mean here)")
         super()._check_data_flags()
-
-    def _check_preference(self) -> None:
-        allowed = {"dpo": DPO_LOSS_TYPES, "cpo": CPO_LOSS_TYPES, "simpo": CPO_LOSS_TYPES, "kto": KTO_LOSS_TYPES}
-        types = allowed.get(self.rlhf_type, ())
-        if self.loss_type and not types:
-            raise ValueError(f"--loss_type: {self.rlhf_type} has one loss of its own; leave --loss_type unset")
-        bad = [t for t in self.loss_type if t not in types]
-        if bad:
-            raise ValueError(f"--loss_type {' '.join(bad)}: not a {self.rlhf_type} loss; choose from "
-                             f"{', '.join(types)}")
-        if len(self.loss_type) > 1 and self.rlhf_type != "dpo":
-            raise ValueError(f"several --loss_type values mix losses for dpo only, got {len(self.loss_type)} "
-                             f"for {self.rlhf_type}")
-        if self.loss_weights is not None:
-            if self.rlhf_type != "dpo":
-                raise ValueError("--loss_weights weighs mixed dpo losses; it is for --rlhf_type dpo")
-            if len(self.loss_weights) != len(self.loss_type):
-                raise ValueError(f"{len(self.loss_weights)} --loss_weights for {len(self.loss_type)} --loss_type "
-                                 "values; give one weight per loss")
-        if self.beta <= 0:
-            raise ValueError(f"--beta must be > 0 for {self.rlhf_type}, got {self.beta}")
-        if not 0 <= self.label_smoothing < 0.5:
-            raise ValueError(f"--label_smoothing must be in [0, 0.5), got {self.label_smoothing}")
-        if self.ld_alpha is not None and not 0 <= self.ld_alpha <= 1:
-            raise ValueError(f"--ld_alpha must be in [0, 1], got {self.ld_alpha}")
-        if self.rpo_alpha is not None and self.rpo_alpha < 0:
-            raise ValueError(f"--rpo_alpha must be >= 0, got {self.rpo_alpha}")
-        for name in ("desirable_weight", "undesirable_weight"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"--{name} must be > 0, got {getattr(self, name)}")
-        uses_ref = self.rlhf_type in ("dpo", "kto")
-        if not uses_ref and (self.ref_model or self.ref_adapters or self.precompute_ref_log_probs):
-            raise ValueError(f"--ref_model / --ref_adapters / --precompute_ref_log_probs: {self.rlhf_type} has no "
-                             "reference model (only dpo and kto have one)")
-        if self.ref_model and self.tuner_type == "lora":
-            raise ValueError("--ref_model with --tuner_type lora: the reference is the model with its adapter "
-                             "disabled; use --ref_adapters to give the reference an adapter of its own")
-        if self.precompute_ref_log_probs and self.rlhf_type != "dpo":
-            raise ValueError("--precompute_ref_log_probs is built for dpo (TRL's DPOTrainer)")
-        self._refuse(GKD_ONLY, "GKD's teacher arguments")
-        grpo_only = [f"--{name}" for name in ("reward_funcs", "reward_model", "external_plugins") if getattr(self, name)]
-        if grpo_only or self.use_vllm:
-            raise ValueError(f"{', '.join(grpo_only + ['--use_vllm'] * self.use_vllm)}: GRPO's rollout and reward "
-                             f"arguments; {self.rlhf_type} learns from the answers in the dataset")
-
-    def _check_grpo(self) -> None:
-        if len(self.loss_type) != 1 or self.loss_type[0] not in GRPO_LOSS_TYPES:
-            raise ValueError(f"--loss_type {' '.join(self.loss_type)}: grpo takes one of {', '.join(GRPO_LOSS_TYPES)}")
-        self._refuse(PREFERENCE_ONLY, "preference-training arguments")
-        self._refuse(GKD_ONLY, "GKD's teacher arguments")
-        if not self.reward_funcs and not self.reward_model:
-            raise ValueError("--reward_funcs is required for grpo, e.g. --reward_funcs accuracy format "
-                             "(or a --reward_model)")
-        n_rewards = len(self.reward_funcs) + len(self.reward_model)
-        if self.reward_weights is not None and len(self.reward_weights) != n_rewards:
-            raise ValueError(f"got {len(self.reward_weights)} --reward_weights for {len(self.reward_funcs)} "
-                             f"--reward_funcs + {len(self.reward_model)} --reward_model; give one weight per "
-                             "reward, functions first")
-        for name in ("num_generations", "num_iterations"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"--{name} must be >= 1, got {getattr(self, name)}")
-        if self.num_generations < 2:
-            raise ValueError("--num_generations must be >= 2: advantages compare completions of the same prompt")
-        if self.steps_per_generation is not None and self.steps_per_generation < 1:
-            raise ValueError(f"--steps_per_generation must be >= 1, got {self.steps_per_generation}")
-        spg = self.steps_per_generation or self.gradient_accumulation_steps
-        batch = self.per_device_train_batch_size * spg
-        if batch % self.num_generations:
-            raise ValueError(
-                f"--per_device_train_batch_size ({self.per_device_train_batch_size}) * steps per generation ({spg}, "
-                f"--steps_per_generation or --gradient_accumulation_steps) = {batch} completions must be divisible "
-                f"by --num_generations ({self.num_generations}) so every prompt's group is generated together")
-        if self.beta < 0:
-            raise ValueError(f"--beta must be >= 0, got {self.beta}")
-        if self.rollout_importance_sampling_threshold <= 0:
-            raise ValueError("--rollout_importance_sampling_threshold must be > 0")
-        if self.off_policy_sequence_mask_delta is not None and self.off_policy_sequence_mask_delta < 0:
-            raise ValueError(f"--off_policy_sequence_mask_delta must be >= 0, got {self.off_policy_sequence_mask_delta}")
-        if self.max_resample_times < 0:
-            raise ValueError(f"--max_resample_times must be >= 0, got {self.max_resample_times}")
-        self._check_sampling_and_rollout()
-
-    def _check_gkd(self) -> None:
-        """Every teacher and divergence setting is checked here, before any model is loaded."""
-        if self.loss_type:
-            raise ValueError("--loss_type: gkd's loss is the generalized JSD (set its shape with --beta); leave "
-                             "--loss_type unset")
-        self._refuse(PREFERENCE_ONLY, "preference-training arguments")
-        grpo_only = ("reward_funcs", "reward_model", "reward_weights", "dynamic_sample", "overlong_filter",
-                     "async_generate", "max_staleness", "rollout_importance_sampling_mode",
-                     "off_policy_sequence_mask_delta")
-        self._refuse(grpo_only, "GRPO's reward and correction arguments")
-        if not self.teacher_model and not self.teacher_model_server:
-            raise ValueError("--rlhf_type gkd needs a teacher: --teacher_model <model id or dir> (in-process) or "
-                             "--teacher_model_server http://host:port --gkd_logits_topk K (served)")
-        if self.teacher_model and self.teacher_model_server:
-            raise ValueError("--teacher_model and --teacher_model_server both given; choose one teacher")
-        if self.teacher_model_server:
-            if self.gkd_logits_topk is None:
-                raise ValueError("--teacher_model_server sends the teacher's top-k log-probs only, so it needs "
-                                 "--gkd_logits_topk K (e.g. 20, at most the server's --max_logprobs)")
-            if self.teacher_adapters or self.teacher_model_type or self.offload_teacher_model:
-                raise ValueError("--teacher_adapters / --teacher_model_type / --offload_teacher_model describe an "
-                                 "in-process teacher; a served teacher is configured where it is served")
-            bad = [url for url in self.teacher_model_server if not url.startswith(("http://", "https://"))]
-            if bad:
-                raise ValueError(f"--teacher_model_server must be http(s) URLs, got {bad}")
-        if self.teacher_model_server_api_key and not self.teacher_model_server:
-            raise ValueError("--teacher_model_server_api_key is the key of --teacher_model_server; this run has no "
-                             "served teacher")
-        if self.teacher_model_server_timeout <= 0:
-            raise ValueError(f"--teacher_model_server_timeout must be > 0 seconds, got "
-                             f"{self.teacher_model_server_timeout}")
-        if self.gkd_logits_topk is not None and self.gkd_logits_topk < 1:
-            raise ValueError(f"--gkd_logits_topk must be >= 1, got {self.gkd_logits_topk}")
-        for name in ("lmbda", "beta"):
-            if not 0 <= getattr(self, name) <= 1:
-                raise ValueError(f"--{name} must be in [0, 1], got {getattr(self, name)}")
-        if self.sft_alpha < 0:
-            raise ValueError(f"--sft_alpha must be >= 0, got {self.sft_alpha}")
-        if self.seq_kd:
-            raise NotBuiltError("--seq_kd true (the teacher generates the off-policy answers) is not built; leave "
-                                "it false and the dataset's answers are used")
-        self._check_sampling_and_rollout()
-
-    def _check_sampling_and_rollout(self) -> None:
-        """What GRPO and GKD share: the student's sampling settings and where its completions come from."""
-        if self.max_completion_length < 1:
-            raise ValueError(f"--max_completion_length must be >= 1, got {self.max_completion_length}")
-        if self.temperature <= 0:
-            raise ValueError(f"--temperature must be > 0 for {self.rlhf_type} sampling, got {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"--top_p must be in (0, 1], got {self.top_p}")
-        if self.top_k != -1 and self.top_k < 1:
-            raise ValueError(f"--top_k must be -1 (all) or >= 1, got {self.top_k}")
-        self._check_server_mode()
-        if self.vllm_enable_lora and self.tuner_type != "lora":
-            raise ValueError("--vllm_enable_lora true syncs a LoRA adapter; it needs --tuner_type lora")
-        if self.weight_sync == "delta" and (not self.use_vllm or self.vllm_enable_lora):
-            raise ValueError("--weight_sync delta sends the changed elements of the merged weights to vLLM; it needs "
-                             "--use_vllm true, and not --vllm_enable_lora true, whose LoRA-only sync already sends "
-                             "just the adapter (leave --weight_sync full there)")
-        if self.vllm_enable_lora and self.lora_rank > self.vllm_max_lora_rank:
-            raise ValueError(f"--lora_rank {self.lora_rank} exceeds --vllm_max_lora_rank {self.vllm_max_lora_rank}")
-        if self.use_vllm:
-            self.vllm_options()  # the engine's options check their own values, named by flag
-        if self.sleep_level == 2 and self.vllm_enable_lora:
-            raise ValueError("--sleep_level 2 drops vLLM's base weights, which LoRA-only sync (--vllm_enable_lora "
-                             "true) never sends back; use --sleep_level 1 or merged-weight sync")
 
     def _check_megatron_backend(self) -> None:
         """What the Megatron backend (train/megatron/) does not have, refused before any model loads; the two
@@ -474,58 +245,3 @@ class RlhfArguments(TrainArguments, PreferenceArguments, GkdArguments, GrpoArgum
             self.gradient_checkpointing = self.share_prompt_prefix = False
             logger.info("--train_backend megatron: no activation recompute and no KV cache in this backend, so "
                         "--gradient_checkpointing and --share_prompt_prefix are off")
-
-    def _refuse(self, names: tuple[str, ...], what: str) -> None:
-        given = [f"--{name}" for name in names if getattr(self, name) not in (None, [], False)]
-        if given:
-            raise ValueError(f"{', '.join(given)}: {what}, not used by --rlhf_type {self.rlhf_type}")
-
-    def _check_server_mode(self) -> None:
-        server = self.use_vllm and self.vllm_mode == "server"
-        if self.async_generate and not server:
-            raise ValueError("--async_generate true generates on rollout servers while the trainer learns; it "
-                             "needs --use_vllm true --vllm_mode server")
-        spg = self.steps_per_generation or self.gradient_accumulation_steps
-        least = min_async_staleness(spg * self.num_iterations, self.gradient_accumulation_steps)
-        if self.max_staleness is None:
-            self.max_staleness = least if self.async_generate else 0
-        if self.max_staleness < 0:
-            raise ValueError(f"--max_staleness must be >= 0 optimizer steps, got {self.max_staleness}")
-        if self.max_staleness > 0 and not self.async_generate:
-            raise ValueError(f"--max_staleness {self.max_staleness} lets samples lag the trainer, which only "
-                             "--async_generate true does; add it (with --vllm_mode server) or leave "
-                             "--max_staleness 0")
-        if 0 < self.max_staleness < least:
-            raise ValueError(
-                f"--max_staleness {self.max_staleness} leaves no room to generate ahead: a generation batch "
-                f"serves {spg} micro-batches x {self.num_iterations} iteration(s) at --gradient_accumulation_steps "
-                f"{self.gradient_accumulation_steps}, so a batch generated one batch ahead is last trained on "
-                f"{least} optimizer steps after it was sampled. Set --max_staleness {least} or more (leave it unset "
-                "for that default), or 0 for synchronous training")
-        if not server:
-            return
-        hosts, ports = self.vllm_server_host, self.vllm_server_port
-        if not hosts or not ports or (len(hosts) > 1 and len(ports) > 1 and len(hosts) != len(ports)):
-            raise ValueError(f"--vllm_server_host ({len(hosts)} given) and --vllm_server_port ({len(ports)} given): "
-                             "give one host for all ports, one port for all hosts, or as many of each")
-        if self.vllm_server_timeout <= 0:
-            raise ValueError(f"--vllm_server_timeout must be > 0 seconds, got {self.vllm_server_timeout}")
-        if self.weight_bucket_mb < 1:
-            raise ValueError(f"--weight_bucket_mb must be >= 1, got {self.weight_bucket_mb}")
-        if self.sleep_level or self.offload_model or self.offload_optimizer:
-            raise ValueError("--sleep_level / --offload_* share one GPU between trainer and a colocated engine; "
-                             "with --vllm_mode server the engine has its own devices, so leave them off")
-
-    def server_addresses(self) -> list[tuple[str, int]]:
-        """(host, port) of every rollout server."""
-        n = max(len(self.vllm_server_host), len(self.vllm_server_port))
-        hosts = self.vllm_server_host * n if len(self.vllm_server_host) == 1 else self.vllm_server_host
-        ports = self.vllm_server_port * n if len(self.vllm_server_port) == 1 else self.vllm_server_port
-        return list(zip(hosts, ports))
-
-    def reward_params(self) -> dict:
-        """The values `build_reward_funcs` hands to parameterised reward functions."""
-        names = ("cosine_min_len_value_wrong", "cosine_max_len_value_wrong", "cosine_min_len_value_correct",
-                 "cosine_max_len_value_correct", "cosine_max_len", "repetition_n_grams", "repetition_max_penalty",
-                 "soft_max_length", "soft_cache_length", "max_completion_length")
-        return {n: getattr(self, n) for n in names}

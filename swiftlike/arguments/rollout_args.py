@@ -23,6 +23,10 @@ class RolloutServerArguments(BaseArguments, VllmArguments, LogprobLimitArguments
     max_prompts: int = arg(4096, "Most prompts x n one /generate request may ask for (more gets 413).")
     default_max_tokens: int = arg(512, "max_tokens of an OpenAI request that does not set it.")
 
+    def engine_spec(self):
+        """The vLLM engine this server holds (a rollout server is vLLM only)."""
+        return self.model_engine_spec("vllm", self.vllm_options(), max_logprobs=self.max_logprobs)
+
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.model is None:

@@ -14,7 +14,7 @@ logger = get_logger("swiftlike.rollout")
 def rollout_main(args: RolloutServerArguments | list[str] | None = None) -> None:
     import uvicorn
     args = arguments_of(RolloutServerArguments, args)
-    spec = args.engine_spec("vllm")
+    spec = args.engine_spec()
     spec.logprobs_mode = "processed_logprobs"  # RL trainers score tokens after temperature / top-k / top-p
     service = RolloutService(args, lambda: build_engine(spec))
     app = create_app(service)

@@ -90,7 +90,7 @@ class RolloutReplica:
         listener.bind((host, 0))
         port = listener.getsockname()[1]
         self.args = dataclasses.replace(args, host=host, port=port)
-        spec = self.args.engine_spec("vllm")
+        spec = self.args.engine_spec()
         spec.logprobs_mode = "processed_logprobs"  # RL trainers score tokens after temperature / top-k / top-p
         self.service = RolloutService(self.args, lambda: build_engine(spec))
         config = uvicorn.Config(create_app(self.service), host=host, port=port, log_level="warning")

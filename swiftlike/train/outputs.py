@@ -43,7 +43,7 @@ def new_run_dir(output_dir: str | os.PathLike, add_version: bool = True) -> Path
 
 
 def save_args(run_dir: Path, args, **extra) -> dict:
-    data = {**asdict(args), "command": getattr(args, "command", None), **extra}
+    data = {**asdict(args), "command": args.command, **extra}
     atomic_write_json(run_dir / ARGS_FILE, data)
     return data
 

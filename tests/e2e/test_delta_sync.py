@@ -64,7 +64,7 @@ def server(dtype):
     from swiftlike.rollout.server.app import create_app
     from swiftlike.rollout.server.service import RolloutService
     args = RolloutServerArguments(model=TINY, torch_dtype=dtype, port=free_port(), vllm_max_model_len=512)
-    spec = args.engine_spec("vllm")
+    spec = args.engine_spec()
     service = RolloutService(args, lambda: build_engine(spec))
     http = uvicorn.Server(uvicorn.Config(create_app(service), host="127.0.0.1", port=args.port, log_level="warning"))
     thread = threading.Thread(target=http.run, daemon=True)

@@ -103,7 +103,7 @@ def record_rollouts(path: Path, cut: bool = True) -> None:
     tokenizer = load_tokenizer(resolved)
     args = RlhfArguments(rlhf_type="grpo", model=TINY, dataset=["unused"], reward_funcs=["format"], num_generations=NUM_GENERATIONS,
                          per_device_train_batch_size=NUM_GENERATIONS, max_completion_length=12, use_vllm=False)
-    worker = RolloutWorker(args, resolved, get_template(resolved.meta.template, tokenizer),
+    worker = RolloutWorker(args.rollout_options(), args.sampling_options(), args.vllm_options(), resolved, get_template(resolved.meta.template, tokenizer),
                            load_model(resolved, "float32", "cpu"))
     rows = [{"messages": [{"role": "user", "content": p}]} for p in PROMPTS for _ in range(NUM_GENERATIONS)]
     torch.manual_seed(0)  # the same rollouts on every test run

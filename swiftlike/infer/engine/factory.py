@@ -77,11 +77,12 @@ def build_engine(spec: EngineSpec, *, resolved: ResolvedModel | None = None, tem
         warn_once(logger, f"--attn_impl {spec.attn_impl} applies where transformers runs the model; the "
                           f"{spec.backend} engine chooses its own attention backend")
     if spec.backend == "vllm":
+        import dataclasses
+
         from .vllm_engine import VllmEngine, VllmOptions
         options = spec.options or VllmOptions(torch_dtype=spec.torch_dtype)
-        if spec.logprobs_mode != "raw_logprobs":
-            options.logprobs_mode = spec.logprobs_mode
-        options.max_logprobs = spec.max_logprobs
+        logprobs_mode = spec.logprobs_mode if spec.logprobs_mode != "raw_logprobs" else options.logprobs_mode
+        options = dataclasses.replace(options, logprobs_mode=logprobs_mode, max_logprobs=spec.max_logprobs)
         return VllmEngine(resolved, template, options, adapters=spec.adapters)
     if spec.backend == "sglang":
         from .sglang_engine import SglangEngine, SglangOptions

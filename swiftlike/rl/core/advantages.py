@@ -6,11 +6,14 @@ hands them out, so a `view(-1, num_generations)` recovers the groups.
 """
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, get_args
 
 import torch
 
 ScaleRewards = Literal["group", "batch", "none"]
+SCALE_REWARDS = get_args(ScaleRewards)
+# ms-swift's --advantage_estimator values; group_advantages computes grpo's (the others are not built).
+AdvantageEstimator = Literal["grpo", "rloo", "reinforce_plus_plus"]
 
 # TRL and ms-swift both add this to the std before dividing. It is not a tiny "avoid 0/0"
 # epsilon: with rewards in [0, 1] it is what keeps a group whose completions differ by a hair

@@ -17,12 +17,12 @@ completion tokens.
 """
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, get_args
 
 import torch
 
 RolloutISMode = Literal["token_truncate", "token_mask", "sequence_truncate", "sequence_mask"]
-ROLLOUT_IS_MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
+ROLLOUT_IS_MODES = get_args(RolloutISMode)
 
 # ms-swift clamps log-ratios to +-20 before exponentiating: padding or a token vLLM gave ~0
 # probability would otherwise overflow, and exp(20) ~ 5e8 is already "infinitely off-policy".

@@ -7,14 +7,15 @@ advantages are per sequence (batch,) or already per token (batch, seq).
 """
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, get_args
 
 import torch
 
 LossType = Literal["grpo", "bnpo", "dr_grpo", "dapo"]
 ImportanceSamplingLevel = Literal["token", "sequence", "sequence_token"]
 
-LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
+LOSS_TYPES = get_args(LossType)
+IMPORTANCE_SAMPLING_LEVELS = get_args(ImportanceSamplingLevel)
 
 # ms-swift clamps the reference log-ratio and the k3 value for numerical safety: exp(20) is
 # already 5e8, and a token 10 nats of KL away from the reference is a broken run either way.

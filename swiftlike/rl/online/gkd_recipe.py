@@ -13,6 +13,7 @@ from ...train.run_setup import checkpoint_args_writer, load_train_val_rows, shar
 from ...train.sft import TrainResult
 from ...utils import get_logger
 from ...utils.checkpoint import latest_checkpoint
+from ..core.options import GkdOptions
 from ..preference.data import PreferenceEncoder
 
 logger = get_logger("swiftlike.rl")
@@ -65,45 +66,46 @@ def validation_rows(rows: list[dict], encoder: PreferenceEncoder) -> list[dict]:
     return encoded
 
 
-def build_teacher(args: RlhfArguments, resolved, tokenizer, student, device: str):
+def build_teacher(gkd: GkdOptions, args: RlhfArguments, resolved, tokenizer, student, device: str):
     """The teacher `teacher.py` describes, after every check that can fail before training: reachability and
-    tokenizer of a served one; tokenizer and memory of an in-process one."""
+    tokenizer of a served one; tokenizer and memory of an in-process one. `args` for the student's settings
+    (--model, --tuner_type, --use_hf, --torch_dtype)."""
     from .teacher import (LocalTeacher, ServedTeacher, TeacherReplicas, checkpoint_bytes, fits_in_memory,
                           free_memory_bytes, same_tokenizer)
-    if args.teacher_model_server:
+    if gkd.teacher_model_server:
         vocab = student.get_output_embeddings().weight.shape[0]
-        served = [ServedTeacher(url, args.gkd_logits_topk, args.teacher_model_server_timeout, tokenizer, vocab,
-                                args.teacher_model_server_api_key) for url in args.teacher_model_server]
+        served = [ServedTeacher(url, gkd.gkd_logits_topk, gkd.teacher_model_server_timeout, tokenizer, vocab,
+                                gkd.teacher_model_server_api_key) for url in gkd.teacher_model_server]
         logger.info("teacher: %s served at %s (top-%d log-probs)", served[0].model_name,
-                    ", ".join(t.url for t in served), args.gkd_logits_topk)
+                    ", ".join(t.url for t in served), gkd.gkd_logits_topk)
         return served[0] if len(served) == 1 else TeacherReplicas(served)
-    teacher_resolved = resolve_model(args.teacher_model, args.teacher_model_type, args.use_hf,
-                                     args.teacher_model_revision)
-    if (args.tuner_type == "lora" and not args.teacher_adapters
+    teacher_resolved = resolve_model(gkd.teacher_model, gkd.teacher_model_type, args.use_hf,
+                                     gkd.teacher_model_revision)
+    if (args.tuner_type == "lora" and not gkd.teacher_adapters
             and Path(teacher_resolved.model_dir).resolve() == Path(resolved.model_dir).resolve()):
         logger.info("teacher: %s, the student's base with its LoRA adapter disabled (no second copy)",
                     teacher_resolved.model_id)
-        return LocalTeacher(None, args.gkd_logits_topk, False, device)
+        return LocalTeacher(None, gkd.gkd_logits_topk, False, device)
     if not same_tokenizer(tokenizer, load_tokenizer(teacher_resolved)):
-        raise ValueError(f"--teacher_model {args.teacher_model} has another tokenizer than --model {args.model}; "
+        raise ValueError(f"--teacher_model {gkd.teacher_model} has another tokenizer than --model {args.model}; "
                          "GKD compares the two models token by token, so they must share one tokenizer")
     dtype = pick_dtype(args.torch_dtype, device)
-    place = "cpu" if args.offload_teacher_model else device
+    place = "cpu" if gkd.offload_teacher_model else device
     fits_in_memory(teacher_resolved.model_id, checkpoint_bytes(teacher_resolved.model_dir, dtype),
                    free_memory_bytes(place), place)
     from transformers import AutoModelForCausalLM
     model = AutoModelForCausalLM.from_pretrained(teacher_resolved.model_dir, dtype=dtype)
-    if args.teacher_adapters:
+    if gkd.teacher_adapters:
         from peft import PeftModel
-        for path in args.teacher_adapters:
+        for path in gkd.teacher_adapters:
             model = PeftModel.from_pretrained(model, path).merge_and_unload()
-    if args.offload_teacher_model and place == device:
+    if gkd.offload_teacher_model and place == device:
         logger.info("--offload_teacher_model: the teacher and the student share the host's memory here (no CUDA), "
                     "so there is nothing to offload")
     logger.info("teacher: %s%s in-process", teacher_resolved.model_id,
-                f" + adapters {' '.join(args.teacher_adapters)}" if args.teacher_adapters else "")
-    offload = args.offload_teacher_model and device != "cpu"
-    return LocalTeacher(model if offload else model.to(device), args.gkd_logits_topk, offload, device)
+                f" + adapters {' '.join(gkd.teacher_adapters)}" if gkd.teacher_adapters else "")
+    offload = gkd.offload_teacher_model and device != "cpu"
+    return LocalTeacher(model if offload else model.to(device), gkd.gkd_logits_topk, offload, device)
 
 
 def train_gkd(args: RlhfArguments) -> TrainResult:
@@ -122,7 +124,8 @@ def train_gkd(args: RlhfArguments) -> TrainResult:
     template = get_template(args.template or resolved.meta.template, tokenizer, args.system)
     train_rows, val_rows = load_train_val_rows(args)
     encoder = PreferenceEncoder(template, args.max_length, args.max_completion_length, args.truncation_strategy)
-    rows, stats = gkd_rows(train_rows, encoder, needs_answers=args.lmbda < 1)
+    gkd, sampling = args.gkd_options(), args.sampling_options()
+    rows, stats = gkd_rows(train_rows, encoder, needs_answers=gkd.lmbda < 1)
     logger.info("train data: %s", stats.describe(args.max_length, args.truncation_strategy))
     val = validation_rows(val_rows, encoder)
 
@@ -137,21 +140,23 @@ def train_gkd(args: RlhfArguments) -> TrainResult:
 
     device = default_device()
     model = load_policy(args, resolved, device)
-    teacher = rollout = None
+    teacher = worker = None
     try:
         logger.info("%s (gkd, %s); run directory %s", parameter_summary(model), args.tuner_type, run_dir)
-        teacher = build_teacher(args, resolved, tokenizer, model, device)
-        rollout = RolloutWorker(args, resolved, template, model) if args.lmbda > 0 else None
+        teacher = build_teacher(gkd, args, resolved, tokenizer, model, device)
+        if gkd.lmbda > 0:
+            worker = RolloutWorker(args.rollout_options(), sampling, args.vllm_options(), resolved, template, model,
+                                   args.max_length)
         callback = RunLogCallback(run_dir, log, GKD_PLOTTED)
         trainer = GkdTrainer(model=model, args=training_args, train_dataset=ListDataset(rows),
                              eval_dataset=ListDataset(val) if val else None,
                              data_collator=lambda batch: batch, processing_class=tokenizer, callbacks=[callback],
-                             checkpoint_extras=checkpoint_args_writer(saved_args), gkd_args=args, rollout=rollout,
-                             teacher=teacher)
+                             checkpoint_extras=checkpoint_args_writer(saved_args), gkd=gkd, sampling=sampling,
+                             policy_training=args.policy_training_options(), worker=worker, teacher=teacher)
         trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
     finally:
-        if rollout is not None:
-            rollout.close()
+        if worker is not None:
+            worker.close()
         if teacher is not None:
             teacher.close()
         release_policy(model)

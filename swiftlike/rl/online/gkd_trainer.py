@@ -18,6 +18,7 @@ import torch
 
 from ...train.outputs import PLOTTED
 from ..core.distill import generalized_jsd, topk_generalized_jsd
+from ..core.options import GkdOptions, PolicyTrainingOptions, SamplingOptions
 from .rollout_worker import RolloutWorker
 from .distributed import reduce_metrics
 from .online_trainer import RolloutTrainer
@@ -52,16 +53,17 @@ def gkd_loss(student_logits: torch.Tensor, teacher: TeacherOutput, mask: torch.T
 
 
 class GkdTrainer(RolloutTrainer):
-    def __init__(self, *a, gkd_args, rollout: RolloutWorker | None, teacher, **kw):
-        super().__init__(*a, rl_args=gkd_args, rollout=rollout, **kw)
-        self.g = gkd_args
+    def __init__(self, *a, gkd: GkdOptions, sampling: SamplingOptions, policy_training: PolicyTrainingOptions,
+                 worker: RolloutWorker | None, teacher, **kw):
+        super().__init__(*a, policy_training=policy_training, worker=worker, **kw)
+        self.gkd, self.sampling = gkd, sampling
         self.teacher = teacher
-        self._coin = random.Random(gkd_args.seed)
+        self._coin = random.Random(self.args.seed)
         self._eval_teacher_kl: list[float] = []
 
     # ------------------------------------------------------------------ batches
     def _prepare_inputs(self, rows: list[dict]) -> dict:
-        on_policy = self.rollout is not None and self._coin.random() < self.g.lmbda
+        on_policy = self.worker is not None and self._coin.random() < self.gkd.lmbda
         if on_policy:
             sequences = self._generate(rows)
         else:
@@ -80,8 +82,8 @@ class GkdTrainer(RolloutTrainer):
     def _generate(self, rows: list[dict]) -> list[tuple[list[int], list[int]]]:
         self._sync_weights()
         t = time.time()
-        with self.rollout.memory.offloaded(self.model, self.optimizer):
-            rollouts = self.rollout.generate([prompt_only(r) for r in rows], self.model)
+        with self.worker.memory.offloaded(self.model, self.optimizer):
+            rollouts = self.worker.generate([prompt_only(r) for r in rows], self.model)
         self._metrics["timing/generate"].append(time.time() - t)
         return [(r.prompt_ids, r.completion_ids) for r in rollouts]
 
@@ -98,7 +100,7 @@ class GkdTrainer(RolloutTrainer):
         scored = self._scored([(r["prompt_ids"], r["answer_ids"]) for r in inputs])
         with torch.no_grad():
             logits = completion_logits(model, scored["batch"])
-            loss = gkd_loss(logits, scored["teacher"], None, self.g.beta, self.g.temperature)
+            loss = gkd_loss(logits, scored["teacher"], None, self.gkd.beta, self.sampling.temperature)
             self._eval_teacher_kl.append(float(teacher_kl(logits, scored["teacher"], None)))
         return loss.detach(), None, None
 
@@ -113,12 +115,12 @@ class GkdTrainer(RolloutTrainer):
         batch, teacher = inputs["batch"], inputs["teacher"]
         # (completion tokens, vocab): the divergence is over the completion tokens only, so only they are normalised
         logits = completion_logits(model, batch)
-        jsd = gkd_loss(logits, teacher, None, self.g.beta, self.g.temperature)
+        jsd = gkd_loss(logits, teacher, None, self.gkd.beta, self.sampling.temperature)
         loss = jsd
         metrics = {"jsd": jsd.detach()}
-        if self.g.sft_alpha > 0:
+        if self.gkd.sft_alpha > 0:
             nll = -logits.float().log_softmax(-1).gather(-1, batch.targets[:, None]).mean()
-            loss = loss + self.g.sft_alpha * nll
+            loss = loss + self.gkd.sft_alpha * nll
             metrics["sft_loss"] = nll.detach()
         with torch.no_grad():
             metrics["teacher_kl"] = teacher_kl(logits.detach(), teacher, None)

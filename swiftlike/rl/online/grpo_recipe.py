@@ -46,9 +46,11 @@ def train_grpo(args: RlhfArguments) -> TrainResult:
 
     start = time.time()
     set_seed(args.seed)
-    load_external_plugins(args.external_plugins)
-    reward_funcs = build_reward_funcs(args.reward_funcs, **args.reward_params())
-    for name, reward_model in load_reward_models(args.reward_model, args.use_hf, args.torch_dtype).items():
+    grpo, sampling, rollout, reward = (args.grpo_options(), args.sampling_options(), args.rollout_options(),
+                                       args.reward_options())
+    load_external_plugins(reward.external_plugins)
+    reward_funcs = build_reward_funcs(reward.reward_funcs, **reward.function_params(sampling.max_completion_length))
+    for name, reward_model in load_reward_models(reward.reward_model, args.use_hf, args.torch_dtype).items():
         if name in reward_funcs:
             raise ValueError(f"--reward_model {name!r} has the name of a --reward_funcs entry; rename its directory")
         reward_funcs[name] = reward_model  # after the functions: --reward_weights lists them in this order
@@ -61,7 +63,7 @@ def train_grpo(args: RlhfArguments) -> TrainResult:
                     "there is nothing to encode up front or cache")
 
     training_args = training_arguments(args, Path(args.output_dir or "output"), has_eval=False)
-    gen_prompts = (args.per_device_train_batch_size * args.steps_per_generation // args.num_generations
+    gen_prompts = (args.per_device_train_batch_size * grpo.steps_per_generation // grpo.num_generations
                    * training_args.world_size)
     if len(rows) < gen_prompts:
         raise ValueError(f"{len(rows)} prompts, fewer than the {gen_prompts} one generation batch needs "
@@ -74,23 +76,24 @@ def train_grpo(args: RlhfArguments) -> TrainResult:
                            model_type=resolved.model_type) if log is not None else {}
 
     model = load_policy(args, resolved, default_device())
-    rollout = None
+    worker = None
     try:
         logger.info("%s (%s); run directory %s", parameter_summary(model), args.tuner_type, run_dir)
-        ref_model = make_ref_model(model, args.beta, args.tuner_type)
-        rollout = RolloutWorker(args, resolved, template, model)
+        ref_model = make_ref_model(model, grpo.beta, args.tuner_type)
+        worker = RolloutWorker(rollout, sampling, args.vllm_options(), resolved, template, model, args.max_length)
         callback = RunLogCallback(run_dir, log, GRPO_PLOTTED)
         trainer = GrpoTrainer(model=model, args=training_args, train_dataset=ListDataset(rows),
                               processing_class=tokenizer, callbacks=[callback],
-                              checkpoint_extras=checkpoint_args_writer(saved_args), grpo_args=args, rollout=rollout,
-                              reward_funcs=reward_funcs, ref_model=ref_model, run_dir=run_dir)
+                              checkpoint_extras=checkpoint_args_writer(saved_args), grpo=grpo, sampling=sampling,
+                              rollout=rollout, reward=reward, policy_training=args.policy_training_options(),
+                              worker=worker, reward_funcs=reward_funcs, ref_model=ref_model, run_dir=run_dir)
         try:
             trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
         finally:
             trainer.write_timeline()
     finally:
-        if rollout is not None:
-            rollout.close()
+        if worker is not None:
+            worker.close()
         release_policy(model)
     stats = EncodeStats(rows=len(rows), kept=len(rows))
     return TrainResult(run_dir=run_dir, last_checkpoint=latest_checkpoint(run_dir), best_checkpoint=None,

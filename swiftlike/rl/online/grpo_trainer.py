@@ -38,6 +38,8 @@ from ..core.losses import policy_loss
 from ..rewards.functions import combine_rewards
 from .rollout_worker import Rollout, RolloutWorker
 from .online_trainer import RolloutTrainer, disable_dropout
+from ..core.options import (GrpoOptions, PolicyTrainingOptions, RewardOptions, RolloutOptions,
+                            SamplingOptions)
 from ..core.sampling import SampledLogps
 
 logger = get_logger("swiftlike.rl")
@@ -66,7 +68,7 @@ class RepeatSampler(Sampler):
 
     def __init__(self, n_rows: int, num_generations: int, per_batch: int, repeat: int, seed: int,
                  num_processes: int = 1, process_index: int = 0, prompts_per_unit: int | None = None):
-        self.n, self.g, self.per_batch, self.repeat, self.seed = n_rows, num_generations, per_batch, repeat, seed
+        self.n, self.num_generations, self.per_batch, self.repeat, self.seed = n_rows, num_generations, per_batch, repeat, seed
         self.num_processes, self.process_index = num_processes, process_index
         self.unit = prompts_per_unit or per_batch
         if per_batch % self.unit:
@@ -86,35 +88,36 @@ class RepeatSampler(Sampler):
             units = [order[i:i + self.unit] for i in range(start, start + global_batch, self.unit)]
             share = [i for unit in units[self.process_index::self.num_processes] for i in unit]
             for _ in range(self.repeat):
-                yield from (i for i in share for _ in range(self.g))
+                yield from (i for i in share for _ in range(self.num_generations))
 
     def __len__(self) -> int:
-        return (self.n // (self.per_batch * self.num_processes)) * self.per_batch * self.g * self.repeat
+        return (self.n // (self.per_batch * self.num_processes)) * self.per_batch * self.num_generations * self.repeat
 
 
 class GrpoTrainer(RolloutTrainer):
-    def __init__(self, *a, grpo_args, rollout: RolloutWorker, reward_funcs: dict, ref_model=None,
-                 run_dir: Path | None = None, **kw):
-        super().__init__(*a, rl_args=grpo_args, rollout=rollout, **kw)
-        self.g = grpo_args
+    def __init__(self, *a, grpo: GrpoOptions, sampling: SamplingOptions, rollout: RolloutOptions,
+                 reward: RewardOptions, policy_training: PolicyTrainingOptions, worker: RolloutWorker,
+                 reward_funcs: dict, ref_model=None, run_dir: Path | None = None, **kw):
+        super().__init__(*a, policy_training=policy_training, worker=worker, **kw)
+        self.grpo, self.sampling, self.rollout, self.reward = grpo, sampling, rollout, reward
         self.reward_funcs = reward_funcs
         self.ref_model = ref_model
         self.run_dir = run_dir
         self.loss_is_scaled_for_ga = False  # the Trainer divides by accumulation steps (dapo undoes it)
         self._buffer: list[dict] = []  # the micro-batches of the generation batch being served
         self._buffer_rows: list[dict] | None = None  # the rows it was generated for
-        self._micro_steps = grpo_args.steps_per_generation * grpo_args.num_iterations  # one generation batch's
+        self._micro_steps = grpo.micro_steps  # one generation batch's
         self._updates_per_epoch = 1  # optimizer steps per epoch, counted with the dataloader
         # each rank draws its own extra prompts
         self._resample_gen = torch.Generator().manual_seed(self.args.seed + 1 + self.args.process_index)
         # Generation batches kept in flight ahead of training (--async_generate; 0 = synchronous)
-        self._depth = (prefetch_depth(grpo_args.max_staleness, self._micro_steps, self.args.gradient_accumulation_steps)
-                       if grpo_args.async_generate else 0)
-        rollout.generations_in_flight = max(self._depth, 1)
-        self._prefetch = Prefetch(rollout.submit)
+        self._depth = (prefetch_depth(rollout.max_staleness, self._micro_steps, self.args.gradient_accumulation_steps)
+                       if rollout.async_generate else 0)
+        worker.generations_in_flight = max(self._depth, 1)
+        self._prefetch = Prefetch(worker.submit)
         self._warned_stale = False
         self._timeline: list[dict] = []
-        if grpo_args.disable_dropout and ref_model is not None:
+        if policy_training.disable_dropout and ref_model is not None:
             disable_dropout(ref_model)
 
     # ------------------------------------------------------------------ data
@@ -122,12 +125,13 @@ class GrpoTrainer(RolloutTrainer):
         """This process's generation batches (see RepeatSampler), each with the rows of the `_depth` next ones
         (LookaheadBatches; none when synchronous). Not `accelerator.prepare`d: the sampler already yields only
         this rank's share, cut at group boundaries, which accelerate's sharding is not."""
-        spg, micro, g = self.g.steps_per_generation, self.args.per_device_train_batch_size, self.g.num_generations
+        spg, micro = self.grpo.steps_per_generation, self.args.per_device_train_batch_size
+        group_size = self.grpo.num_generations
         gen_batch = micro * spg
-        sampler = RepeatSampler(len(self.train_dataset), g, gen_batch // g, self._micro_steps,
+        sampler = RepeatSampler(len(self.train_dataset), group_size, gen_batch // group_size, self._micro_steps,
                                 self.args.seed, num_processes=self.args.world_size,
                                 process_index=self.args.process_index,
-                                prompts_per_unit=micro // g if micro % g == 0 else None)
+                                prompts_per_unit=micro // group_size if micro % group_size == 0 else None)
         batches = LookaheadBatches(sampler, gen_batch, self._depth)
         self._updates_per_epoch = max(math.ceil(len(batches) / self.args.gradient_accumulation_steps), 1)
         return EpochLoader(self.train_dataset, batch_sampler=batches, num_workers=0,
@@ -147,7 +151,7 @@ class GrpoTrainer(RolloutTrainer):
         rows, _ = super().get_batch_samples(epoch_iterator, num_batches, device)
         first = (self.state.global_step % self._updates_per_epoch) * self.args.gradient_accumulation_steps
         batches = [self._micro_batch(first + i, r) for i, r in enumerate(rows)]
-        if batches and self.g.grpo_loss_type == "dapo":
+        if batches and self.grpo.loss_type == "dapo":
             tokens = sum(sum_across_processes([int(b["completion_mask"].sum()) for b in batches], self.args.device))
             for b in batches:
                 b["num_items_in_batch"] = tokens
@@ -164,7 +168,7 @@ class GrpoTrainer(RolloutTrainer):
         if micro_step % self._micro_steps == 0 or self._buffer_rows != list(rows):
             left = steps_left(micro_step, self._micro_steps, self.args.gradient_accumulation_steps)
             self._buffer, self._buffer_rows = self._generate_and_score(rows, left), list(rows)
-        return self._buffer[micro_step % self._micro_steps % self.g.steps_per_generation]
+        return self._buffer[micro_step % self._micro_steps % self.grpo.steps_per_generation]
 
     def _log_staleness(self, batches: list[dict]) -> None:
         """staleness/mean and staleness/max of the samples this optimizer step trains on, at this step: every
@@ -186,8 +190,8 @@ class GrpoTrainer(RolloutTrainer):
     def write_timeline(self) -> None:
         """timeline.jsonl: wall-clock spans of generation (foreground or background), waits and training, for
         seeing how much generation overlaps training (docs/rollout.md draws one)."""
-        spans, self._timeline = self._timeline + self.rollout.timeline, []
-        self.rollout.timeline = []
+        spans, self._timeline = self._timeline + self.worker.timeline, []
+        self.worker.timeline = []
         if self.run_dir is None or not self.accelerator.is_main_process or not spans:
             return
         with (self.run_dir / "timeline.jsonl").open("a", encoding="utf-8") as f:
@@ -219,8 +223,8 @@ class GrpoTrainer(RolloutTrainer):
 
     def _generate_now(self, rows: list[dict]) -> list[Rollout]:
         t = time.time()
-        with self.rollout.memory.offloaded(self.model, self.optimizer):
-            rollouts = self.rollout.generate(rows, self.model)
+        with self.worker.memory.offloaded(self.model, self.optimizer):
+            rollouts = self.worker.generate(rows, self.model)
         self._timed("generate", t)
         return rollouts
 
@@ -228,20 +232,20 @@ class GrpoTrainer(RolloutTrainer):
         """Groups that would be more than --max_staleness steps old at the last of the `steps_left` further steps
         that train on them are generated again now (fresh), in place. Synchronous training (bound 0) drops
         only what is behind the weights of this step."""
-        current, g = self.rollout.policy_version, self.g.num_generations
+        current, group_size = self.worker.policy_version, self.grpo.num_generations
         if current is not None:
-            bound = max(self.g.max_staleness - steps_left, 0)
-            stale = stale_groups([r.policy_version for r in rollouts], current, bound, g)
-            rollouts = replace_groups(rollouts, stale, g, self._generate_now)
-            self._metrics["staleness/dropped"].append(float(len(stale) * g))
+            bound = max(self.rollout.max_staleness - steps_left, 0)
+            stale = stale_groups([r.policy_version for r in rollouts], current, bound, group_size)
+            rollouts = replace_groups(rollouts, stale, group_size, self._generate_now)
+            self._metrics["staleness/dropped"].append(float(len(stale) * group_size))
             behind = max((current - r.policy_version for r in rollouts if r.policy_version is not None), default=0)
-            if behind > 0 and self.g.rollout_importance_sampling_mode is None and not self._warned_stale:
+            if behind > 0 and self.rollout.rollout_importance_sampling_mode is None and not self._warned_stale:
                 self._warned_stale = True
                 logger.warning(
                     "training on samples up to %d optimizer steps stale (--async_generate, --max_staleness %d) "
                     "without --rollout_importance_sampling_mode: the loss treats them as samples of the current "
                     "policy. Set --rollout_importance_sampling_mode token_truncate (or another mode) to reweight "
-                    "each token by pi_current / pi_behaviour", behind + steps_left, self.g.max_staleness)
+                    "each token by pi_current / pi_behaviour", behind + steps_left, self.rollout.max_staleness)
         return rollouts
 
     @torch.no_grad()
@@ -251,20 +255,20 @@ class GrpoTrainer(RolloutTrainer):
         model = self.model
         rollouts = self._collect_rollouts(rows, steps_left)
         rewards, per_func = self._timed_rewards(rollouts)
-        if self.g.dynamic_sample:
+        if self.grpo.dynamic_sample:
             rollouts, rewards, per_func = self._dynamic_sample(rollouts, rewards, per_func)
         advantages, group_std = self._advantages(rewards)
         self._log_rollout_metrics(rollouts, rewards, per_func, group_std)
-        if self.g.log_completions and self.run_dir is not None and self.accelerator.is_main_process:
+        if self.grpo.log_completions and self.run_dir is not None and self.accelerator.is_main_process:
             self._write_completions(rollouts, rewards, advantages)
 
         micro = self.args.per_device_train_batch_size
         t = time.time()
         batches = []
-        for s in range(self.g.steps_per_generation):
+        for s in range(self.grpo.steps_per_generation):
             part = rollouts[s * micro:(s + 1) * micro]
             batch = {k: v.to(self.args.device) if v is not None else None
-                     for k, v in tensorize(part, self.processing_class.pad_token_id, self.g.overlong_filter).items()}
+                     for k, v in tensorize(part, self.processing_class.pad_token_id, self.grpo.overlong_filter).items()}
             batch["advantages"] = advantages[s * micro:(s + 1) * micro].to(self.args.device)
             batch["policy_versions"] = [r.policy_version for r in part]
             # The policy's own log-probs at sampling time, without dropout: the PPO "old" policy when the batch
@@ -273,7 +277,7 @@ class GrpoTrainer(RolloutTrainer):
             model.eval()
             try:
                 batch["old_logps"] = self._logps(model, batch).logps if self._needs_old_logps(batch) else None
-                if self.g.beta > 0:
+                if self.grpo.beta > 0:
                     batch["ref_logps"] = self._ref_logps(batch)
             finally:
                 model.train()
@@ -281,7 +285,7 @@ class GrpoTrainer(RolloutTrainer):
         self._timed("logps", t)
         # bnpo's normaliser (see `aggregate`): the micro-batch's completion tokens on every rank. dapo's counts
         # the whole optimizer step, which may reach into the next generation batch (`get_batch_samples`).
-        if self.g.grpo_loss_type == "bnpo":
+        if self.grpo.loss_type == "bnpo":
             tokens = sum_across_processes([int(b["completion_mask"].sum()) for b in batches], self.args.device)
             for b, count in zip(batches, tokens):
                 b["num_items_in_batch"] = count
@@ -290,29 +294,29 @@ class GrpoTrainer(RolloutTrainer):
     def _advantages(self, rewards: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Group advantages of this rank's rows. Groups never straddle ranks, so only `--scale_rewards batch`
         needs the others: its std is over the global batch's rewards, as in one process."""
-        if self.g.scale_rewards != "batch" or self.accelerator.num_processes == 1:
-            return group_advantages(rewards, self.g.num_generations, self.g.scale_rewards)
+        if self.grpo.scale_rewards != "batch" or self.accelerator.num_processes == 1:
+            return group_advantages(rewards, self.grpo.num_generations, self.grpo.scale_rewards)
         global_rewards, mine = concat_across_processes(rewards.to(self.args.device))
-        advantages, group_std = group_advantages(global_rewards.cpu(), self.g.num_generations, "batch")
-        groups = slice(mine.start // self.g.num_generations, mine.stop // self.g.num_generations)
+        advantages, group_std = group_advantages(global_rewards.cpu(), self.grpo.num_generations, "batch")
+        groups = slice(mine.start // self.grpo.num_generations, mine.stop // self.grpo.num_generations)
         return advantages[mine], group_std[groups]
 
     def _needs_old_logps(self, batch: dict) -> bool:
-        g = self.g
+        rollout = self.rollout
         has_rollout_lp = batch["rollout_logps"] is not None
         return (self._reuses_batches()
-                or (has_rollout_lp and (g.rollout_importance_sampling_mode is not None
-                                        or g.log_rollout_offpolicy_metrics))
-                or (not has_rollout_lp and g.off_policy_sequence_mask_delta is not None))
+                or (has_rollout_lp and (rollout.rollout_importance_sampling_mode is not None
+                                        or rollout.log_rollout_offpolicy_metrics))
+                or (not has_rollout_lp and rollout.off_policy_sequence_mask_delta is not None))
 
     def _reuses_batches(self) -> bool:
         """A generation batch serves more than one optimizer step, so the policy moves between its uses."""
-        return self.g.num_iterations > 1 or self.g.steps_per_generation > self.args.gradient_accumulation_steps
+        return self.grpo.num_iterations > 1 or self.grpo.steps_per_generation > self.args.gradient_accumulation_steps
 
     def _generate_scored(self, rows: list[dict]):
         t = time.time()
-        with self.rollout.memory.offloaded(self.model, self.optimizer):
-            rollouts = self.rollout.generate(rows, self.model)
+        with self.worker.memory.offloaded(self.model, self.optimizer):
+            rollouts = self.worker.generate(rows, self.model)
         self._timed("generate", t)
         return (rollouts, *self._timed_rewards(rollouts))
 
@@ -328,21 +332,22 @@ class GrpoTrainer(RolloutTrainer):
         Extra prompts are a seeded random draw of distinct train-set rows (not the sampler's epoch order,
         which the Trainer owns), so a run is reproducible (a resumed one draws afresh). Whole groups are kept or dropped, in pool order.
         """
-        g, needed = self.g.num_generations, len(rollouts) // self.g.num_generations
+        group_size, needed = self.grpo.num_generations, len(rollouts) // self.grpo.num_generations
         pool, pool_rewards, pool_funcs = list(rollouts), [rewards], [per_func]
         rounds = 0
-        while rounds < self.g.max_resample_times and int(groups_with_signal(torch.cat(pool_rewards), g).sum()) < needed:
+        while (rounds < self.grpo.max_resample_times
+               and int(groups_with_signal(torch.cat(pool_rewards), group_size).sum()) < needed):
             picks = torch.randperm(len(self.train_dataset), generator=self._resample_gen)[:needed].tolist()
             more, more_rewards, more_funcs = self._generate_scored([self.train_dataset[i] for i in picks
-                                                                    for _ in range(g)])
+                                                                    for _ in range(group_size)])
             pool += more
             pool_rewards.append(more_rewards)
             pool_funcs.append(more_funcs)
             rounds += 1
         all_rewards = torch.cat(pool_rewards)
-        signal = groups_with_signal(all_rewards, g)
+        signal = groups_with_signal(all_rewards, group_size)
         groups = select_groups(signal, needed)
-        index = torch.tensor([gi * g + k for gi in groups for k in range(g)])
+        index = torch.tensor([gi * group_size + k for gi in groups for k in range(group_size)])
         self._metrics["dynamic_sample/rounds"].append(float(rounds))
         # `reward` is over the kept groups, which the selection biases towards mixed outcomes; this one is the
         # policy's success rate on every prompt it was shown this step, the figure whose trend means learning.
@@ -361,13 +366,13 @@ class GrpoTrainer(RolloutTrainer):
         columns["completion_ids"] = [r.completion_ids for r in rollouts]
         columns["completion_lengths"] = [len(r.completion_ids) for r in rollouts]
         columns["prompts"] = [r.row["messages"] for r in rollouts]
-        return combine_rewards(self.reward_funcs, self.g.reward_weights, [r.text for r in rollouts], **columns)
+        return combine_rewards(self.reward_funcs, self.reward.reward_weights, [r.text for r in rollouts], **columns)
 
     def _logps(self, model, batch: dict, with_entropy: bool = False, with_unfiltered: bool = False) -> SampledLogps:
         """Per-token log-probs (rows, completion width) of the completion tokens under vLLM's sampling
         distribution (`grpo_batch.completion_logps`)."""
-        return completion_logps(model, batch, self.g.temperature, self.g.top_k, self.g.top_p,
-                                share_prompts=self.g.share_prompt_prefix,
+        return completion_logps(model, batch, self.sampling.temperature, self.sampling.top_k, self.sampling.top_p,
+                                share_prompts=self.grpo.share_prompt_prefix,
                                 prompt_model=self.accelerator.unwrap_model(model), with_entropy=with_entropy,
                                 with_unfiltered=with_unfiltered)
 
@@ -381,15 +386,16 @@ class GrpoTrainer(RolloutTrainer):
     # ------------------------------------------------------------------ loss
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         t = time.time()
-        scored = self._logps(model, inputs, with_entropy=True, with_unfiltered=self.g.beta > 0)
+        scored = self._logps(model, inputs, with_entropy=True, with_unfiltered=self.grpo.beta > 0)
         mask = inputs["completion_mask"]
         tokens = mask.sum().clamp(min=1)
         metrics = {"entropy": (scored.entropy * mask).sum() / tokens,
                    "sampling/forced_keep_frac": (scored.forced & mask).sum() / tokens}
-        loss, loss_metrics = corrected_policy_loss(scored.logps, inputs, self.g, reused=self._reuses_batches(),
+        loss, loss_metrics = corrected_policy_loss(scored.logps, inputs, self.grpo, self.rollout, self.sampling,
+                                                   reused=self._reuses_batches(),
                                                    num_processes=self.accelerator.num_processes,
                                                    kl_logps=scored.unfiltered)
-        if self.g.grpo_loss_type == "dapo":  # its normaliser already covers the whole step
+        if self.grpo.loss_type == "dapo":  # its normaliser already covers the whole step
             loss = loss * self.current_gradient_accumulation_steps
         self.nonfinite.check_loss(self.state.global_step + 1, loss)
         self._record({**metrics, **loss_metrics})
@@ -414,7 +420,7 @@ class GrpoTrainer(RolloutTrainer):
                 continue
             m[f"rewards/{name}/mean"].append(float(torch.nanmean(vals)))
             m[f"rewards/{name}/std"].append(float(vals[~vals.isnan()].std()) if (~vals.isnan()).sum() > 1 else 0.0)
-        current = self.rollout.policy_version
+        current = self.worker.policy_version
         if current is not None:
             m["policy_version"].append(float(current))
         lengths = torch.tensor([len(r.completion_ids) for r in rollouts], dtype=torch.float32)
@@ -425,7 +431,7 @@ class GrpoTrainer(RolloutTrainer):
         m["completions/clipped_ratio"].append(sum(clipped) / len(clipped))
 
     def _write_completions(self, rollouts, rewards, advantages) -> None:
-        current = self.rollout.policy_version
+        current = self.worker.policy_version
         with (self.run_dir / "completions.jsonl").open("a", encoding="utf-8") as f:
             for r, rew, adv in zip(rollouts, rewards.tolist(), advantages.tolist()):
                 f.write(json.dumps({"step": self.state.global_step, "prompt": r.row["messages"][-1]["content"],
@@ -434,9 +440,10 @@ class GrpoTrainer(RolloutTrainer):
                                    ensure_ascii=False) + "\n")
 
 
-def corrected_policy_loss(logps: torch.Tensor, inputs: dict, g, *, reused: bool, num_processes: int = 1,
+def corrected_policy_loss(logps: torch.Tensor, inputs: dict, grpo: GrpoOptions, rollout: RolloutOptions,
+                          sampling: SamplingOptions, *, reused: bool, num_processes: int = 1,
                           kl_logps: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """The GRPO loss of one micro-batch with the rollout corrections `g` (RlhfArguments) asks for.
+    """The GRPO loss of one micro-batch with the rollout corrections `rollout` asks for.
 
     ms-swift's order: mismatch metrics and IS weights on the full completion mask, then the off-policy
     sequence mask (against the rollout engine's log-probs, else the old ones) narrows the mask the loss
@@ -452,22 +459,22 @@ def corrected_policy_loss(logps: torch.Tensor, inputs: dict, g, *, reused: bool,
     metrics: dict[str, torch.Tensor] = {}
     is_weights = None
     rollout_lp = inputs["rollout_logps"]
-    mode, thr = g.rollout_importance_sampling_mode, g.rollout_importance_sampling_threshold
-    if rollout_lp is not None and (mode is not None or g.log_rollout_offpolicy_metrics):
+    mode, thr = rollout.rollout_importance_sampling_mode, rollout.rollout_importance_sampling_threshold
+    if rollout_lp is not None and (mode is not None or rollout.log_rollout_offpolicy_metrics):
         for k, v in mismatch_metrics(at_rollout, rollout_lp, mask, mode=mode, threshold=thr).items():
             metrics[f"rollout_correction/{k}"] = v
     if rollout_lp is not None and mode is not None:
         is_weights, _, _ = rollout_is_weights(at_rollout, rollout_lp, mask, mode=mode, threshold=thr)
-    if g.off_policy_sequence_mask_delta is not None:
+    if rollout.off_policy_sequence_mask_delta is not None:
         behaviour = rollout_lp if rollout_lp is not None else at_rollout
-        keep = off_policy_sequence_mask(logps, behaviour, mask, inputs["advantages"], g.off_policy_sequence_mask_delta)
+        keep = off_policy_sequence_mask(logps, behaviour, mask, inputs["advantages"], rollout.off_policy_sequence_mask_delta)
         rows = mask.any(-1)
         metrics["off_policy_sequence_mask/masked_frac"] = (~keep & rows).sum() / rows.sum().clamp(min=1)
         mask = mask & keep.unsqueeze(-1)
     loss, loss_metrics = policy_loss(
-        logps, old, inputs["advantages"], mask, loss_type=g.grpo_loss_type, epsilon_low=g.epsilon,
-        epsilon_high=g.epsilon_high, importance_sampling_level=g.importance_sampling_level,
-        ref_logps=inputs.get("ref_logps"), beta=g.beta, kl_logps=kl_logps, max_completion_length=g.max_completion_length,
+        logps, old, inputs["advantages"], mask, loss_type=grpo.loss_type, epsilon_low=grpo.epsilon,
+        epsilon_high=grpo.epsilon_high, importance_sampling_level=grpo.importance_sampling_level,
+        ref_logps=inputs.get("ref_logps"), beta=grpo.beta, kl_logps=kl_logps, max_completion_length=sampling.max_completion_length,
         rollout_is_weights=is_weights, num_items_in_batch=inputs.get("num_items_in_batch"),
         num_processes=num_processes)
     return loss, {**metrics, **loss_metrics}

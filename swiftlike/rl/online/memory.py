@@ -11,7 +11,9 @@ import contextlib
 
 import torch
 
+from ...infer.engine.vllm_engine import VllmOptions
 from ...utils import get_logger
+from ..core.options import RolloutOptions
 
 logger = get_logger("swiftlike.rl")
 
@@ -19,23 +21,23 @@ logger = get_logger("swiftlike.rl")
 class ColocateMemory:
     """What of --sleep_level, --offload_model, --offload_optimizer, --vllm_tensor_parallel_size applies here."""
 
-    def __init__(self, args, cuda: bool | None = None):
+    def __init__(self, rollout: RolloutOptions, vllm: VllmOptions, cuda: bool | None = None):
         cuda = torch.cuda.is_available() if cuda is None else cuda
-        active = bool(args.use_vllm and args.vllm_mode == "colocate" and cuda)
+        active = bool(rollout.use_vllm and rollout.vllm_mode == "colocate" and cuda)
         asked = [f"--{name} {value}" for name, value, default in (
-            ("sleep_level", args.sleep_level, 0), ("offload_model", args.offload_model, False),
-            ("offload_optimizer", args.offload_optimizer, False),
-            ("vllm_tensor_parallel_size", args.vllm_tensor_parallel_size, 1)) if value != default]
+            ("sleep_level", rollout.sleep_level, 0), ("offload_model", rollout.offload_model, False),
+            ("offload_optimizer", rollout.offload_optimizer, False),
+            ("vllm_tensor_parallel_size", vllm.tensor_parallel_size, 1)) if value != default]
         self.no_ops = [] if active else asked
         if self.no_ops:
             why = ("no CUDA device" if not cuda else "--use_vllm false generates with the training model itself"
-                   if not args.use_vllm else "--vllm_mode server: the rollout server owns its devices")
+                   if not rollout.use_vllm else "--vllm_mode server: the rollout server owns its devices")
             logger.warning("%s: no-op in this run (%s); vLLM sleep mode, offloading and tensor parallelism need "
                            "a colocated vLLM engine on CUDA", ", ".join(self.no_ops), why)
-        self.sleep_level = args.sleep_level if active else 0
-        self.offload_model = args.offload_model and active
-        self.offload_optimizer = args.offload_optimizer and active
-        self.tensor_parallel_size = args.vllm_tensor_parallel_size if active else 1
+        self.sleep_level = rollout.sleep_level if active else 0
+        self.offload_model = rollout.offload_model and active
+        self.offload_optimizer = rollout.offload_optimizer and active
+        self.tensor_parallel_size = vllm.tensor_parallel_size if active else 1
 
     @contextlib.contextmanager
     def offloaded(self, model, optimizer):

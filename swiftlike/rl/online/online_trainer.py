@@ -8,7 +8,9 @@ import torch
 
 from ...train.guard import NonFiniteGuard
 from ...train.trainer import SwiftlikeTrainer
+from ..core.options import PolicyTrainingOptions
 from .distributed import reduce_metrics
+from .rollout_worker import RolloutWorker
 
 
 def load_policy(args, resolved, device: str):
@@ -47,23 +49,23 @@ def disable_dropout(model: torch.nn.Module) -> None:
 
 
 class RolloutTrainer(SwiftlikeTrainer):
-    """`rl_args` is the RlhfArguments (its `on_nonfinite` and `disable_dropout`); `rollout` the RolloutWorker, or
+    """`policy_training`: what a non-finite step does and whether dropout is off; `worker` the RolloutWorker, or
     None when nothing is generated."""
 
-    def __init__(self, *a, rl_args, rollout, **kw):
+    def __init__(self, *a, policy_training: PolicyTrainingOptions, worker: RolloutWorker | None, **kw):
         super().__init__(*a, **kw)
-        self.rollout = rollout
+        self.worker = worker
         self._last_synced_step = -1
         self._metrics: dict[str, list[float]] = defaultdict(list)
-        self.nonfinite = NonFiniteGuard(rl_args.on_nonfinite)
+        self.nonfinite = NonFiniteGuard(policy_training.on_nonfinite)
         self.add_callback(self.nonfinite)
-        if rl_args.disable_dropout:
+        if policy_training.disable_dropout:
             disable_dropout(self.model)
 
     def _sync_weights(self) -> None:
         """Push the policy to the engine once per optimizer step, before its first generation."""
-        if self.rollout.needs_sync and self._last_synced_step != self.state.global_step:
-            for k, v in self.rollout.sync(self.accelerator.unwrap_model(self.model),
+        if self.worker.needs_sync and self._last_synced_step != self.state.global_step:
+            for k, v in self.worker.sync(self.accelerator.unwrap_model(self.model),
                                                   self.state.global_step).items():
                 self._metrics[k].append(v)
             self._last_synced_step = self.state.global_step

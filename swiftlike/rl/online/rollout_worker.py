@@ -15,6 +15,7 @@ ahead (`--max_staleness`). Engines count syncs; the worker maps each sync to the
 """
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import tempfile
 import threading
@@ -23,7 +24,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ...infer.engine.vllm_engine import VllmOptions
 from ...infer.protocol import InferRequest, RequestConfig
+from ..core.options import RolloutOptions, SamplingOptions
 from ...train.engine_weights import engine_weights
 from ...utils import get_logger
 from .distributed import barrier, process_rank, server_shares
@@ -50,23 +53,30 @@ class Rollout:
     version_spans: list[tuple[int, int]] | None = None
 
 
-def request_config(args) -> RequestConfig:
-    return RequestConfig(max_tokens=args.max_completion_length, temperature=args.temperature, top_p=args.top_p,
-                         top_k=args.top_k, repetition_penalty=args.repetition_penalty, n=1, logprobs=True)
+def request_config(sampling: SamplingOptions) -> RequestConfig:
+    return RequestConfig(max_tokens=sampling.max_completion_length, temperature=sampling.temperature,
+                         top_p=sampling.top_p, top_k=sampling.top_k, repetition_penalty=sampling.repetition_penalty,
+                         n=1, logprobs=True)
 
 
 class RolloutWorker:
-    """Owns the engine; `generate` samples, `sync` pushes the trainer's current weights to it."""
+    """Owns the engine; `generate` samples, `sync` pushes the trainer's current weights to it.
 
-    def __init__(self, args, resolved, template, model):
-        self.args = args
+    `rollout` says where completions come from and how weights reach them, `sampling` how they are drawn,
+    `vllm` the engine's settings (colocated); `max_prompt_length` (--max_length) sizes a colocated engine whose
+    --vllm_max_model_len is unset."""
+
+    def __init__(self, rollout: RolloutOptions, sampling: SamplingOptions, vllm: VllmOptions, resolved, template,
+                 model, max_prompt_length: int | None = None):
+        self.options = rollout
+        self.sampling = sampling
+        self.model_id = resolved.model_id
         self.template = template
-        self.lora_sync = bool(args.use_vllm and args.vllm_enable_lora)
-        self.delta_sync = args.weight_sync == "delta"
+        self.lora_sync = rollout.lora_sync
         self._synced = None  # colocated delta sync: the engine's weights as of the last sync
         self._sync_dir: Path | None = None
         self._old_dirs: list[Path] = []
-        self.memory = ColocateMemory(args)
+        self.memory = ColocateMemory(rollout, vllm)
         self._asleep = False
         # --sleep_level 2 drops the engine's weights: the next wake reloads what the last sync pushed (from the
         # model it pushed, whose weights change only at an optimizer step, which a sync follows before any
@@ -81,20 +91,19 @@ class RolloutWorker:
         # Several trainer processes in server mode: each generates on its share of the servers and pushes the
         # weights of the servers it owns (`server_shares`); shared servers are waited for at every sync.
         self.owns_servers, self.shares_servers = True, False
-        if args.use_vllm and args.vllm_mode == "server":
-            addresses = args.server_addresses()
+        if rollout.server_mode:
+            addresses = rollout.server_addresses()
             rank, world = process_rank()
             mine, self.owns_servers = server_shares(len(addresses), rank, world)
             self.shares_servers = len(addresses) < world
-            self.engine = _remote_engine(args, template, [addresses[i] for i in mine])
-        elif args.use_vllm:
+            self.engine = _remote_engine(rollout, vllm, template, [addresses[i] for i in mine])
+        elif rollout.use_vllm:
             from ...infer.engine import EngineSpec, build_engine
-            opts = args.vllm_options()
-            opts.max_model_len = args.vllm_max_model_len or (args.max_length or 1024) + args.max_completion_length
-            opts.tensor_parallel_size = self.memory.tensor_parallel_size
-            opts.enable_lora = self.lora_sync
-            opts.enable_sleep_mode = self.memory.sleep_level > 0
-            spec = EngineSpec("vllm", torch_dtype=args.torch_dtype, logprobs_mode="processed_logprobs", options=opts)
+            opts = dataclasses.replace(
+                vllm, max_model_len=vllm.max_model_len or (max_prompt_length or 1024) + sampling.max_completion_length,
+                tensor_parallel_size=self.memory.tensor_parallel_size, enable_lora=self.lora_sync,
+                enable_sleep_mode=self.memory.sleep_level > 0)
+            spec = EngineSpec("vllm", torch_dtype=vllm.torch_dtype, logprobs_mode="processed_logprobs", options=opts)
             self.engine = build_engine(spec, resolved=resolved, template=template)
         else:
             from ...infer.engine import EngineSpec, build_engine
@@ -105,13 +114,13 @@ class RolloutWorker:
 
     @property
     def needs_sync(self) -> bool:
-        return self.args.use_vllm
+        return self.options.use_vllm
 
     @property
     def policy_version(self) -> int | None:
         """The optimizer step of the weights the engine holds (what a sample generated now would carry);
         None for pt, whose samples are always the current policy's."""
-        if not self.args.use_vllm:
+        if not self.options.use_vllm:
             return None
         return self._step(self.engine.policy_version if self.engine.policy_version is not None else
                           len(self._step_of_sync) - 1)
@@ -128,7 +137,7 @@ class RolloutWorker:
 
     def generate(self, rows: list[dict], model=None) -> list[Rollout]:
         """One completion per row (rows already repeated num_generations times)."""
-        config = request_config(self.args)
+        config = request_config(self.sampling)
         adapter = POLICY_ADAPTER if self.lora_sync and POLICY_ADAPTER in self.engine.adapters else None
         requests = [InferRequest(messages=_prompt_messages(r), adapter=adapter) for r in rows]
         was_training = model is not None and model.training
@@ -171,14 +180,14 @@ class RolloutWorker:
         # Before the push: an answer that a background generation gets under the new weights maps to `step`.
         self._step_of_sync.append(step)
         self._synced_model = model
-        self._wake(reload=self.delta_sync)  # a full push replaces every weight anyway; a delta needs the old ones
+        self._wake(reload=self.options.weight_sync == "delta")  # a full push replaces every weight anyway; a delta needs the old ones
         stats = self._push(model) if self.owns_servers else SyncStats()
         if self.shares_servers:
             barrier()  # a shared server has its update before any process generates on it
             if not self.owns_servers:
                 self.engine.follow_update(POLICY_ADAPTER if self.lora_sync else None)
         # a process that pushes nothing logs no density (metrics only some ranks log are combined over those)
-        return {**stats.metrics(self.delta_sync and self.owns_servers), "sync/seconds": time.time() - start}
+        return {**stats.metrics(self.options.weight_sync == "delta" and self.owns_servers), "sync/seconds": time.time() - start}
 
     def _push(self, model):
         """The adapter (LoRA-only sync) or the merged weights to this process's engine; returns its SyncStats."""
@@ -187,8 +196,8 @@ class RolloutWorker:
         from ...rollout.wire.delta import SyncStats
         from ...rollout.client.transport import TORCH_DTYPE_NAMES
         if self.lora_sync:
-            if self.args.vllm_mode == "server":  # a server may still hold an earlier run's full weights
-                self.engine.ensure_base_weights(lambda: engine_weights(model, merged=False), self.args.model)
+            if self.options.server_mode:  # a server may still hold an earlier run's full weights
+                self.engine.ensure_base_weights(lambda: engine_weights(model, merged=False), self.model_id)
             path = Path(tempfile.mkdtemp(prefix="swiftlike-grpo-lora-"))
             model.save_pretrained(str(path))
             nbytes = sum(f.stat().st_size for f in path.rglob("*.safetensors"))
@@ -200,10 +209,10 @@ class RolloutWorker:
         # is never written: merging in place and unmerging would move a bf16 base, train/engine_weights.py).
         with torch.no_grad():
             tensors = engine_weights(model, dtype=TORCH_DTYPE_NAMES.get(self.engine.dtype))
-            if self.args.vllm_mode == "server":
+            if self.options.server_mode:
                 self.engine.update_weights(tensors)
                 return self.engine.last_sync
-            if self.delta_sync:
+            if self.options.weight_sync == "delta":
                 synced, self._synced = self._synced, None  # kept only once the engine has it
                 self._synced, stats = push_delta_in_process(self.engine, synced, tensors)
                 return stats
@@ -221,7 +230,7 @@ class RolloutWorker:
         dropped, self._weights_dropped = self._weights_dropped, False
         if not (dropped and reload):
             return
-        if self.delta_sync and self._synced is not None:  # the copy of exactly what the engine held
+        if self.options.weight_sync == "delta" and self._synced is not None:  # the copy of exactly what the engine held
             self.engine.update_weights(self._synced.items())
         elif self._synced_model is not None:
             self._push(self._synced_model)
@@ -238,7 +247,7 @@ class RolloutWorker:
         for d in self._old_dirs:
             shutil.rmtree(d, ignore_errors=True)
         self._old_dirs = []
-        if self.args.use_vllm:
+        if self.options.use_vllm:
             self.engine.close()
 
 
@@ -263,18 +272,18 @@ def push_delta_in_process(engine, synced, tensors):
     return synced, stats
 
 
-def _remote_engine(args, template, addresses: list[tuple[str, int]]):
+def _remote_engine(rollout: RolloutOptions, vllm: VllmOptions, template, addresses: list[tuple[str, int]]):
     from ...rollout.client.remote_engine import RemoteEngine, ServerClient
     from ...rollout.client.transport import make_transport
-    clients = [ServerClient(host, port, args.vllm_server_timeout, args.vllm_server_api_key)
+    clients = [ServerClient(host, port, rollout.vllm_server_timeout, rollout.vllm_server_api_key)
                for host, port in addresses]
-    transport = make_transport(args.weight_transport, args.weight_bucket_mb, args.weight_sync_path)
-    engine = RemoteEngine(clients, template, transport, args.weight_sync)
-    if args.vllm_enable_lora and not engine.supports_lora:
+    transport = make_transport(rollout.weight_transport, rollout.weight_bucket_mb, rollout.weight_sync_path)
+    engine = RemoteEngine(clients, template, transport, rollout.weight_sync)
+    if rollout.lora_sync and not engine.supports_lora:
         engine.close()
         raise ValueError("--vllm_enable_lora true syncs only the LoRA adapter, but a rollout server was started "
                          "without LoRA; restart it with `swiftlike rollout ... --vllm_enable_lora true "
-                         f"--vllm_max_lora_rank {args.vllm_max_lora_rank}`")
+                         f"--vllm_max_lora_rank {vllm.max_lora_rank}`")
     return engine
 
 

@@ -19,6 +19,7 @@ from ...train.run_setup import checkpoint_args_writer, load_train_val_rows, shar
 from ...train.sft import TrainResult
 from ...utils import get_logger
 from ...utils.checkpoint import latest_checkpoint
+from ..core.options import PolicyTrainingOptions, PreferenceOptions
 from .data import PreferenceEncoder, encode_kto, encode_pairs, with_kl_completions
 
 logger = get_logger("swiftlike.rl")
@@ -81,38 +82,38 @@ def _trainer_classes():
             "orpo": (OrpoTrainer, ORPOConfig, "cpo"), "rm": (RmTrainer, RewardConfig, "rm")}
 
 
-def config_fields(args: RlhfArguments) -> dict:
+def config_fields(preference: PreferenceOptions, policy_training: PolicyTrainingOptions) -> dict:
     """ms-swift's arguments -> the TRL config fields of `--rlhf_type` (beyond TrainingArguments').
 
     Lengths are applied while encoding (`PreferenceEncoder`), so TRL's own limits are turned off.
     """
-    common = {"disable_dropout": args.disable_dropout, "max_length": None}
-    kind = args.rlhf_type
+    common = {"disable_dropout": policy_training.disable_dropout, "max_length": None}
+    kind = preference.rlhf_type
     if kind == "dpo":
-        loss_types, weights = list(args.loss_type), args.loss_weights
-        if args.rpo_alpha is not None:  # RPO = the DPO loss plus a weighted NLL term ("sft" in TRL's list)
-            weights = list(weights or [1.0] * len(loss_types)) + [args.rpo_alpha]
+        loss_types, weights = list(preference.loss_type), preference.loss_weights
+        if preference.rpo_alpha is not None:  # RPO = the DPO loss plus a weighted NLL term ("sft" in TRL's list)
+            weights = list(weights or [1.0] * len(loss_types)) + [preference.rpo_alpha]
             loss_types.append("sft")
-        return {**common, "beta": args.beta, "loss_type": loss_types, "loss_weights": weights,
-                "label_smoothing": args.label_smoothing, "ld_alpha": args.ld_alpha,
-                "discopop_tau": args.discopop_tau, "precompute_ref_log_probs": args.precompute_ref_log_probs}
+        return {**common, "beta": preference.beta, "loss_type": loss_types, "loss_weights": weights,
+                "label_smoothing": preference.label_smoothing, "ld_alpha": preference.ld_alpha,
+                "discopop_tau": preference.discopop_tau,
+                "precompute_ref_log_probs": preference.precompute_ref_log_probs}
     if kind == "kto":
-        return {**common, "beta": args.beta, "loss_type": args.loss_type[0],
-                "desirable_weight": args.desirable_weight, "undesirable_weight": args.undesirable_weight}
+        return {**common, "beta": preference.beta, "loss_type": preference.loss_type[0],
+                "desirable_weight": preference.desirable_weight, "undesirable_weight": preference.undesirable_weight}
     if kind in ("cpo", "simpo"):
-        if kind == "simpo" and args.cpo_alpha > 0:
+        if kind == "simpo" and preference.cpo_alpha > 0:
             logger.warning("--rlhf_type simpo with --cpo_alpha %s trains CPO-SimPO (SimPO plus an NLL term), as "
-                           "ms-swift does by default; --cpo_alpha 0 is pure SimPO", args.cpo_alpha)
-        return {**common, "beta": args.beta, "loss_type": args.loss_type[0], "cpo_alpha": args.cpo_alpha,
-                "simpo_gamma": args.simpo_gamma, "label_smoothing": args.label_smoothing}
+                           "ms-swift does by default; --cpo_alpha 0 is pure SimPO", preference.cpo_alpha)
+        return {**common, "beta": preference.beta, "loss_type": preference.loss_type[0],
+                "cpo_alpha": preference.cpo_alpha, "simpo_gamma": preference.simpo_gamma,
+                "label_smoothing": preference.label_smoothing}
     if kind == "orpo":
-        return {**common, "beta": args.beta}
-    if kind == "rm":
-        return {**common, "center_rewards_coefficient": args.center_rewards_coefficient}
-    raise ValueError(f"--rlhf_type {kind} is not a preference type")
+        return {**common, "beta": preference.beta}
+    return {**common, "center_rewards_coefficient": preference.center_rewards_coefficient}
 
 
-def load_ref_model(args: RlhfArguments, resolved: ResolvedModel, device: str):
+def load_ref_model(preference: PreferenceOptions, args: RlhfArguments, resolved: ResolvedModel, device: str):
     """The reference of dpo/kto, or None for TRL's default.
 
     TRL's default is the one ms-swift documents: with a fresh LoRA adapter, the model with the adapter disabled
@@ -121,21 +122,21 @@ def load_ref_model(args: RlhfArguments, resolved: ResolvedModel, device: str):
     --model. A model is loaded here only when the user names another reference (--ref_model, or
     --ref_adapters other than the --adapters training continues).
     """
-    if args.rlhf_type not in ("dpo", "kto") or args.precompute_ref_log_probs and not args.ref_adapters:
+    if not preference.uses_ref or preference.precompute_ref_log_probs and not preference.ref_adapters:
         return None
-    same_adapters = args.tuner_type == "lora" and sorted(args.ref_adapters) == sorted(args.adapters)
-    if args.ref_model is None and (not args.ref_adapters or same_adapters):
+    same_adapters = args.tuner_type == "lora" and sorted(preference.ref_adapters) == sorted(args.adapters)
+    if preference.ref_model is None and (not preference.ref_adapters or same_adapters):
         return None
     from transformers import AutoModelForCausalLM
-    ref_resolved = resolve_model(args.ref_model, args.ref_model_type, args.use_hf, args.ref_model_revision) \
-        if args.ref_model else resolved
+    ref_resolved = resolve_model(preference.ref_model, preference.ref_model_type, args.use_hf, preference.ref_model_revision) \
+        if preference.ref_model else resolved
     model = AutoModelForCausalLM.from_pretrained(ref_resolved.model_dir, dtype=pick_dtype(args.torch_dtype, device))
-    if args.ref_adapters:
+    if preference.ref_adapters:
         from peft import PeftModel
-        for path in args.ref_adapters:
+        for path in preference.ref_adapters:
             model = PeftModel.from_pretrained(model, path).merge_and_unload()
     logger.info("reference model: %s%s", ref_resolved.model_id,
-                f" + adapters {' '.join(args.ref_adapters)}" if args.ref_adapters else "")
+                f" + adapters {' '.join(preference.ref_adapters)}" if preference.ref_adapters else "")
     return model.to(device).eval()
 
 
@@ -170,13 +171,14 @@ def train_preference(args: RlhfArguments) -> TrainResult:
 
     start = time.time()
     set_seed(args.seed)
+    preference = args.preference_options()
     trainer_cls, config_cls, layout = _trainer_classes()[args.rlhf_type]
     resolved = resolve_model(args.model, args.model_type, args.use_hf, args.model_revision)
     tokenizer = load_tokenizer(resolved)
     template = get_template(args.template or resolved.meta.template, tokenizer, args.system)
     train_rows, val_rows = load_train_val_rows(args, row_kind="kto" if args.rlhf_type == "kto" else "pair")
     training_args = training_arguments(args, Path(args.output_dir or "output"), bool(val_rows),
-                                       config_cls=config_cls, **config_fields(args))
+                                       config_cls=config_cls, **config_fields(preference, args.policy_training_options()))
     encoder = PreferenceEncoder(template, args.max_length, args.max_completion_length, args.truncation_strategy)
     train_data, stats = encode(args, train_rows, encoder, layout, "train", kto_kl_block(args, training_args, "train"))
     val_data = encode(args, val_rows, encoder, layout, "validation",
@@ -201,7 +203,7 @@ def train_preference(args: RlhfArguments) -> TrainResult:
     if model.config.pad_token_id is None:  # a reward model finds each row's last token through the pad id
         model.config.pad_token_id = tokenizer.pad_token_id
     if args.rlhf_type in ("dpo", "kto"):
-        extra["ref_model"] = load_ref_model(args, resolved, device)
+        extra["ref_model"] = load_ref_model(preference, args, resolved, device)
     callback = RunLogCallback(run_dir, log, PREFERENCE_PLOTTED)
     trainer = trainer_cls(model=model, args=training_args, train_dataset=train_data, eval_dataset=val_data,
                           processing_class=tokenizer, callbacks=[callback],

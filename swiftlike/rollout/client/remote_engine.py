@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 import requests
 
 from ...infer.engine.base import InferEngine
+from ...rl.core.options import WeightSync
 from ...infer.protocol import Choice, InferRequest, InferResponse, RequestConfig, StreamDelta, TokenLogprob, Usage
 from ...template import Template
 from ...utils import get_logger
@@ -106,9 +107,7 @@ class RemoteEngine(InferEngine):
     `last_sync` says what the latest update sent.
     """
 
-    def __init__(self, clients: list[ServerClient], template: Template, transport, weight_sync: str = "full"):
-        if weight_sync not in ("full", "delta"):
-            raise ValueError(f"--weight_sync must be full or delta, got {weight_sync!r}")
+    def __init__(self, clients: list[ServerClient], template: Template, transport, weight_sync: WeightSync = "full"):
         self.clients = clients
         self.template = template
         self.transport = transport
@@ -198,11 +197,12 @@ class RemoteEngine(InferEngine):
                 if e.status != 409:
                     raise
                 logger.warning("delta weight sync refused (%s); sending the full weights instead", e)
-        self._count(self._push_weights(named_tensors, keep_base=self.weight_sync == "delta"))
+        self._count(self._push_weights(named_tensors))
 
-    def _push_weights(self, named_tensors: Iterable[tuple[str, object]], keep_base: bool = False) -> list[int]:
-        """One full-weight update on every server; returns each server's new policy version. With `keep_base`
-        the servers keep a copy of what was sent, and so does this engine, for the deltas that follow."""
+    def _push_weights(self, named_tensors: Iterable[tuple[str, object]]) -> list[int]:
+        """One full-weight update on every server; returns each server's new policy version. Under
+        --weight_sync delta the servers keep a copy of what was sent, and so does this engine, for the deltas
+        that follow."""
         from .transport import cast
         self._synced = None
         kept: dict[str, object] = {}
@@ -210,14 +210,14 @@ class RemoteEngine(InferEngine):
 
         def pieces():
             for name, t in cast(named_tensors, self.dtype):
-                if keep_base:
+                if self.weight_sync == "delta":
                     kept[name] = t.to("cpu", copy=True)
                 stats.bytes += t.numel() * t.element_size()
                 stats.changed += t.numel()
                 stats.total += t.numel()
                 yield {name: t}
-        versions = self._update(pieces(), [{"keep_base": keep_base}] * len(self.clients))
-        if keep_base:
+        versions = self._update(pieces(), [{"weight_sync": self.weight_sync}] * len(self.clients))
+        if self.weight_sync == "delta":
             self._synced = SyncedWeights(kept)
         self.last_sync = stats
         return versions

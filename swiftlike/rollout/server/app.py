@@ -8,7 +8,8 @@ Routes:
   POST /generate                    batched sampling: token ids, per-token log-probs, finish reason, and the
                                     policy version of each token (`version_spans`: [[version, count], ...];
                                     a request in flight at an update continues under the new weights)
-  POST /update_weights/begin        open a weight update -> update_id; `keep_base` keeps a copy for later deltas,
+  POST /update_weights/begin        open a weight update -> update_id; `weight_sync: delta` keeps a copy of it for
+                                    later deltas,
                                     `delta_base` (a weights id) opens a delta update: 409 if other weights serve
   POST /update_weights/bucket       one bucket as safetensors bytes (HTTP transport)
   POST /update_weights/bucket_path  one bucket as a safetensors file on a shared path
@@ -36,6 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ...infer import openai_api
 from ...infer.protocol import InferRequest, RequestConfig
 from ...deploy import plumbing
+from ...rl.core.options import WeightSync
 from ...utils import get_logger
 from .service import JSON_BODY_LIMIT, RequestTooLarge, RolloutService, StaleDeltaBase
 from ..wire.buckets import WeightUpdateError
@@ -65,7 +67,7 @@ class UpdateId(BaseModel):
 class BeginUpdate(BaseModel):
     model_config = ConfigDict(extra="forbid")
     delta_base: str | None = None
-    keep_base: bool = False
+    weight_sync: WeightSync = "full"  # the trainer's --weight_sync; delta: keep a copy of this full update
 
 
 class BucketPath(BaseModel):
@@ -134,7 +136,7 @@ def create_app(service: RolloutService) -> FastAPI:
     @app.post("/update_weights/begin")
     async def begin(body: BeginUpdate | None = None):
         body = body or BeginUpdate()
-        return {"update_id": service.begin(body.delta_base, body.keep_base), "dtype": service.dtype}
+        return {"update_id": service.begin(body.delta_base, body.weight_sync), "dtype": service.dtype}
 
     @app.post("/update_weights/bucket")
     async def bucket(request: Request, update_id: str):

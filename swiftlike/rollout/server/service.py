@@ -27,6 +27,7 @@ from pathlib import Path
 
 from ...arguments.rollout_args import RolloutServerArguments
 from ...infer.protocol import InferRequest, RequestConfig
+from ...rl.core.options import WeightSync
 from ...utils import get_logger
 from ..wire.delta import DeltaError, SyncedWeights
 from ..wire.fingerprint import checkpoint_fingerprint
@@ -143,9 +144,9 @@ class RolloutService:
         return responses
 
     # ------------------------------------------------------------------ weights
-    def begin(self, delta_base: str | None, keep_base: bool) -> str:
+    def begin(self, delta_base: str | None, weight_sync: WeightSync) -> str:
         self.check_delta_base(delta_base)
-        return self.stager.begin(delta_base, keep_base)
+        return self.stager.begin(delta_base, weight_sync)
 
     def check_delta_base(self, delta_base: str | None) -> None:
         if delta_base is None or (self.synced is not None and delta_base == self.weights_id):
@@ -174,7 +175,7 @@ class RolloutService:
         else:
             applied = list(tensors.items())
             self.engine.update_weights(applied)
-            self.synced = SyncedWeights.kept_from(tensors) if update.keep_base else None
+            self.synced = SyncedWeights.kept_from(tensors) if update.weight_sync == "delta" else None
         self.weights = self.weights.updated(applied, self.dtype)
         self.version += 1
         self.full_update_version = self.version

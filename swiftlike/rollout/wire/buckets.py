@@ -20,6 +20,7 @@ from pathlib import Path
 
 import torch
 
+from ...rl.core.options import WeightSync
 from .delta import split_name
 
 # safetensors' dtype names, as the header of a bucket states them
@@ -132,7 +133,8 @@ class PendingUpdate:
     names: set[str] = field(default_factory=set)
     error: str | None = None
     delta_base: str | None = None  # a delta update: the weights id it was computed against
-    keep_base: bool = False  # a full update after which the server keeps a copy for later deltas
+    # the trainer's --weight_sync: under delta, the server keeps a copy of a full update for the deltas after it
+    weight_sync: WeightSync = "full"
 
 
 def _locked(method):
@@ -154,9 +156,9 @@ class WeightStager:
         self.committed: dict[str, dict] = {}  # update id -> its commit's answer (a retried commit gets it again)
 
     @_locked
-    def begin(self, delta_base: str | None = None, keep_base: bool = False) -> str:
+    def begin(self, delta_base: str | None = None, weight_sync: WeightSync = "full") -> str:
         """Start an update; an unfinished one (a trainer that died mid-update) is dropped."""
-        self.pending = PendingUpdate(uuid.uuid4().hex, delta_base=delta_base, keep_base=keep_base)
+        self.pending = PendingUpdate(uuid.uuid4().hex, delta_base=delta_base, weight_sync=weight_sync)
         return self.pending.update_id
 
     def _update(self, update_id: str) -> PendingUpdate:

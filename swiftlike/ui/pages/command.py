@@ -10,6 +10,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from ...arguments.deploy_args import DeployArguments
+from ...arguments.eval_args import EvalArguments
+from ...arguments.export_args import ExportArguments
+from ...arguments.rollout_args import RolloutServerArguments
+from ...arguments.train_args import TrainArguments
 from ..forms import (FieldSpec, FormError, argv_of, check_arguments, command_line, field_specs, load_args_json,
                      script_text)
 from ..jobs import JobStore
@@ -28,13 +33,18 @@ class UIContext:
     job_picker: Any = None
 
 
+def served_port(args: Any) -> int | None:
+    """The port a serving command (deploy, app, rollout) listens on, for the job's link; None for the others."""
+    return args.port if isinstance(args, (DeployArguments, RolloutServerArguments)) else None
+
+
 def default_output_dir(args: Any) -> str | None:
     """Where a command's results go, as the command itself decides it, so the runtime panel can find them."""
-    if getattr(args, "command", "") == "eval":
+    if isinstance(args, EvalArguments):
         return args.eval_output_dir
-    if hasattr(args, "add_version"):  # training commands: output/<model name> unless --output_dir
+    if isinstance(args, TrainArguments):  # training commands: output/<model name> unless --output_dir
         return args.output_dir or str(Path("output") / Path(args.model.rstrip("/")).name)
-    if getattr(args, "command", "") == "export":
+    if isinstance(args, ExportArguments):
         return args.output_dir or f"{next(iter(args.adapter_paths().values()))}-merged"
     return None
 
@@ -153,7 +163,7 @@ class CommandPage:
         if error:
             shown = command_line(command, argv) if argv is not None else ""
             return shown, error_markdown(self.ctx.labels, error), gr.update(), gr.update()
-        job = self.ctx.store.start(command, argv, output_dir=default_output_dir(args), port=getattr(args, "port", None))
+        job = self.ctx.store.start(command, argv, output_dir=default_output_dir(args), port=served_port(args))
         if not self.follow:
             return job.command_line, f"{self.ctx.labels['started']} `{job.id}`", gr.update(), gr.update()
         return (job.command_line, f"{self.ctx.labels['started']} `{job.id}`",

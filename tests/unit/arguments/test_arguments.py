@@ -90,7 +90,7 @@ def test_engine_flags_come_from_the_engine_options_declaration():
     import dataclasses
 
     from swiftlike.arguments.deploy_args import DeployArguments
-    from swiftlike.arguments.engine_flags import engine_flags
+    from swiftlike.arguments.option_flags import engine_flags
     from swiftlike.infer.engine.lmdeploy_engine import LmdeployOptions
     from swiftlike.infer.engine.sglang_engine import SglangOptions
     from swiftlike.infer.engine.vllm_engine import VllmOptions

@@ -25,6 +25,15 @@ def grpo_args(**kw):
     return RlhfArguments(**{**base, **kw})
 
 
+def memory_groups(args: RlhfArguments):
+    return args.rollout_options(), args.vllm_options()
+
+
+def loss_groups(args: RlhfArguments):
+    """The option groups `corrected_policy_loss` reads."""
+    return args.grpo_options(), args.rollout_options(), args.sampling_options()
+
+
 # ---------------------------------------------------------------- dynamic sampling: which groups are kept
 
 
@@ -129,13 +138,13 @@ def test_off_policy_sequence_mask_drops_stale_negative_sequences_from_the_loss()
     rollout = torch.tensor([[-1.0, -1.0], [0.0, 0.0]])
     inputs = _inputs(logps, rollout, torch.tensor([-1.0, 1.0]))
     # ratio 1 (one update per generation): per-token loss is -A; grpo = mean over sequences of token means
-    loss, metrics = corrected_policy_loss(logps, inputs, grpo_args(), reused=False)
+    loss, metrics = corrected_policy_loss(logps, inputs, *loss_groups(grpo_args()), reused=False)
     assert float(loss) == pytest.approx(0.0)  # (1 + -1) / 2
-    loss, metrics = corrected_policy_loss(logps, inputs, grpo_args(off_policy_sequence_mask_delta=0.5), reused=False)
+    loss, metrics = corrected_policy_loss(logps, inputs, *loss_groups(grpo_args(off_policy_sequence_mask_delta=0.5)), reused=False)
     assert float(loss) == pytest.approx(-0.5)  # (0 + -1) / 2: the dropped row still counts in the batch mean
     assert float(metrics["off_policy_sequence_mask/masked_frac"]) == pytest.approx(0.5)
     # a drift of exactly delta is kept
-    loss, _ = corrected_policy_loss(logps, inputs, grpo_args(off_policy_sequence_mask_delta=1.0), reused=False)
+    loss, _ = corrected_policy_loss(logps, inputs, *loss_groups(grpo_args(off_policy_sequence_mask_delta=1.0)), reused=False)
     assert float(loss) == pytest.approx(0.0)
     with pytest.raises(ValueError, match="off_policy_sequence_mask_delta"):
         grpo_args(off_policy_sequence_mask_delta=-0.1)
@@ -145,7 +154,7 @@ def test_off_policy_sequence_mask_drops_stale_negative_sequences_from_the_loss()
 def test_off_policy_sequence_mask_keeps_dropped_tokens_in_the_token_normalisers(loss_type):
     logps = torch.tensor([[-2.0, -2.0], [-1.0, -1.0]])
     inputs = _inputs(logps, torch.tensor([[-1.0, -1.0], [0.0, 0.0]]), torch.tensor([-1.0, 1.0]))
-    loss, _ = corrected_policy_loss(logps, inputs, grpo_args(loss_type=loss_type, off_policy_sequence_mask_delta=0.5),
+    loss, _ = corrected_policy_loss(logps, inputs, *loss_groups(grpo_args(loss_type=loss_type, off_policy_sequence_mask_delta=0.5)),
                                     reused=False)
     # row 0 is dropped; the count the trainer passed (all 4 tokens, taken before the mask) still divides
     assert inputs["num_items_in_batch"] == 4 and float(loss) == pytest.approx((0 + 0 - 1 - 1) / 4)
@@ -154,11 +163,11 @@ def test_off_policy_sequence_mask_keeps_dropped_tokens_in_the_token_normalisers(
 def test_rollout_correction_metrics_only_with_flag_or_is_mode():
     logps = torch.tensor([[-1.0, -2.0]])
     inputs = _inputs(logps, logps - 0.1, torch.tensor([1.0]))
-    _, metrics = corrected_policy_loss(logps, inputs, grpo_args(), reused=False)
+    _, metrics = corrected_policy_loss(logps, inputs, *loss_groups(grpo_args()), reused=False)
     assert not any(k.startswith("rollout_correction/") for k in metrics)
-    _, metrics = corrected_policy_loss(logps, inputs, grpo_args(log_rollout_offpolicy_metrics=True), reused=False)
+    _, metrics = corrected_policy_loss(logps, inputs, *loss_groups(grpo_args(log_rollout_offpolicy_metrics=True)), reused=False)
     assert float(metrics["rollout_correction/kl"]) == pytest.approx(-0.1, abs=1e-6)
-    _, metrics = corrected_policy_loss(logps, inputs, grpo_args(rollout_importance_sampling_mode="token_truncate"),
+    _, metrics = corrected_policy_loss(logps, inputs, *loss_groups(grpo_args(rollout_importance_sampling_mode="token_truncate")),
                                        reused=False)
     assert "rollout_correction/k3_kl" in metrics and "rollout_correction/is_weight_mean" in metrics
 
@@ -168,13 +177,13 @@ def test_rollout_correction_metrics_only_with_flag_or_is_mode():
 
 def test_memory_options_are_reported_no_ops_without_cuda_or_vllm():
     args = grpo_args(sleep_level=1, offload_model=True, vllm_tensor_parallel_size=2)
-    off = ColocateMemory(args, cuda=False)
+    off = ColocateMemory(args.rollout_options(), args.vllm_options(), cuda=False)
     assert off.no_ops == ["--sleep_level 1", "--offload_model True", "--vllm_tensor_parallel_size 2"]
     assert (off.sleep_level, off.offload_model, off.offload_optimizer, off.tensor_parallel_size) == (0, False, False, 1)
-    assert ColocateMemory(args, cuda=True).no_ops  # pt rollout: the training model generates itself
-    on = ColocateMemory(grpo_args(sleep_level=1, offload_optimizer=True, use_vllm=True), cuda=True)
+    assert ColocateMemory(args.rollout_options(), args.vllm_options(), cuda=True).no_ops  # pt rollout: the training model generates itself
+    on = ColocateMemory(*memory_groups(grpo_args(sleep_level=1, offload_optimizer=True, use_vllm=True)), cuda=True)
     assert on.no_ops == [] and on.sleep_level == 1 and on.offload_optimizer and not on.offload_model
-    assert ColocateMemory(grpo_args(), cuda=False).no_ops == []
+    assert ColocateMemory(*memory_groups(grpo_args()), cuda=False).no_ops == []
     with pytest.raises(ValueError, match="sleep_level 2"):
         grpo_args(sleep_level=2, use_vllm=True, vllm_enable_lora=True, tuner_type="lora")
 

@@ -81,10 +81,10 @@ def server_args(**kw) -> RlhfArguments:
 
 
 def test_server_mode_arguments():
-    assert server_args().server_addresses() == [("127.0.0.1", 8000)]
-    assert server_args(vllm_server_port=[8000, 8001]).server_addresses() == [("127.0.0.1", 8000),
+    assert server_args().rollout_options().server_addresses() == [("127.0.0.1", 8000)]
+    assert server_args(vllm_server_port=[8000, 8001]).rollout_options().server_addresses() == [("127.0.0.1", 8000),
                                                                              ("127.0.0.1", 8001)]
-    assert server_args(vllm_server_host=["a", "b"], vllm_server_port=[1, 2]).server_addresses() == [("a", 1),
+    assert server_args(vllm_server_host=["a", "b"], vllm_server_port=[1, 2]).rollout_options().server_addresses() == [("a", 1),
                                                                                                    ("b", 2)]
     with pytest.raises(ValueError, match="give one host for all ports"):
         server_args(vllm_server_host=["a", "b"], vllm_server_port=[1, 2, 3])

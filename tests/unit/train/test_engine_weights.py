@@ -65,7 +65,7 @@ def test_merged_weight_syncs_leave_a_bf16_lora_base_bit_identical(tiny_resolved,
                          vllm_mode="colocate", weight_sync="delta", vllm_max_model_len=256)
     model = lora_model(tiny_resolved)
     base = base_snapshot(model)
-    worker = RolloutWorker(args, tiny_resolved, tiny_template, model)
+    worker = RolloutWorker(args.rollout_options(), args.sampling_options(), args.vllm_options(), tiny_resolved, tiny_template, model)
     try:
         assert worker.engine.dtype == "bfloat16"
         for step in range(SYNCS):

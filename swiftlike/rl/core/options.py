@@ -1,0 +1,491 @@
+"""The typed option groups of the RL trainers: what each trainer reads, declared once, frozen and validated here.
+
+Each group is a frozen dataclass whose fields with help text are also the flat ms-swift flags of `swiftlike rlhf`
+(`arguments/option_flags.py` generates them from these fields: name, type, default, help and aliases), so a
+setting is declared in one place and reaches its code as one typed object: flag -> RlhfArguments field -> the
+group `RlhfArguments` builds once after its checks -> the trainer that reads it. Fields without help are filled
+by the arguments from a setting shared with other commands or groups (--beta, --loss_type, --temperature).
+
+A group checks its own values in `__post_init__`, naming the flag; what depends on several groups (a batch
+divisible by --num_generations, the least --max_staleness for the batch layout) is checked by RlhfArguments.
+Groups change only through `dataclasses.replace`, which checks again.
+
+`only=` on a field names the --rlhf_type values that read it; `flags_not_read_by` derives from it the flags
+another type refuses.
+"""
+from __future__ import annotations
+
+import dataclasses
+import typing
+from dataclasses import dataclass
+from typing import Literal, get_args
+
+from ...utils.errors import NotBuiltError
+from ...utils.fields import arg
+from .advantages import ScaleRewards
+from .correction import RolloutISMode
+from .losses import LOSS_TYPES, ImportanceSamplingLevel, LossType
+
+PreferenceType = Literal["dpo", "kto", "cpo", "simpo", "orpo", "rm"]
+PREFERENCE_TYPES = get_args(PreferenceType)
+RlhfType = Literal["dpo", "orpo", "simpo", "kto", "cpo", "rm", "ppo", "grpo", "gkd"]
+RLHF_TYPES = get_args(RlhfType)
+# TRL's loss names per preference trainer (DPOTrainer, CPOTrainer, KTOTrainer), as ms-swift passes them.
+DPO_LOSS_TYPES = ("sigmoid", "hinge", "ipo", "exo_pair", "nca_pair", "robust", "bco_pair", "sppo_hard", "aot",
+                  "aot_unpaired", "apo_zero", "apo_down", "discopop", "sft", "sigmoid_norm")
+CPO_LOSS_TYPES = ("sigmoid", "hinge", "ipo", "simpo", "alphapo")
+KTO_LOSS_TYPES = ("kto", "apo_zero_unpaired")
+PREFERENCE_LOSS_TYPES = {"dpo": DPO_LOSS_TYPES, "cpo": CPO_LOSS_TYPES, "simpo": CPO_LOSS_TYPES, "kto": KTO_LOSS_TYPES}
+# How merged weights reach vLLM (rollout/client/remote_engine.py, rl/online/rollout_worker.py).
+WeightSync = Literal["full", "delta"]
+WEIGHT_SYNC_MODES = get_args(WeightSync)
+WeightTransport = Literal["auto", "http", "path", "nccl", "gloo"]
+VllmMode = Literal["colocate", "server"]
+TrainBackend = Literal["transformers", "megatron"]
+GRPO = ("grpo",)
+GKD = ("gkd",)
+ONLINE = ("grpo", "gkd")
+
+
+def _check_choices(options) -> None:
+    """A Literal field outside its values (the Python API; the CLI's parser already refuses them)."""
+    hints = typing.get_type_hints(type(options))
+    for f in dataclasses.fields(options):
+        choices = [c for part in (get_args(hints[f.name]) if typing.get_origin(hints[f.name]) is not Literal
+                                  else [hints[f.name]]) for c in (get_args(part) if typing.get_origin(part) is Literal
+                                                                  else ())]
+        value = getattr(options, f.name)
+        if choices and value is not None and value not in choices:
+            raise ValueError(f"invalid choice for --{f.name}: {value!r} (choose from {', '.join(map(str, choices))})")
+
+
+@dataclass(frozen=True)
+class SamplingOptions:
+    """How the student's completions are drawn (GRPO and GKD); the trainer scores tokens under the same rule."""
+
+    max_completion_length: int = arg(512, "Most tokens generated per completion.")
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    repetition_penalty: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.max_completion_length < 1:
+            raise ValueError(f"--max_completion_length must be >= 1, got {self.max_completion_length}")
+        if self.temperature <= 0:
+            raise ValueError(f"--temperature must be > 0 for RL sampling (the trainer scores tokens at that "
+                             f"temperature), got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"--top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k != -1 and self.top_k < 1:
+            raise ValueError(f"--top_k must be -1 (all) or >= 1, got {self.top_k}")
+
+
+@dataclass(frozen=True)
+class PolicyTrainingOptions:
+    """How the policy's training passes run, for every --rlhf_type: dropout, and what a non-finite step does."""
+
+    disable_dropout: bool = arg(True, "Zero every dropout rate (including --lora_dropout) in the policy and the "
+                                "reference, so old, new and reference log-probs of a token agree before an update "
+                                "(TRL's disable_dropout); false keeps dropout in the policy's training passes.")
+    on_nonfinite: Literal["error", "skip"] = arg(
+        "error", "A NaN/inf loss, gradient norm or metric: error stops the run at that step, naming the value; skip "
+        "drops that step's update (counted in nonfinite/skipped_steps) and keeps training.")
+
+    def __post_init__(self) -> None:
+        _check_choices(self)
+
+
+@dataclass(frozen=True)
+class GrpoOptions:
+    """GRPO: group size, the clipped policy loss, advantages, batch reuse and DAPO's filters."""
+
+    num_generations: int = arg(8, "Completions sampled per prompt (the group size G).")
+    epsilon: float = arg(0.2, "Lower clip range of the importance ratio (and upper when --epsilon_high is unset).")
+    epsilon_high: float | None = arg(None, "Upper clip range (DAPO clip-higher, e.g. 0.28); default --epsilon.")
+    importance_sampling_level: ImportanceSamplingLevel = arg(
+        "token", "token: PPO/GRPO ratio per token; sequence: GSPO's length-normalised sequence ratio.")
+    scale_rewards: ScaleRewards = arg("group", "Advantage denominator: group std, batch std, or none (Dr. GRPO).")
+    num_iterations: int = arg(1, "Policy updates per generated batch (mu in the GRPO paper).")
+    steps_per_generation: int | None = arg(None, "Micro-batches generated at once; default "
+                                           "--gradient_accumulation_steps.")
+    dynamic_sample: bool = arg(False, "DAPO dynamic sampling: replace groups whose rewards are all equal (no "
+                               "advantage signal) with groups of freshly drawn prompts.", only=GRPO)
+    max_resample_times: int = arg(3, "Most extra generation rounds per batch under --dynamic_sample; groups "
+                                  "still missing are filled with the zero-std ones so the batch size is fixed.")
+    overlong_filter: bool = arg(False, "DAPO overlong filtering: completions cut at --max_completion_length "
+                                "(finish_reason length) are left out of the loss.", only=GRPO)
+    share_prompt_prefix: bool = arg(True, "Score a group's shared prompt once per micro-batch and run its "
+                                    "completions on that prompt's KV cache (gradients flow through it), instead "
+                                    "of once per completion: the same loss up to float rounding, about half the "
+                                    "tokens. Off under --gradient_checkpointing, which drops the cache in training.")
+    log_completions: bool = arg(False, "Write prompts, completions and rewards to completions.jsonl in the run dir.")
+    loss_type: LossType = "grpo"  # --loss_type, which grpo takes exactly one of
+    beta: float = 0.04  # --beta: the KL coefficient to the reference
+
+    def __post_init__(self) -> None:
+        if self.loss_type not in LOSS_TYPES:
+            raise ValueError(f"--loss_type {self.loss_type}: grpo takes one of {', '.join(LOSS_TYPES)}")
+        _check_choices(self)
+        for name in ("num_generations", "num_iterations"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"--{name} must be >= 1, got {getattr(self, name)}")
+        if self.num_generations < 2:
+            raise ValueError("--num_generations must be >= 2: advantages compare completions of the same prompt")
+        if self.steps_per_generation is not None and self.steps_per_generation < 1:
+            raise ValueError(f"--steps_per_generation must be >= 1, got {self.steps_per_generation}")
+        if self.beta < 0:
+            raise ValueError(f"--beta must be >= 0, got {self.beta}")
+        if self.max_resample_times < 0:
+            raise ValueError(f"--max_resample_times must be >= 0, got {self.max_resample_times}")
+
+    @property
+    def micro_steps(self) -> int:
+        """Micro-steps one generation batch serves: its slices, each used --num_iterations times."""
+        return self.steps_per_generation * self.num_iterations
+
+
+@dataclass(frozen=True)
+class RewardOptions:
+    """GRPO's rewards: functions, reward models, their weights and the parameters of the built-in functions."""
+
+    reward_funcs: list[str] = arg([], "Reward functions by name: accuracy, format, format_hash, cosine, repetition, "
+                                  "soft_overlong, or names registered in --external_plugins.", only=GRPO)
+    reward_weights: list[float] | None = arg(None, "One weight per reward: the --reward_funcs entries, then the "
+                                             "--reward_model entries (ms-swift's order); default 1.0 each.",
+                                             only=GRPO)
+    reward_model: list[str] = arg([], "Sequence-classification reward models (local dir or model id, resolved like "
+                                  "--model); each scores prompt + completion and adds one reward column.", only=GRPO)
+    external_plugins: list[str] = arg([], "Python files imported first, e.g. to register reward functions.",
+                                      only=GRPO)
+    cosine_min_len_value_wrong: float = arg(-0.5, "cosine reward: value for a wrong answer of length 0.")
+    cosine_max_len_value_wrong: float = arg(0.0, "cosine reward: value for a wrong answer at --cosine_max_len.")
+    cosine_min_len_value_correct: float = arg(1.0, "cosine reward: value for a right answer of length 0.")
+    cosine_max_len_value_correct: float = arg(0.5, "cosine reward: value for a right answer at --cosine_max_len.")
+    cosine_max_len: int | None = arg(None, "cosine reward: length scale; default --max_completion_length.")
+    repetition_n_grams: int = arg(3, "repetition reward: n-gram size.")
+    repetition_max_penalty: float = arg(-1.0, "repetition reward: penalty of a fully repetitive answer (<= 0).")
+    soft_max_length: int | None = arg(None, "soft_overlong reward: L_max; default --max_completion_length.")
+    soft_cache_length: int | None = arg(None, "soft_overlong reward: L_cache, the punished interval's length.")
+
+    def __post_init__(self) -> None:
+        if not self.reward_funcs and not self.reward_model:
+            raise ValueError("--reward_funcs is required for grpo, e.g. --reward_funcs accuracy format "
+                             "(or a --reward_model)")
+        n_rewards = len(self.reward_funcs) + len(self.reward_model)
+        if self.reward_weights is not None and len(self.reward_weights) != n_rewards:
+            raise ValueError(f"got {len(self.reward_weights)} --reward_weights for {len(self.reward_funcs)} "
+                             f"--reward_funcs + {len(self.reward_model)} --reward_model; give one weight per "
+                             "reward, functions first")
+
+    def function_params(self, max_completion_length: int) -> dict:
+        """The values `build_reward_funcs` hands to parameterised reward functions."""
+        names = ("cosine_min_len_value_wrong", "cosine_max_len_value_wrong", "cosine_min_len_value_correct",
+                 "cosine_max_len_value_correct", "cosine_max_len", "repetition_n_grams", "repetition_max_penalty",
+                 "soft_max_length", "soft_cache_length")
+        return {**{n: getattr(self, n) for n in names}, "max_completion_length": max_completion_length}
+
+
+@dataclass(frozen=True)
+class RolloutOptions:
+    """Where completions come from: the training model (pt), a colocated vLLM engine or rollout servers, how
+    weights reach them, and mismatch handling. The vLLM engine's own settings are the shared `--vllm_*` group."""
+
+    use_vllm: bool = arg(False, "Generate with vLLM; false = the training model's own generate().", only=ONLINE)
+    vllm_mode: VllmMode = arg("colocate", "colocate: vLLM in the trainer's process; "
+                              "server: one or more `swiftlike rollout` servers.")
+    vllm_server_host: list[str] = arg(["127.0.0.1"], "Rollout server host(s) for --vllm_mode server; one host "
+                                      "for all ports, or one per --vllm_server_port.")
+    vllm_server_port: list[int] = arg([8000], "Rollout server port(s); several servers share each generation "
+                                      "batch between them.")
+    vllm_server_timeout: float = arg(240.0, "Seconds the trainer keeps trying to reach a rollout server (at start "
+                                     "and after a transient error) before it stops with an error.")
+    vllm_server_api_key: str | None = arg(None, "The servers' --api_key, sent as a Bearer token.")
+    weight_transport: WeightTransport = arg(
+        "auto", "How full weights reach rollout servers: http (safetensors over HTTP, any host), path (files "
+        "under --weight_sync_path, one host or a shared filesystem), nccl (GPU broadcast), gloo (the same on "
+        "CPU). auto = nccl with CUDA, else http.")
+    weight_sync_path: str | None = arg(None, "Directory for --weight_transport path; default /dev/shm.")
+    weight_bucket_mb: int = arg(512, "Weights are sent to rollout servers in buckets of at most this many MiB.")
+    weight_sync: WeightSync = arg(
+        "full", "Merged-weight sync to vLLM: full sends every weight each time; delta (SLIME's "
+        "--update-weight-mode delta) sends full weights once, then only the elements whose value in the engine's "
+        "dtype changed (positions or a bitmask, with the values), and the engine reloads from a patched copy, so "
+        "it holds what a full sync would give, bit for bit. Costs one copy of the model in the engine's dtype on "
+        "the trainer and on each rollout server. It saves bytes on the wire (server mode); colocated, the engine "
+        "still reloads every weight. Not with --vllm_enable_lora, which already sends only the adapter.")
+    async_generate: bool = arg(False, "Server mode: the rollout servers generate the next generation batches "
+                               "while the trainer learns (up to --max_staleness optimizer steps ahead), and a "
+                               "weight sync does not wait for them: a request in flight continues under the new "
+                               "weights (partial rollout). Samples are off-policy; only "
+                               "--rollout_importance_sampling_mode corrects the loss for it (without it the "
+                               "trainer warns once and treats them as on-policy).", only=GRPO)
+    max_staleness: int | None = arg(None, "TRL's name: no sample is trained on at any step, its batch's last use "
+                                    "included, more than this many optimizer steps after the step whose weights "
+                                    "sampled its oldest token. Prefetching goes as far ahead as that allows; a "
+                                    "group older anyway is dropped and generated again (staleness/dropped). 0 = "
+                                    "synchronous training (a batch reused over several steps is then PPO's old "
+                                    "policy). With --async_generate true it must let one batch be prefetched: 1 "
+                                    "when a generation batch serves one optimizer step, 2B - 1 when it serves B "
+                                    "(the default); else 0, and > 0 needs --async_generate true.", only=GRPO)
+    rollout_importance_sampling_mode: RolloutISMode | None = arg(
+        None, "Reweight the loss by pi_train / pi_rollout, bounded by the threshold; default off.", only=GRPO)
+    rollout_importance_sampling_threshold: float = arg(2.0, "Upper bound of the rollout IS weights.")
+    log_rollout_offpolicy_metrics: bool = arg(False, "Log training-inference mismatch metrics (rollout_correction/*) "
+                                              "even without --rollout_importance_sampling_mode (with a mode set "
+                                              "they are always logged).")
+    off_policy_sequence_mask_delta: float | None = arg(
+        None, "DeepSeek-V3.2 off-policy sequence mask: drop from the loss negative-advantage sequences whose mean "
+        "(rollout logp - current logp) exceeds this many nats; default off.", only=GRPO)
+    sleep_level: Literal[0, 1, 2] = arg(0, "Put the colocated vLLM engine to sleep after each generation (vLLM "
+                                        "sleep mode, CUDA only): 1 frees the KV cache and offloads weights, 2 also "
+                                        "drops the weights (needs merged-weight sync, not --vllm_enable_lora); "
+                                        "after a level-2 sleep the weights are pushed again on waking, so a step "
+                                        "that generates more than once (dynamic sampling, "
+                                        "--steps_per_generation < --gradient_accumulation_steps) pays one push "
+                                        "per generation.")
+    offload_model: bool = arg(False, "Move the training model to CPU while vLLM generates (CUDA and "
+                              "--use_vllm only).")
+    offload_optimizer: bool = arg(False, "Move the optimizer state to CPU while vLLM generates (CUDA and "
+                                  "--use_vllm only).")
+    vllm_enable_lora: bool = False  # --vllm_enable_lora: sync only the LoRA adapter, not the merged weights
+
+    def __post_init__(self) -> None:
+        _check_choices(self)
+        if self.async_generate and not self.server_mode:
+            raise ValueError("--async_generate true generates on rollout servers while the trainer learns; it "
+                             "needs --use_vllm true --vllm_mode server")
+        if self.max_staleness is not None:
+            if self.max_staleness < 0:
+                raise ValueError(f"--max_staleness must be >= 0 optimizer steps, got {self.max_staleness}")
+            if self.max_staleness > 0 and not self.async_generate:
+                raise ValueError(f"--max_staleness {self.max_staleness} lets samples lag the trainer, which only "
+                                 "--async_generate true does; add it (with --vllm_mode server) or leave "
+                                 "--max_staleness 0")
+        if self.rollout_importance_sampling_threshold <= 0:
+            raise ValueError("--rollout_importance_sampling_threshold must be > 0")
+        if self.off_policy_sequence_mask_delta is not None and self.off_policy_sequence_mask_delta < 0:
+            raise ValueError(f"--off_policy_sequence_mask_delta must be >= 0, got {self.off_policy_sequence_mask_delta}")
+        if self.weight_sync == "delta" and (not self.use_vllm or self.vllm_enable_lora):
+            raise ValueError("--weight_sync delta sends the changed elements of the merged weights to vLLM; it needs "
+                             "--use_vllm true, and not --vllm_enable_lora true, whose LoRA-only sync already sends "
+                             "just the adapter (leave --weight_sync full there)")
+        if self.sleep_level == 2 and self.vllm_enable_lora:
+            raise ValueError("--sleep_level 2 drops vLLM's base weights, which LoRA-only sync (--vllm_enable_lora "
+                             "true) never sends back; use --sleep_level 1 or merged-weight sync")
+        if not self.server_mode:
+            return
+        hosts, ports = self.vllm_server_host, self.vllm_server_port
+        if not hosts or not ports or (len(hosts) > 1 and len(ports) > 1 and len(hosts) != len(ports)):
+            raise ValueError(f"--vllm_server_host ({len(hosts)} given) and --vllm_server_port ({len(ports)} given): "
+                             "give one host for all ports, one port for all hosts, or as many of each")
+        if self.vllm_server_timeout <= 0:
+            raise ValueError(f"--vllm_server_timeout must be > 0 seconds, got {self.vllm_server_timeout}")
+        if self.weight_bucket_mb < 1:
+            raise ValueError(f"--weight_bucket_mb must be >= 1, got {self.weight_bucket_mb}")
+        if self.sleep_level or self.offload_model or self.offload_optimizer:
+            raise ValueError("--sleep_level / --offload_* share one GPU between trainer and a colocated engine; "
+                             "with --vllm_mode server the engine has its own devices, so leave them off")
+
+    @property
+    def server_mode(self) -> bool:
+        return self.use_vllm and self.vllm_mode == "server"
+
+    @property
+    def lora_sync(self) -> bool:
+        """Only the LoRA adapter goes to vLLM at a sync (else the merged weights, --weight_sync full or delta)."""
+        return self.use_vllm and self.vllm_enable_lora
+
+    def server_addresses(self) -> list[tuple[str, int]]:
+        """(host, port) of every rollout server."""
+        n = max(len(self.vllm_server_host), len(self.vllm_server_port))
+        hosts = self.vllm_server_host * n if len(self.vllm_server_host) == 1 else self.vllm_server_host
+        ports = self.vllm_server_port * n if len(self.vllm_server_port) == 1 else self.vllm_server_port
+        return list(zip(hosts, ports))
+
+
+@dataclass(frozen=True)
+class GkdOptions:
+    """GKD: on-policy distillation from a teacher, in-process or served (ms-swift's names and defaults)."""
+
+    teacher_model: str | None = arg(None, "gkd: the teacher (local dir or model id, resolved like --model). Equal to "
+                                    "--model with --tuner_type lora: the teacher is the model with its adapter "
+                                    "disabled (no second copy).", only=GKD)
+    teacher_adapters: list[str] = arg([], "gkd: LoRA adapters merged into the teacher (e.g. the SFT adapter that "
+                                      "made it the teacher).", only=GKD)
+    teacher_model_type: str | None = arg(None, "gkd: model type of --teacher_model; default detected.", only=GKD)
+    teacher_model_revision: str | None = arg(None, "gkd: hub revision of --teacher_model.")
+    teacher_model_server: list[str] = arg([], "gkd: URL(s) of a served teacher (`swiftlike deploy ... --max_logprobs "
+                                          "K` or `swiftlike rollout`, or vLLM's server) that answers top-k prompt "
+                                          "log-probs; needs --gkd_logits_topk. Several URLs serve one teacher: "
+                                          "batches go to them in turn.", only=GKD)
+    teacher_model_server_timeout: float = arg(300.0, "gkd: seconds to wait for the teacher server's answer to one "
+                                              "batch before the run stops with an error.")
+    teacher_model_server_api_key: str | None = arg(None, "gkd: the teacher server's API key (its --api_key), sent as "
+                                                   "a Bearer token; a Ray job sets it for its teacher replicas.",
+                                                   only=GKD)
+    gkd_logits_topk: int | None = arg(None, "gkd: compare the distributions over the teacher's K most likely "
+                                      "tokens only (both renormalised over them); default the full vocabulary. "
+                                      "Required with --teacher_model_server (at most the server's --max_logprobs).",
+                                      only=GKD)
+    offload_teacher_model: bool = arg(False, "gkd: keep the in-process teacher on CPU and move it to the "
+                                      "accelerator only for its forward pass (CUDA only).", only=GKD)
+    lmbda: float = arg(0.5, "gkd: share of micro-batches whose completions the student generates itself "
+                       "(on-policy); the rest use the dataset's answers. 1 = fully on-policy.")
+    seq_kd: bool = arg(False, "gkd: sequence-level KD, where the teacher generates the off-policy answers (not "
+                       "built; the dataset's answers are used).", only=GKD)
+    sft_alpha: float = arg(0.0, "gkd: weight of an NLL (SFT) loss on the completion tokens, added to the "
+                           "divergence.")
+    beta: float = 0.5  # --beta: the generalized JSD's interpolation (0 forward KL, 1 reverse KL)
+
+    def __post_init__(self) -> None:
+        """Every teacher and divergence setting is checked here, before any model is loaded."""
+        if not self.teacher_model and not self.teacher_model_server:
+            raise ValueError("--rlhf_type gkd needs a teacher: --teacher_model <model id or dir> (in-process) or "
+                             "--teacher_model_server http://host:port --gkd_logits_topk K (served)")
+        if self.teacher_model and self.teacher_model_server:
+            raise ValueError("--teacher_model and --teacher_model_server both given; choose one teacher")
+        if self.teacher_model_server:
+            if self.gkd_logits_topk is None:
+                raise ValueError("--teacher_model_server sends the teacher's top-k log-probs only, so it needs "
+                                 "--gkd_logits_topk K (e.g. 20, at most the server's --max_logprobs)")
+            if self.teacher_adapters or self.teacher_model_type or self.offload_teacher_model:
+                raise ValueError("--teacher_adapters / --teacher_model_type / --offload_teacher_model describe an "
+                                 "in-process teacher; a served teacher is configured where it is served")
+            bad = [url for url in self.teacher_model_server if not url.startswith(("http://", "https://"))]
+            if bad:
+                raise ValueError(f"--teacher_model_server must be http(s) URLs, got {bad}")
+        if self.teacher_model_server_api_key and not self.teacher_model_server:
+            raise ValueError("--teacher_model_server_api_key is the key of --teacher_model_server; this run has no "
+                             "served teacher")
+        if self.teacher_model_server_timeout <= 0:
+            raise ValueError(f"--teacher_model_server_timeout must be > 0 seconds, got "
+                             f"{self.teacher_model_server_timeout}")
+        if self.gkd_logits_topk is not None and self.gkd_logits_topk < 1:
+            raise ValueError(f"--gkd_logits_topk must be >= 1, got {self.gkd_logits_topk}")
+        for name in ("lmbda", "beta"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise ValueError(f"--{name} must be in [0, 1], got {getattr(self, name)}")
+        if self.sft_alpha < 0:
+            raise ValueError(f"--sft_alpha must be >= 0, got {self.sft_alpha}")
+        if self.seq_kd:
+            raise NotBuiltError("--seq_kd true (the teacher generates the off-policy answers) is not built; leave "
+                                "it false and the dataset's answers are used")
+
+
+@dataclass(frozen=True)
+class PreferenceOptions:
+    """The preference family: reference model and the loss terms of DPO, CPO/SimPO, KTO and reward models."""
+
+    ref_model: str | None = arg(None, "Reference model for dpo/kto with --tuner_type full; default --model. With "
+                                "LoRA the reference is the model with its adapter disabled (no second copy).",
+                                only=PREFERENCE_TYPES)
+    ref_model_type: str | None = arg(None, "Model type of --ref_model; default --model_type.")
+    ref_model_revision: str | None = arg(None, "Hub revision of --ref_model.")
+    ref_adapters: list[str] = arg([], "LoRA adapters applied to the reference, e.g. the SFT adapter that "
+                                  "--adapters continues, so the reference is the SFT model and not the base.",
+                                  only=PREFERENCE_TYPES)
+    precompute_ref_log_probs: bool = arg(False, "dpo: compute the reference log-probs of the whole dataset once "
+                                         "before training (TRL), then free the reference model.")
+    label_smoothing: float = arg(0.0, "dpo/cpo: probability that a preference label is flipped (robust DPO, EXO).")
+    rpo_alpha: float | None = arg(None, "dpo: weight of an NLL (SFT) loss on the chosen answer, "
+                                  "loss = dpo_loss + rpo_alpha * nll (RPO paper; 1.0 recommended); default off.",
+                                  only=PREFERENCE_TYPES)
+    ld_alpha: float | None = arg(None, "dpo: LD-DPO weight in [0, 1] of the chosen/rejected tokens past their "
+                                 "shared length (length desensitisation); default off.", only=PREFERENCE_TYPES)
+    discopop_tau: float = arg(0.05, "dpo --loss_type discopop: temperature of the log-ratio modulation.")
+    loss_weights: list[float] | None = arg(None, "dpo: one weight per --loss_type entry when several are mixed "
+                                           "(MPO); default 1.0 each.", only=PREFERENCE_TYPES)
+    cpo_alpha: float = arg(1.0, "cpo/simpo: weight of the NLL loss on the chosen answer; with simpo, 0 is pure "
+                           "SimPO and the default 1.0 is CPO-SimPO (as in ms-swift).")
+    simpo_gamma: float = arg(1.0, "simpo: target reward margin (the paper suggests 0.5-1.5).")
+    desirable_weight: float = arg(1.0, "kto: weight of the desirable (label true) examples' loss.")
+    undesirable_weight: float = arg(1.0, "kto: weight of the undesirable (label false) examples' loss.")
+    center_rewards_coefficient: float | None = arg(None, "rm: weight of a penalty on the squared mean reward, "
+                                                   "which keeps rewards centred on 0 (0.01 recommended).",
+                                                   only=PREFERENCE_TYPES)
+    rlhf_type: PreferenceType = "dpo"  # --rlhf_type: which of the family
+    loss_type: list[str] = dataclasses.field(default_factory=list)  # --loss_type, by default the type's own
+    beta: float = 0.1  # --beta: strength of the preference (or the pull to the reference)
+
+    def __post_init__(self) -> None:
+        _check_choices(self)
+        kind = self.rlhf_type
+        types = PREFERENCE_LOSS_TYPES.get(kind, ())
+        if self.loss_type and not types:
+            raise ValueError(f"--loss_type: {kind} has one loss of its own; leave --loss_type unset")
+        bad = [t for t in self.loss_type if t not in types]
+        if bad:
+            raise ValueError(f"--loss_type {' '.join(bad)}: not a {kind} loss; choose from {', '.join(types)}")
+        if len(self.loss_type) > 1 and kind != "dpo":
+            raise ValueError(f"several --loss_type values mix losses for dpo only, got {len(self.loss_type)} "
+                             f"for {kind}")
+        if self.loss_weights is not None:
+            if kind != "dpo":
+                raise ValueError("--loss_weights weighs mixed dpo losses; it is for --rlhf_type dpo")
+            if len(self.loss_weights) != len(self.loss_type):
+                raise ValueError(f"{len(self.loss_weights)} --loss_weights for {len(self.loss_type)} --loss_type "
+                                 "values; give one weight per loss")
+        if self.beta <= 0:
+            raise ValueError(f"--beta must be > 0 for {kind}, got {self.beta}")
+        if not 0 <= self.label_smoothing < 0.5:
+            raise ValueError(f"--label_smoothing must be in [0, 0.5), got {self.label_smoothing}")
+        if self.ld_alpha is not None and not 0 <= self.ld_alpha <= 1:
+            raise ValueError(f"--ld_alpha must be in [0, 1], got {self.ld_alpha}")
+        if self.rpo_alpha is not None and self.rpo_alpha < 0:
+            raise ValueError(f"--rpo_alpha must be >= 0, got {self.rpo_alpha}")
+        for name in ("desirable_weight", "undesirable_weight"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"--{name} must be > 0, got {getattr(self, name)}")
+        if not self.uses_ref and (self.ref_model or self.ref_adapters or self.precompute_ref_log_probs):
+            raise ValueError(f"--ref_model / --ref_adapters / --precompute_ref_log_probs: {kind} has no "
+                             "reference model (only dpo and kto have one)")
+        if self.precompute_ref_log_probs and kind != "dpo":
+            raise ValueError("--precompute_ref_log_probs is built for dpo (TRL's DPOTrainer)")
+
+    @property
+    def uses_ref(self) -> bool:
+        return self.rlhf_type in ("dpo", "kto")
+
+
+@dataclass(frozen=True)
+class RayOptions:
+    """Ray placement of the train, rollout and teacher roles from one YAML (docs/ray.md)."""
+
+    use_ray: bool = arg(False, "Run the roles of the --config YAML as Ray actors in placement groups. The YAML is "
+                        "ms-swift's: shared arguments at the top, then one group per role (train, rollout, teacher) "
+                        "with its device count `gpus:` (CPU slots on a machine without a GPU) and its own "
+                        "arguments, and optional `colocate_groups: [[train, rollout]]` (time-sharing the same "
+                        "devices) instead of separate placement.")
+    ray_address: str | None = arg(None, "Ray cluster to join: the head's host:port (what `ray start --head` "
+                                  "prints). Default: Ray's own RAY_ADDRESS, else the cluster `ray start` runs on "
+                                  "this machine, else a local cluster started for this run and stopped after it.")
+    train_backend: TrainBackend = arg(
+        "transformers", "Model backend of the train role: transformers, or megatron (megatron-core's GPTModel, "
+        "Llama and Qwen2 families; `swiftlike megatron rlhf` sets it, as ms-swift's `megatron rlhf` does).")
+
+    def __post_init__(self) -> None:
+        _check_choices(self)
+
+
+# Every group whose flags `swiftlike rlhf` has, in the order their flags are listed.
+OPTION_GROUPS = (PolicyTrainingOptions, SamplingOptions, GrpoOptions, RewardOptions, RolloutOptions, GkdOptions,
+                 PreferenceOptions, RayOptions)
+
+
+def flags_not_read_by(rlhf_type: str) -> dict[tuple[str, ...], tuple[str, ...]]:
+    """The flags (by field name) that `--rlhf_type rlhf_type` does not read, keyed by the types that do
+    (their `only=`), in declaration order."""
+    out: dict[tuple[str, ...], list[str]] = {}
+    for group in OPTION_GROUPS:
+        for f in dataclasses.fields(group):
+            readers = f.metadata.get("only", ())
+            if readers and rlhf_type not in readers:
+                out.setdefault(readers, []).append(f.name)
+    return {readers: tuple(names) for readers, names in out.items()}
+
+
+def flags_only_for(readers: tuple[str, ...]) -> tuple[str, ...]:
+    """The flags read by exactly the types `readers` (e.g. GKD's teacher flags for ("gkd",))."""
+    return tuple(f.name for group in OPTION_GROUPS for f in dataclasses.fields(group)
+                 if f.metadata.get("only", ()) == readers)

@@ -1,0 +1,188 @@
+"""The typed RL option groups (rl/core/options.py): frozen, self-validating, the one declaration of the flat
+rlhf flags, built once by RlhfArguments, and the source of the per-type refusals."""
+import dataclasses
+import typing
+
+import pytest
+
+from swiftlike.arguments import parse_args
+from swiftlike.arguments.rlhf_args import (GkdArguments, GrpoArguments, PolicyTrainingArguments,
+                                           PreferenceArguments, RayArguments, RewardArguments, RlhfArguments,
+                                           RolloutPlacementArguments, CompletionArguments)
+from swiftlike.infer.engine.vllm_engine import VllmOptions
+from swiftlike.rl.core import options
+from swiftlike.rl.core.options import (GkdOptions, GrpoOptions, PolicyTrainingOptions, PreferenceOptions, RayOptions,
+                                       RewardOptions, RolloutOptions, SamplingOptions, flags_not_read_by,
+                                       flags_only_for)
+from swiftlike.utils.errors import NotBuiltError
+
+TINY = "tiny-random/qwen2_5"
+GENERATED = {PolicyTrainingOptions: PolicyTrainingArguments, SamplingOptions: CompletionArguments,
+             GrpoOptions: GrpoArguments, RewardOptions: RewardArguments, RolloutOptions: RolloutPlacementArguments,
+             GkdOptions: GkdArguments, PreferenceOptions: PreferenceArguments, RayOptions: RayArguments}
+# The hand-kept lists of arguments/rlhf_args.py before the groups (commit 29bcf24), and the flags gkd refused by hand.
+OLD_PREFERENCE_ONLY = ("ref_model", "ref_adapters", "loss_weights", "rpo_alpha", "ld_alpha", "center_rewards_coefficient")
+OLD_GKD_ONLY = ("teacher_model", "teacher_adapters", "teacher_model_type", "teacher_model_server", "gkd_logits_topk",
+                "offload_teacher_model", "seq_kd", "teacher_model_server_api_key")
+OLD_GKD_REFUSES_OF_GRPO = ("reward_funcs", "reward_model", "reward_weights", "dynamic_sample", "overlong_filter",
+                           "async_generate", "max_staleness", "rollout_importance_sampling_mode",
+                           "off_policy_sequence_mask_delta")
+
+
+def grpo(*argv):
+    return parse_args(RlhfArguments, ["--rlhf_type", "grpo", "--model", TINY, "--dataset", "d", "--reward_funcs",
+                                      "format", "--num_generations", "2", "--per_device_train_batch_size", "2",
+                                      *map(str, argv)])
+
+
+def gkd(*argv):
+    return parse_args(RlhfArguments, ["--rlhf_type", "gkd", "--model", TINY, "--dataset", "d", "--teacher_model",
+                                      TINY, *map(str, argv)])
+
+
+def valid(cls):
+    """An instance of each group with its defaults, plus what a group needs to be valid at all."""
+    return cls(**{RewardOptions: {"reward_funcs": ["format"]}, GkdOptions: {"teacher_model": "t"}}.get(cls, {}))
+
+
+@pytest.mark.parametrize("cls", list(GENERATED) + [VllmOptions])
+def test_each_group_is_frozen_and_changes_only_by_replace(cls):
+    group = valid(cls)
+    name = dataclasses.fields(cls)[0].name
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        setattr(group, name, getattr(group, name))
+    assert dataclasses.replace(group) == group
+
+
+@pytest.mark.parametrize("cls, change, message", [
+    (GrpoOptions, {"num_generations": 1}, "--num_generations must be >= 2"),
+    (GrpoOptions, {"loss_type": "sigmoid"}, "--loss_type sigmoid: grpo takes one of"),
+    (GrpoOptions, {"scale_rewards": "median"}, "invalid choice for --scale_rewards"),
+    (GrpoOptions, {"max_resample_times": -1}, "--max_resample_times must be >= 0"),
+    (SamplingOptions, {"temperature": 0.0}, "--temperature must be > 0"),
+    (SamplingOptions, {"top_p": 1.5}, r"--top_p must be in \(0, 1\]"),
+    (RewardOptions, {"reward_weights": [1.0, 2.0]}, "one weight per reward"),
+    (RolloutOptions, {"async_generate": True}, "needs --use_vllm true --vllm_mode server"),
+    (RolloutOptions, {"weight_sync": "delta"}, "--weight_sync delta .* needs --use_vllm true"),
+    (RolloutOptions, {"weight_sync": "bits"}, "invalid choice for --weight_sync"),
+    (RolloutOptions, {"use_vllm": True, "vllm_mode": "server", "vllm_server_timeout": 0}, "--vllm_server_timeout"),
+    (RolloutOptions, {"use_vllm": True, "sleep_level": 2, "vllm_enable_lora": True}, "--sleep_level 2"),
+    (RolloutOptions, {"max_staleness": -1}, "--max_staleness must be >= 0"),
+    (GkdOptions, {"gkd_logits_topk": 0}, "--gkd_logits_topk must be >= 1"),
+    (GkdOptions, {"lmbda": 2.0}, r"--lmbda must be in \[0, 1\]"),
+    (PreferenceOptions, {"label_smoothing": 0.5}, r"--label_smoothing must be in \[0, 0.5\)"),
+    (PreferenceOptions, {"rlhf_type": "cpo", "loss_type": ["kto"]}, "--loss_type kto: not a cpo loss"),
+    (RayOptions, {"train_backend": "jax"}, "invalid choice for --train_backend"),
+    (VllmOptions, {"gpu_memory_utilization": 1.5}, "--vllm_gpu_memory_utilization"),
+])
+def test_bad_values_name_the_flag_when_built_and_when_replaced(cls, change, message):
+    with pytest.raises(ValueError, match=message):
+        cls(**{**dataclasses.asdict(valid(cls)), **change})
+    with pytest.raises(ValueError, match=message):
+        dataclasses.replace(valid(cls), **change)
+
+
+def test_seq_kd_is_refused_as_not_built():
+    with pytest.raises(NotBuiltError, match="--seq_kd"):
+        GkdOptions(teacher_model="t", seq_kd=True)
+
+
+@pytest.mark.parametrize("options_cls", list(GENERATED))
+def test_generated_flags_are_the_option_fields(options_cls):
+    """Name, type, default, help, aliases and only= of each flag are the option field's."""
+    flags = GENERATED[options_cls]
+    flag_fields = {f.name: f for f in dataclasses.fields(flags)}
+    option_hints, flag_hints = typing.get_type_hints(options_cls), typing.get_type_hints(flags)
+    settings = [f for f in dataclasses.fields(options_cls) if f.metadata.get("help")]
+    assert list(flag_fields) == [f.name for f in settings]
+    for f in settings:
+        flag = flag_fields[f.name]
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        flag_default = flag.default_factory() if flag.default_factory is not dataclasses.MISSING else flag.default
+        assert (flag_hints[f.name], flag_default, dict(flag.metadata)) == (option_hints[f.name], default,
+                                                                          dict(f.metadata))
+    assert all(f.name in {g.name for g in dataclasses.fields(RlhfArguments)} for f in settings)
+
+
+def test_grpo_builders_round_trip_the_flags():
+    args = grpo("--epsilon_high", 0.28, "--loss_type", "dapo", "--beta", 0.0, "--vllm_server_port", 8001, 8002,
+                "--use_vllm", "true", "--vllm_mode", "server", "--weight_sync", "delta", "--async_generate", "true",
+                "--cosine_max_len", 100, "--temperature", 0.7, "--max_completion_length", 64)
+    for group in (args.grpo_options(), args.rollout_options(), args.reward_options(), args.sampling_options(),
+                  args.policy_training_options(), args.ray_options()):
+        for f in dataclasses.fields(group):
+            if f.metadata.get("help"):
+                assert getattr(group, f.name) == getattr(args, f.name), f.name
+    grpo_group, rollout = args.grpo_options(), args.rollout_options()
+    assert (grpo_group.loss_type, grpo_group.beta, grpo_group.epsilon_high) == ("dapo", 0.0, 0.28)
+    assert (rollout.weight_sync, rollout.max_staleness) == ("delta", 1)  # resolved once, for the batch layout
+    assert rollout.server_addresses() == [("127.0.0.1", 8001), ("127.0.0.1", 8002)]
+    assert args.sampling_options().temperature == 0.7
+    assert args.reward_options().function_params(64)["cosine_max_len"] == 100
+    assert args.grpo_options() is grpo_group  # built once, after the checks
+
+
+def test_each_type_gets_only_its_groups():
+    assert args_groups(grpo()) == {"PolicyTrainingOptions", "RayOptions", "RewardOptions", "GrpoOptions",
+                                   "SamplingOptions", "RolloutOptions"}
+    gkd_args = gkd("--gkd_logits_topk", 5, "--lmbda", 0.25)
+    assert args_groups(gkd_args) == {"PolicyTrainingOptions", "RayOptions", "GkdOptions", "SamplingOptions",
+                                     "RolloutOptions"}
+    assert (gkd_args.gkd_options().gkd_logits_topk, gkd_args.gkd_options().lmbda, gkd_args.gkd_options().beta) == \
+        (5, 0.25, 0.5)
+    dpo = RlhfArguments(model=TINY, dataset=["d"], rpo_alpha=1.0, loss_type=["sigmoid", "ipo"])
+    assert args_groups(dpo) == {"PolicyTrainingOptions", "RayOptions", "PreferenceOptions"}
+    assert (dpo.preference_options().rpo_alpha, dpo.preference_options().loss_type) == (1.0, ["sigmoid", "ipo"])
+    with pytest.raises(ValueError, match="--rlhf_type dpo reads no GrpoOptions"):
+        dpo.grpo_options()
+
+
+def args_groups(args) -> set[str]:
+    out = set()
+    for name in ("policy_training", "ray", "reward", "grpo", "sampling", "rollout", "gkd", "preference"):
+        try:
+            out.add(type(getattr(args, f"{name}_options")()).__name__)
+        except ValueError:
+            pass
+    return out
+
+
+def test_type_only_flags_are_derived_from_the_groups():
+    """The lists once kept by hand, now read off the fields' only= metadata."""
+    assert sorted(flags_only_for(options.PREFERENCE_TYPES)) == sorted(OLD_PREFERENCE_ONLY)
+    assert sorted(flags_only_for(options.GKD)) == sorted(OLD_GKD_ONLY)
+    refused_by_grpo = flags_not_read_by("grpo")
+    assert sorted(n for names in refused_by_grpo.values() for n in names) == sorted(OLD_PREFERENCE_ONLY + OLD_GKD_ONLY)
+    refused_by_gkd = flags_not_read_by("gkd")
+    # gkd refuses what it did by hand, and --external_plugins (reward plugins), which it never read
+    assert sorted(refused_by_gkd[options.GRPO]) == sorted(OLD_GKD_REFUSES_OF_GRPO + ("external_plugins",))
+    assert sorted(refused_by_gkd[options.PREFERENCE_TYPES]) == sorted(OLD_PREFERENCE_ONLY)
+    refused_by_dpo = flags_not_read_by("dpo")
+    assert sorted(refused_by_dpo[options.GKD]) == sorted(OLD_GKD_ONLY)
+    assert refused_by_dpo[options.ONLINE] == ("use_vllm",)
+    # dpo refused --reward_funcs, --reward_model, --external_plugins by hand; now every GRPO-only flag
+    assert {"reward_funcs", "reward_model", "external_plugins"} <= set(refused_by_dpo[options.GRPO])
+
+
+@pytest.mark.parametrize("kind, flags, message", [
+    ("grpo", ["--teacher_model", TINY], "--teacher_model: GKD's teacher arguments, not used by --rlhf_type grpo"),
+    ("grpo", ["--rpo_alpha", "1"], "--rpo_alpha: preference-training arguments, not used by --rlhf_type grpo"),
+    ("gkd", ["--teacher_model", TINY, "--dynamic_sample", "true"], "--dynamic_sample: GRPO's rollout and reward "
+                                                                   "arguments, not used by --rlhf_type gkd"),
+    ("dpo", ["--use_vllm", "true"], "dpo learns from the answers in the dataset"),
+    ("kto", ["--gkd_logits_topk", "4"], "--gkd_logits_topk: GKD's teacher arguments, not used by --rlhf_type kto"),
+])
+def test_unread_flags_are_refused_naming_them(kind, flags, message):
+    argv = ["--rlhf_type", kind, "--model", TINY, "--dataset", "d", *flags]
+    if kind == "grpo":
+        argv += ["--reward_funcs", "format", "--num_generations", "2", "--per_device_train_batch_size", "2"]
+    with pytest.raises(ValueError, match=message):
+        RlhfArguments(**vars_of(argv))
+
+
+def vars_of(argv: list[str]) -> dict:
+    """argv -> the keyword arguments parse_args would pass (without exiting the test on an error)."""
+    from swiftlike.arguments.parser import build_parser
+    values = vars(build_parser(RlhfArguments, "rlhf").parse_args(argv))
+    values.pop("config")
+    return values
