@@ -13,6 +13,7 @@ import time
 import httpx
 import pytest
 import torch
+from paths import HELPERS
 from servers import ENV, free_port, start
 
 from swiftlike.train.outputs import read_log
@@ -398,7 +399,7 @@ def test_grpo_rebases_policy_versions_when_the_server_restarts_mid_run(tmp_path)
     argv = ["rollout", "--model", TINY, "--port", str(port), "--torch_dtype", "float32", "--vllm_enable_lora", "true",
             "--vllm_max_model_len", "1024", "--max_prompts", "256", "--api_key", KEY]
     pid_file = tmp_path / "restarted.pid"
-    plugin = RESTARTING_PLUGIN.format(tests=str(Path(__file__).parent), pid=proc.pid, port=port, argv=argv,
+    plugin = RESTARTING_PLUGIN.format(tests=str(HELPERS), pid=proc.pid, port=port, argv=argv,
                                       log=str(tmp_path / "restarted.log"), pid_file=str(pid_file))
     try:
         result = grpo(tmp_path, [port], "--tuner_type", "full", "--learning_rate", "1e-3", "--weight_sync", "delta",
