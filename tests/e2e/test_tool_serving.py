@@ -140,9 +140,10 @@ def test_response_format_json_schema_and_json_object_on_vllm(servers):
                     response_format={"type": "json_schema", "json_schema": {"name": "a", "schema": schema}}
                     ).choices[0].message.content
         jsonschema.validate(json.loads(text), schema)
-    text = chat(servers["vllm"], temperature=0, max_tokens=64, response_format={"type": "json_object"}
-                ).choices[0].message.content
-    assert isinstance(json.loads(text), dict)
+    # any object: a random model may run a key's string to max_tokens, so the answer is an object's beginning
+    choice = chat(servers["vllm"], temperature=0, max_tokens=64, response_format={"type": "json_object"}).choices[0]
+    text = choice.message.content
+    assert text.startswith("{") and (choice.finish_reason == "length" or isinstance(json.loads(text), dict)), text
 
 
 def test_pt_refuses_what_it_cannot_enforce_by_name(servers):
@@ -162,7 +163,7 @@ def test_bad_tool_requests_are_400s_naming_the_field(servers):
         chat(port, tools=TOOLS, tool_choice={"type": "function", "function": {"name": "weather"}})
     with pytest.raises(openai.BadRequestError, match="needs `tools`"):
         chat(port, tool_choice="required")
-    with pytest.raises(openai.BadRequestError, match="tool result with no tool call before it"):
+    with pytest.raises(openai.BadRequestError, match="a tool result must follow the assistant message"):
         chat(port, tools=TOOLS, messages=[*ASK, {"role": "tool", "tool_call_id": "call_1", "content": "6"}])
     assert chat(port, max_tokens=2).choices[0].finish_reason == "length"  # and it keeps serving
 
