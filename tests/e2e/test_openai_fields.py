@@ -33,8 +33,8 @@ def servers(vllm_tiny, pt_tiny):
     from swiftlike.arguments.deploy_args import DeployArguments
     from swiftlike.arguments.rollout_args import RolloutServerArguments
     from swiftlike.deploy.server import create_app
-    from swiftlike.rollout.app import create_app as rollout_app
-    from swiftlike.rollout.service import RolloutService
+    from swiftlike.rollout.server.app import create_app as rollout_app
+    from swiftlike.rollout.server.service import RolloutService
     started = {}
     for name, engine in (("vllm", vllm_tiny), ("pt", pt_tiny)):
         args = DeployArguments(model=TINY, infer_backend=name, max_new_tokens=16)
