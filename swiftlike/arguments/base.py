@@ -15,8 +15,8 @@ from ..utils.errors import NotBuiltError
 from ..utils.fields import arg
 from .parser import check_choices
 
-# The commands whose encoding takes --agent_template so far; serving tools (infer, deploy) and RL come later.
-AGENT_TEMPLATE_COMMANDS = ("sft",)
+# The commands whose encoding takes --agent_template so far; RL comes later.
+AGENT_TEMPLATE_COMMANDS = ("sft", "infer", "deploy")
 
 
 @dataclass
@@ -40,7 +40,8 @@ class BaseArguments:
                                      f"{', '.join(AGENT_TEMPLATE_REGISTRY)} (ms-swift's names; see docs/agent.md). "
                                      "Default: the template's own (hermes for qwen, qwen2_5 and qwen3; the "
                                      "tokenizer's tool rendering for --template tokenizer); other templates "
-                                     "need it for rows with tools. Used by sft so far.")
+                                     "need it for rows with tools in sft; infer and deploy fall back to hermes. Used by sft, infer and deploy "
+                                     "so far.")
     system: str | None = arg(None, "Default system prompt, as text or the path of a text file. "
                              "A system message in the data takes precedence.")
     max_length: int | None = arg(None, "Longest encoded sample in tokens (prompt + answer).")
@@ -74,6 +75,7 @@ class BaseArguments:
         from ..infer.engine import EngineSpec
         return EngineSpec(backend=backend, model=self.model, model_type=self.model_type, use_hf=self.use_hf,
                           model_revision=self.model_revision, template=self.template, system=self.system,
+                          agent_template=self.agent_template,
                           torch_dtype=self.torch_dtype, attn_impl=self.attn_impl, adapters=self.adapter_paths(),
                           max_batch_size=max_batch_size, max_logprobs=max_logprobs, options=options)
 

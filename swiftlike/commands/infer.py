@@ -8,6 +8,7 @@ from datetime import datetime
 
 from ..arguments import InferArguments
 from ..infer.engine import InferEngine
+from ..infer import tool_serving
 from ..infer.protocol import InferRequest
 from ..utils import atomic_write_jsonl, get_logger
 from . import arguments_of
@@ -38,14 +39,23 @@ def run_batch(args: InferArguments, engine: InferEngine) -> str:
     config = args.request_config()
     config.seed = args.seed if not config.greedy else None
     start = time.perf_counter()
-    responses = engine.infer([InferRequest(messages=m, adapter=adapter) for m in prompts], config, use_tqdm=True)
+    requests = [InferRequest(messages=m, adapter=adapter, tools=row.get("tools") or None)
+                for m, row in zip(prompts, rows)]
+    if any(r.tools for r in requests):
+        config = tool_serving.with_tool_stops(config, engine.template.tool_parser, tool_serving.ToolChoice("auto"))
+    responses = engine.infer(requests, config, use_tqdm=True)
     elapsed = time.perf_counter() - start
     result_path = args.result_path or f"infer_result/{datetime.now():%Y%m%d-%H%M%S}.jsonl"
     out_rows = []
     for row, messages, label, resp in zip(rows, prompts, labels, responses):
         extra = {k: v for k, v in row.items() if k not in ("messages",)}
-        out = {**extra, "messages": messages + [{"role": "assistant", "content": resp.text}],
-               "response": resp.text, "labels": label, "finish_reason": resp.choices[0].finish_reason,
+        answer = tool_serving.tool_answer(resp.text, resp.choices[0].finish_reason, engine.template.tool_parser,
+                                          tool_serving.tool_choice_of(row.get("tools") or None, None))
+        reply = {"role": "assistant", "content": answer.content or ""}
+        if answer.tool_calls:  # OpenAI's shape, as deploy answers: a row with tools gets its calls parsed
+            reply["tool_calls"] = answer.tool_calls
+        out = {**extra, "messages": messages + [reply],
+               "response": resp.text, "labels": label, "finish_reason": answer.finish_reason,
                "usage": {"prompt_tokens": resp.usage.prompt_tokens,
                          "completion_tokens": resp.usage.completion_tokens}}
         if config.n > 1:

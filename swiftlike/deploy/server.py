@@ -13,9 +13,9 @@ from fastapi import FastAPI, Request
 from fastapi.responses import StreamingResponse
 
 from ..arguments.deploy_args import DeployArguments
-from ..infer import openai_api
+from ..infer import openai_api, tool_serving
 from ..infer.engine import InferEngine
-from ..infer.protocol import InferRequest, RequestConfig
+from ..infer.protocol import InferRequest, RequestConfig, StreamDelta
 from ..utils import get_logger
 from . import plumbing
 
@@ -51,7 +51,11 @@ def create_app(engine: InferEngine, args: DeployArguments) -> FastAPI:
         for req in reqs:
             req.adapter = adapter_for(body)
         config = openai_api.request_config({**body, "stream": False}, args.max_new_tokens)
+        response_format_asked = tool_serving.response_format_outputs(body.get("response_format")) is not None
+        tool_choice = tool_serving.check_support(engine, reqs[0], config, response_format_asked)
         engine.check_config(config)
+        parser = engine.template.tool_parser
+        config = tool_serving.with_tool_stops(config, parser, tool_choice)
         model = body.get("model") or base_name
         shape = openai_api.answer_shape(body, engine.tokenizer)
         if body.get("stream"):
@@ -61,15 +65,16 @@ def create_app(engine: InferEngine, args: DeployArguments) -> FastAPI:
                 raise ValueError("echo, return_token_ids and return_tokens_as_token_ids are answered without "
                                  "streaming; send them with stream=false")
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-            return StreamingResponse(_sse(engine, limit, reqs[0], config, model, chat, include_usage),
+            tools = (parser, tool_choice) if chat and tool_choice.mode != "none" else None
+            return StreamingResponse(_sse(engine, limit, reqs[0], config, model, chat, include_usage, tools),
                                      media_type="text/event-stream")
 
         async def one(req: InferRequest):
             async with limit:
-                return await engine.generate_async(req, config)
+                return await tool_serving.generate(engine, req, config)
         resps = await asyncio.gather(*(one(req) for req in reqs))
         if chat:
-            return openai_api.chat_response(resps[0], model, shape)
+            return openai_api.chat_response(resps[0], model, shape, parser, tool_choice)
         return openai_api.completion_response(resps, model, shape, engine.tokenizer,
                                               prompt_logprobs_asked=body.get("prompt_logprobs") is not None)
 
@@ -92,9 +97,22 @@ def create_app(engine: InferEngine, args: DeployArguments) -> FastAPI:
     return app
 
 
+async def _deltas(engine: InferEngine, req: InferRequest, config: RequestConfig, forced: bool):
+    """The engine's deltas; a forced tool call is generated whole (in constrained steps) and sent as one."""
+    if not forced:
+        async for chunk in engine.stream_async(req, config):
+            yield chunk
+        return
+    resp = await tool_serving.generate(engine, req, config)
+    for c in resp.choices:
+        yield StreamDelta(c.index, c.text, c.token_ids, c.finish_reason)
+
+
 async def _sse(engine: InferEngine, limit, req: InferRequest, config: RequestConfig, model: str, chat: bool,
-               include_usage: bool):
-    """Server-sent events in OpenAI's chunk format; the last data line is [DONE]."""
+               include_usage: bool, tools: tuple | None = None):
+    """Server-sent events in OpenAI's chunk format; the last data line is [DONE]. With `tools` (the agent
+    template and the tool choice) each choice's text goes through a ToolCallStream: content as it comes, calls
+    as OpenAI's tool_calls deltas (index, id, name, arguments) and finish_reason tool_calls."""
     kind, prefix = ("chat.completion.chunk", "chatcmpl") if chat else ("text_completion", "cmpl")
     base = {"id": f"{prefix}-{uuid.uuid4().hex}", "object": kind, "created": int(time.time()), "model": model}
     completion_tokens = 0
@@ -104,11 +122,17 @@ async def _sse(engine: InferEngine, limit, req: InferRequest, config: RequestCon
             first = [{"index": i, "delta": {"role": "assistant", "content": ""}, "finish_reason": None,
                       "logprobs": None} for i in range(config.n)]
             yield f"data: {json.dumps({**base, 'choices': first})}\n\n"
+        streams = {}
         try:
-            async for chunk in engine.stream_async(req, config):
+            async for chunk in _deltas(engine, req, config, tools is not None and tools[1].forced):
                 completion_tokens += len(chunk.token_ids)
-                choice = openai_api.stream_choice(chunk, chat)
-                yield f"data: {json.dumps({**base, 'choices': [choice]})}\n\n"
+                if tools is None:
+                    choice = openai_api.stream_choice(chunk, chat)
+                    yield f"data: {json.dumps({**base, 'choices': [choice]})}\n\n"
+                    continue
+                stream = streams.setdefault(chunk.index, tool_serving.ToolCallStream(*tools))
+                for choice in _tool_chunk_choices(stream, chunk):
+                    yield f"data: {json.dumps({**base, 'choices': [choice]})}\n\n"
         except ValueError as e:
             yield f"data: {json.dumps({'error': {'message': str(e), 'type': 'invalid_request_error'}})}\n\n"
     if include_usage:
@@ -116,6 +140,24 @@ async def _sse(engine: InferEngine, limit, req: InferRequest, config: RequestCon
                  "total_tokens": prompt_tokens + completion_tokens}
         yield f"data: {json.dumps({**base, 'choices': [], 'usage': usage})}\n\n"
     yield "data: [DONE]\n\n"
+
+
+def _tool_chunk_choices(stream: tool_serving.ToolCallStream, chunk: StreamDelta) -> list[dict]:
+    """The chunk choices one delta makes: its content (if any can go out), and at its end the calls."""
+    out = []
+    content = stream.feed(chunk.text)
+    if chunk.finish_reason is None:
+        if content:
+            out.append({"index": chunk.index, "delta": {"content": content}, "finish_reason": None, "logprobs": None})
+        return out
+    rest, calls, finish = stream.finish(chunk.finish_reason)
+    if content + rest:
+        out.append({"index": chunk.index, "delta": {"content": content + rest}, "finish_reason": None,
+                    "logprobs": None})
+    if calls:
+        out.append({"index": chunk.index, "delta": {"tool_calls": calls}, "finish_reason": None, "logprobs": None})
+    out.append({"index": chunk.index, "delta": {}, "finish_reason": finish, "logprobs": None})
+    return out
 
 
 def serve(app: FastAPI, host: str, port: int) -> None:

@@ -14,7 +14,7 @@ import uuid
 from dataclasses import dataclass, field
 from functools import cache
 
-from . import openai_fields
+from . import openai_fields, tool_serving
 from .protocol import InferRequest, InferResponse, RequestConfig, TokenLogprob
 
 # Body fields that are RequestConfig fields of the same name and meaning (vLLM's extensions among them).
@@ -62,6 +62,14 @@ def request_config(body: dict, default_max_tokens: int) -> RequestConfig:
             kwargs["prompt_logprobs"] = kwargs.get("top_logprobs") or 0
         if body.get("max_tokens") == 0:  # the prompt alone: one token is generated and not answered
             kwargs["max_tokens"] = 1
+    try:
+        response_format = tool_serving.response_format_outputs(body.get("response_format"))
+    except ValueError as e:
+        raise OpenAIRequestError(str(e)) from None
+    if response_format is not None:
+        if kwargs.get("structured_outputs") is not None:
+            raise OpenAIRequestError("`response_format` and `structured_outputs` both constrain the answer; send one")
+        kwargs["structured_outputs"] = response_format
     if body.get("stream"):
         raise OpenAIRequestError("stream=true is not served here; use swiftlike deploy for streaming")
     try:
@@ -174,10 +182,24 @@ def chat_request(body: dict) -> InferRequest:
     body = validated(body, chat=True)
     if not body["messages"]:
         raise OpenAIRequestError("`messages` must be a non-empty list of {role, content} objects")
-    # "developer" is the newer name of the system role
-    messages = [{"role": "system" if m["role"] == "developer" else m["role"],
-                 "content": _text_of(m.get("content"), i)} for i, m in enumerate(body["messages"])]
-    return InferRequest(messages=messages)
+    messages = [_chat_message(m, i) for i, m in enumerate(body["messages"])]
+    tools = body.get("tools") or None
+    try:
+        tool_serving.tool_choice_of(tools, body.get("tool_choice"))
+    except ValueError as e:
+        raise OpenAIRequestError(str(e)) from None
+    return InferRequest(messages=messages, tools=tools, tool_choice=body.get("tool_choice"))
+
+
+def _chat_message(message: dict, index: int) -> dict:
+    """One message in the shape templates read; OpenAI's tool turns keep their calls and call ids."""
+    role = "system" if message["role"] == "developer" else message["role"]  # the newer name of the system role
+    out = {"role": role, "content": _text_of(message.get("content"), index)}
+    if role == "assistant" and message.get("tool_calls"):
+        out["tool_calls"] = message["tool_calls"]
+    if role == "tool" and message.get("tool_call_id") is not None:
+        out["tool_call_id"] = message["tool_call_id"]
+    return out
 
 
 def completion_requests(body: dict, tokenizer) -> list[InferRequest]:
@@ -228,8 +250,12 @@ def _token(t, shape: AnswerShape) -> str:
     return f"token_id:{t.token_id}" if shape.tokens_as_ids else t.token
 
 
-def chat_response(resp: InferResponse, model: str, shape: AnswerShape | None = None) -> dict:
+def chat_response(resp: InferResponse, model: str, shape: AnswerShape | None = None, tool_parser=None,
+                  tool_choice: tool_serving.ToolChoice | None = None) -> dict:
+    """With `tool_parser` (the template's agent template) and a tool choice other than none, calls in the text
+    become the message's `tool_calls` (finish_reason tool_calls); text with malformed calls is answered as text."""
     shape = shape or AnswerShape()
+    tool_choice = tool_choice or tool_serving.ToolChoice("none")
     choices = []
     for c in resp.choices:
         logprobs = None
@@ -237,8 +263,11 @@ def chat_response(resp: InferResponse, model: str, shape: AnswerShape | None = N
             logprobs = {"content": [{"token": _token(t, shape), "logprob": t.logprob,
                                      "top_logprobs": [{"token": _token(a, shape), "logprob": a.logprob}
                                                       for a in t.top_logprobs]} for t in c.logprobs]}
-        choice = {"index": c.index, "message": {"role": "assistant", "content": c.text},
-                  "finish_reason": c.finish_reason, "logprobs": logprobs}
+        answer = tool_serving.tool_answer(c.text, c.finish_reason, tool_parser, tool_choice)
+        message = {"role": "assistant", "content": answer.content}
+        if answer.tool_calls is not None:
+            message["tool_calls"] = answer.tool_calls
+        choice = {"index": c.index, "message": message, "finish_reason": answer.finish_reason, "logprobs": logprobs}
         if shape.return_token_ids:
             choice["token_ids"] = c.token_ids
         choices.append(choice)

@@ -94,11 +94,18 @@ def _default(f):
 
 @dataclass
 class InferRequest:
-    """Either chat `messages` (encoded with the engine's template) or ready `input_ids`."""
+    """Either chat `messages` (encoded with the engine's template) or ready `input_ids`.
+
+    `tools` (OpenAI function schemas) are rendered into the prompt by the template's agent template; messages
+    may hold OpenAI tool turns (assistant `tool_calls`, `tool` messages with `tool_call_id`). `tool_choice` is
+    OpenAI's ("auto", "none", "required" or {"type": "function", "function": {"name": ...}}); servers enforce
+    it (infer/tool_serving.py)."""
 
     messages: list[dict] | None = None
     input_ids: list[int] | None = None
     adapter: str | None = None
+    tools: list[dict] | None = None
+    tool_choice: str | dict | None = None
 
     def __post_init__(self) -> None:
         if (self.messages is None) == (self.input_ids is None):

@@ -194,7 +194,8 @@ SAMPLES = {
     "bad_words": ["the"], "logit_bias": {"13": 1.0}, "structured_outputs": {"regex": "[a-z]{1,3}"},
     "logprobs": 2, "top_logprobs": 2, "prompt_logprobs": 1, "echo": True, "return_token_ids": True,
     "return_tokens_as_token_ids": True, "add_special_tokens": False, "user": "u", "session_id": "s",
-    "stream_interval": 2, "return_token_offsets": True, "mm_payload": "none", "return_mm_kwargs": False,
+    "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}],
+    "tool_choice": "none", "response_format": {"type": "json_object"}, "stream_interval": 2, "return_token_offsets": True, "mm_payload": "none", "return_mm_kwargs": False,
 }
 
 
@@ -244,7 +245,8 @@ def test_every_field_of_vllms_request_models_is_applied_or_refused_by_name(serve
                 continue
             answer = _send(port, route, field, SAMPLES[field])
             engine_refuses = (field in set(VLLM_EXTENSIONS) - engine.applied_extensions or
-                              (field in ("presence_penalty", "frequency_penalty") and not engine.supports_penalties))
+                              (field in ("presence_penalty", "frequency_penalty") and not engine.supports_penalties)
+                              or (field == "response_format" and "structured_outputs" not in engine.applied_extensions))
             if engine_refuses:
                 assert answer.status_code == 400 and field in answer.json()["error"]["message"], (route, field)
                 counts["refused"] += 1

@@ -55,7 +55,8 @@ KEEP: dict[str, str] = {
 }
 
 # Imported by tests/ or benchmarks/ without being declared: installed by a declared dependency.
-TRANSITIVE: dict[str, str] = {"numpy": "torch and transformers require it", "tokenizers": "transformers requires it"}
+TRANSITIVE: dict[str, str] = {"numpy": "torch and transformers require it", "tokenizers": "transformers requires it",
+                             "langchain_core": "langchain-openai (dev) requires it"}
 
 DYNAMIC_IMPORTERS = ("find_spec", "import_module", "import_backend")
 

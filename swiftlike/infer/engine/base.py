@@ -84,7 +84,7 @@ class InferEngine(ABC):
     def prompt_ids(self, request: InferRequest) -> list[int]:
         if request.input_ids is not None:
             return list(request.input_ids)
-        return self.template.encode_prompt(request.messages)
+        return self.template.encode_prompt(request.messages, tools=request.tools or None)
 
     def check_adapter(self, request: InferRequest) -> None:
         if request.adapter is not None and request.adapter not in self.adapters:

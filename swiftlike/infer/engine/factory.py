@@ -17,6 +17,7 @@ logger = get_logger("swiftlike.infer")
 
 BACKENDS = ("pt", "vllm", "sglang", "lmdeploy", "openai")  # openai: a running OpenAI-compatible server
 GPU_ONLY_BACKENDS = ("sglang", "lmdeploy")
+SERVING_AGENT_TEMPLATE = "hermes"  # for requests with tools on a template that has no agent template of its own
 
 
 @dataclass
@@ -30,6 +31,9 @@ class EngineSpec:
     model_revision: str | None = None
     template: str | None = None
     system: str | None = None
+    # --agent_template: how tools and calls are written and read back; None: the template's own (the
+    # tokenizer's tool rendering where it has one), else hermes, so a served model always reads `tools`
+    agent_template: str | None = None
     torch_dtype: str = "auto"
     attn_impl: str | None = None  # --attn_impl; only transformers (the pt engine) takes it
     adapters: dict[str, str] = field(default_factory=dict)
@@ -65,7 +69,10 @@ def build_engine(spec: EngineSpec, *, resolved: ResolvedModel | None = None, tem
     if resolved is None:
         resolved = resolve_model(spec.model, spec.model_type, spec.use_hf, spec.model_revision)
     if template is None:
-        template = get_template(spec.template or resolved.meta.template, load_tokenizer(resolved), spec.system)
+        name, tokenizer = spec.template or resolved.meta.template, load_tokenizer(resolved)
+        template = get_template(name, tokenizer, spec.system, spec.agent_template)
+        if template.tool_parser is None:
+            template = get_template(name, tokenizer, spec.system, SERVING_AGENT_TEMPLATE)
     logger.info("model %s (%s, type %s, template %s) on the %s engine", resolved.model_id, resolved.source,
                 resolved.model_type, template.meta.name, spec.backend)
     if spec.backend == "pt":

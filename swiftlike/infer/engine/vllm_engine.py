@@ -91,6 +91,9 @@ def engine_kwargs(model_dir: str, opts: VllmOptions) -> dict:
                   tensor_parallel_size=opts.tensor_parallel_size, max_num_seqs=opts.max_num_seqs,
                   enforce_eager=opts.enforce_eager or cpu, enable_prefix_caching=opts.enable_prefix_caching,
                   enable_lora=opts.enable_lora, max_logprobs=opts.max_logprobs)
+    # Constrained JSON (forced tool calls, response_format) without free whitespace between tokens: vLLM's
+    # default lets a model pad JSON with whitespace until max_tokens, which small models do.
+    kwargs["structured_outputs_config"] = {"backend": "xgrammar", "disable_any_whitespace": True}
     if opts.logprobs_mode is not None:
         kwargs["logprobs_mode"] = opts.logprobs_mode
     if opts.enable_sleep_mode:

@@ -34,7 +34,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, Field
 
-from ...infer import openai_api
+from ...infer import openai_api, tool_serving
 from ...infer.protocol import InferRequest, RequestConfig
 from ...deploy import plumbing
 from ...rl.core.options import WeightSync
@@ -196,10 +196,17 @@ def create_app(service: RolloutService) -> FastAPI:
         req = openai_api.chat_request(body)
         req.adapter = _adapter_for(service, body)
         config = openai_api.request_config(body, service.args.default_max_tokens)
+        response_format_asked = tool_serving.response_format_outputs(body.get("response_format")) is not None
+        tool_choice = tool_serving.check_support(service.engine, req, config, response_format_asked)
+        if tool_choice.forced:
+            raise ValueError("`tool_choice` required / a named function is enforced by swiftlike deploy; the rollout "
+                             "server answers tool_choice auto and none")
         service.engine.check_config(config)
+        parser = service.engine.template.tool_parser
+        config = tool_serving.with_tool_stops(config, parser, tool_choice)
         resp = (await service.generate([req], config, cut_at_updates=False))[0]
         return openai_api.chat_response(resp, body.get("model") or service.engine.model_name,
-                                        openai_api.answer_shape(body))
+                                        openai_api.answer_shape(body), parser, tool_choice)
 
     @app.post("/v1/completions")
     async def completions(request: Request):
