@@ -1,6 +1,6 @@
 """Arguments of `swiftlike sft` and `swiftlike pt`.
 
-Names and defaults follow ms-swift. `swiftlike.train.run_setup.training_arguments` is the one place
+Names and defaults follow ms-swift. `swiftlike.train.run.training_arguments` is the one place
 they become a `transformers.TrainingArguments`, so the Trainer sees exactly what the user typed.
 """
 from __future__ import annotations
