@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import os
 import shlex
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import requests
+
+from swiftlike.utils.net import free_port  # noqa: F401  (the benchmarks take it from here)
 
 
 def run_logged(cmd: list[str], log_path: Path, timeout: float, env: dict[str, str]) -> str:
@@ -49,12 +50,6 @@ def fill_defaults(args, defaults: dict, quick: dict) -> None:
     for key, value in {**defaults, **(quick if args.quick else {})}.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_until_ready(proc: subprocess.Popen, url: str, log_path: Path, timeout: float) -> None:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Literal
 
+from ..infer.protocol import DEFAULT_MAX_LOGPROBS
 from ..model.loader import ATTN_IMPLS
 from ..template import AGENT_TEMPLATE_REGISTRY
 from ..utils.errors import NotBuiltError
@@ -76,7 +77,7 @@ class BaseArguments:
                           model_revision=self.model_revision, template=self.template, system=self.system,
                           torch_dtype=self.torch_dtype, attn_impl=self.attn_impl, adapters=self.adapter_paths(),
                           max_batch_size=getattr(self, "max_batch_size", 16),
-                          max_logprobs=getattr(self, "max_logprobs", 20),
+                          max_logprobs=getattr(self, "max_logprobs", DEFAULT_MAX_LOGPROBS),
                           options=make_options() if make_options else None)
 
     def adapter_paths(self) -> dict[str, str]:

@@ -4,11 +4,11 @@ MASTER_ADDR, MASTER_PORT for several machines) and the same command runs under t
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 
 from ..utils import get_logger
+from ..utils.net import free_port
 
 logger = get_logger("swiftlike.train")
 
@@ -22,15 +22,9 @@ def wants_torchrun() -> bool:
     return nproc > 1 or nnodes > 1
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def torchrun_command(command: str, argv: list[str]) -> list[str]:
     nnodes = int(os.environ.get("NNODES") or 1)
-    port = os.environ.get("MASTER_PORT") or (str(_free_port()) if nnodes == 1 else "29500")
+    port = os.environ.get("MASTER_PORT") or (str(free_port()) if nnodes == 1 else "29500")
     return [sys.executable, "-m", "torch.distributed.run",
             f"--nproc_per_node={int(os.environ.get('NPROC_PER_NODE') or 1)}", f"--nnodes={nnodes}",
             f"--node_rank={int(os.environ.get('NODE_RANK') or 0)}",

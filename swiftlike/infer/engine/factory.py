@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from ...model import ResolvedModel, load_tokenizer, resolve_model
 from ...template import Template, get_template
 from ...utils import get_logger, warn_once
+from ..protocol import DEFAULT_MAX_LOGPROBS
 from .base import InferEngine
 
 logger = get_logger("swiftlike.infer")
@@ -36,7 +37,7 @@ class EngineSpec:
     max_batch_size: int = 16
     # vLLM's names: "processed_logprobs" (after temperature / top-k / top-p) is what RL rollout scores
     logprobs_mode: str = "raw_logprobs"
-    max_logprobs: int = 20  # most log-prob alternatives per position a request may ask for
+    max_logprobs: int = DEFAULT_MAX_LOGPROBS  # most log-prob alternatives per position a request may ask for
     # the chosen backend's options (VllmOptions, SglangOptions, LmdeployOptions or, required for openai,
     # OpenAIOptions); None: its defaults
     options: object | None = None

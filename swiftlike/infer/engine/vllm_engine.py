@@ -18,7 +18,7 @@ from ...model import ResolvedModel, check_adapter_dir, load_tokenizer
 from ...template import Template, get_template
 from ...utils import get_logger
 from ...utils.fields import arg
-from ..protocol import (Choice, InferRequest, InferResponse, RequestConfig, StreamDelta, TokenLogprob,
+from ..protocol import (DEFAULT_MAX_LOGPROBS, Choice, InferRequest, InferResponse, RequestConfig, StreamDelta, TokenLogprob,
                         TopLogprob, Usage)
 from .base import InferEngine
 
@@ -54,7 +54,7 @@ class VllmOptions:
     # vLLM's sleep mode (CUDA only): lets `sleep(level)` free the KV cache / weights between generations.
     enable_sleep_mode: bool = False
     # Most log-prob alternatives per position a request may ask for (vLLM's max_logprobs; --max_logprobs).
-    max_logprobs: int = 20
+    max_logprobs: int = DEFAULT_MAX_LOGPROBS
 
     def __post_init__(self) -> None:
         if self.tensor_parallel_size < 1:

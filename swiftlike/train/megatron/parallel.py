@@ -8,20 +8,14 @@ else as a single process on a free local port, which is what tests and a one-pro
 from __future__ import annotations
 
 import os
-import socket
 
 import torch
 import torch.distributed as dist
 
+from ...utils.net import free_port
 from .shims import apply_cpu_shims
 
 _owns_process_group = False
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _start_process_group() -> None:
@@ -32,7 +26,7 @@ def _start_process_group() -> None:
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
         dist.init_process_group(backend)
     else:
-        dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1)
+        dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
     _owns_process_group = True
 
 
