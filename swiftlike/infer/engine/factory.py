@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from ...model import ResolvedModel, load_tokenizer, resolve_model
 from ...template import Template, get_template
 from ...utils import get_logger, warn_once
+from ...utils.launch_env import keep_vllm_in_process
 from ..protocol import DEFAULT_MAX_LOGPROBS
 from .base import InferEngine
 
@@ -83,6 +84,7 @@ def build_engine(spec: EngineSpec, *, resolved: ResolvedModel | None = None, tem
         if spec.logprobs_mode != "raw_logprobs":
             options.logprobs_mode = spec.logprobs_mode
         options.max_logprobs = spec.max_logprobs
+        keep_vllm_in_process()
         return VllmEngine(resolved, template, options, adapters=spec.adapters)
     if spec.backend == "sglang":
         from .sglang_engine import SglangEngine, SglangOptions

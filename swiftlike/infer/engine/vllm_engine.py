@@ -1,6 +1,6 @@
 """vLLM engine, in-process (`vllm.LLM`), used by infer, deploy, eval and colocated RL rollout.
 
-The engine stays in the calling process (VLLM_ENABLE_V1_MULTIPROCESSING=0) so start-up is
+The engine stays in the calling process (VLLM_ENABLE_V1_MULTIPROCESSING=0, set by `build_engine`) so start-up is
 ~3x faster on CPU and `collective_rpc` can reload weights from tensors the trainer holds.
 """
 from __future__ import annotations
@@ -111,7 +111,6 @@ def engine_kwargs(model_dir: str, opts: VllmOptions) -> dict:
 class VllmEngine(InferEngine):
     def __init__(self, resolved: ResolvedModel, template: Template | None = None,
                  options: VllmOptions | None = None, adapters: dict[str, str] | None = None):
-        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         from vllm import LLM
 
         self.model_name = resolved.model_id
