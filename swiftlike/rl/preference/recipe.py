@@ -3,8 +3,8 @@
 The losses, reference handling, metrics and training loops are TRL's (`DPOTrainer`, `KTOTrainer`,
 `RewardTrainer`, and `CPOTrainer` / `ORPOTrainer` from `trl.experimental`). What is ours: the argument
 mapping (ms-swift's names and defaults), the encoding of rows with swiftlike's chat template
-(`preference_data.py`), the run directory, atomic checkpoints that carry args.json, the curves and the summary.
-Each TRL trainer is subclassed only to hand it rows already encoded, in the layout its collator reads.
+(`data.py`), the run directory, atomic checkpoints that carry args.json, the curves and the summary.
+Each TRL trainer is subclassed (`trainers.py`) only to hand it rows already encoded, in the layout its collator reads.
 """
 from __future__ import annotations
 
@@ -24,55 +24,9 @@ SUMMARY_KEYS = ("rewards/accuracies", "rewards/margins", "rewards/chosen", "rewa
 
 
 def _trainer_classes():
-    """TRL's trainers, each taught to take our encoded rows. Imported on use: TRL is slow to import."""
-    import warnings
-
-    from trl import DPOConfig, DPOTrainer, KTOConfig, KTOTrainer, RewardConfig, RewardTrainer
-    with warnings.catch_warnings():  # "experimental" notices; the classes are the ones TRL documents for CPO/ORPO
-        warnings.simplefilter("ignore")
-        from trl.experimental.cpo import CPOConfig, CPOTrainer
-        from trl.experimental.orpo import ORPOConfig, ORPOTrainer
-
-    from ...train.trainer import AtomicCheckpoints
-
-    class DpoTrainer(AtomicCheckpoints, DPOTrainer):
-        def _prepare_dataset(self, dataset, processing_class, args, dataset_name):
-            return dataset  # prompt_ids / chosen_ids / rejected_ids, encoded and length-limited already
-
-    class KtoTrainer(AtomicCheckpoints, KTOTrainer):
-        """Rows arrive encoded, each with its KL completion from another prompt (`with_kl_completions`).
-
-        TRL refuses a per-device batch of 1 because its own KL pairs rotate answers inside a batch; ours do not
-        depend on the batch, so TRL's check is shown a batch of 2 and the real size is put back in
-        `_prepare_dataset`, which TRL calls after its check and before transformers' Trainer reads the size
-        (`tests/test_preference.py::test_kto_trains_at_batch_size_one` checks the run's batch is 1)."""
-
-        def __init__(self, *, args, **kwargs):
-            self._per_device_batch = args.per_device_train_batch_size
-            args.per_device_train_batch_size = max(2, self._per_device_batch)
-            try:
-                super().__init__(args=args, **kwargs)
-            finally:
-                args.per_device_train_batch_size = self._per_device_batch
-
-        def _prepare_dataset(self, dataset, processing_class, args, dataset_name):
-            args.per_device_train_batch_size = self._per_device_batch
-            return dataset
-
-    class CpoTrainer(AtomicCheckpoints, CPOTrainer):
-        def tokenize_row(self, feature, model=None):
-            return feature  # already the row TRL's tokenize_row builds (preference_data.cpo_row)
-
-    class OrpoTrainer(AtomicCheckpoints, ORPOTrainer):
-        def tokenize_row(self, feature, model=None):
-            return feature
-
-    class RmTrainer(AtomicCheckpoints, RewardTrainer):
-        """TRL's RewardTrainer reads rows that have chosen_ids / rejected_ids as tokenized already."""
-
-    return {"dpo": (DpoTrainer, DPOConfig, "dpo"), "kto": (KtoTrainer, KTOConfig, "kto"),
-            "cpo": (CpoTrainer, CPOConfig, "cpo"), "simpo": (CpoTrainer, CPOConfig, "cpo"),
-            "orpo": (OrpoTrainer, ORPOConfig, "cpo"), "rm": (RmTrainer, RewardConfig, "rm")}
+    """TRL's trainers, each taught to take our encoded rows (trainers.py). Imported on use: TRL is slow to import."""
+    from .trainers import TRAINERS
+    return TRAINERS
 
 
 def config_fields(args: RlhfArguments) -> dict:
