@@ -26,22 +26,17 @@ import sys
 import tempfile
 from pathlib import Path
 
-from common import add_run_options, fill_defaults, run_logged
+from common import (add_run_options, alternating_rounds, fill_defaults, final_record, run_logged, run_trl_baseline,
+                    swiftlike_cli)
 
 HERE = Path(__file__).resolve().parent
 BASELINE = HERE / "trl_dpo_baseline.py"
-TRL_PREFIX = "TRL_RESULT "
 SWIFTLIKE_RATE = re.compile(r"^\s*train tokens/s\s+([0-9.]+)\s*$", re.MULTILINE)
 SWIFTLIKE_RUN_DIR = re.compile(r"^\s*run directory\s+(\S.*?)\s*$", re.MULTILINE)
 
 DEFAULTS = {"model": "HuggingFaceTB/SmolLM2-135M-Instruct", "dataset": "swiftlike/arithmetic-preference",
             "batch_size": 4, "max_steps": 12, "rounds": 3}
 QUICK = {"model": "tiny-random/qwen2_5", "max_steps": 3, "rounds": 1}
-
-
-def swiftlike_cli() -> str:
-    local = Path(sys.executable).parent / "swiftlike"
-    return str(local) if local.exists() else "swiftlike"
 
 
 def swiftlike_command(args, output_dir: str) -> list[str]:
@@ -71,22 +66,16 @@ def run_swiftlike(args, workdir: Path, tag: str) -> dict:
         sys.exit(f"no 'train tokens/s' line in the swiftlike output; see {workdir / f'swiftlike-{tag}.log'}")
     result = {"tokens_per_s": float(rate[-1])}
     run_dir = SWIFTLIKE_RUN_DIR.findall(out)
-    log_file = Path(run_dir[-1]) / "logging.jsonl" if run_dir else None
-    if log_file is not None and log_file.is_file():  # the Trainer's final record: tokens seen, runtime, steps
-        final = [e for e in map(json.loads, log_file.read_text().splitlines()) if "train_loss" in e]
-        if final:
-            result.update(num_input_tokens_seen=final[-1].get("num_input_tokens_seen"),
-                          train_runtime=final[-1].get("train_runtime"), global_step=final[-1].get("step"))
+    final = final_record(Path(run_dir[-1])) if run_dir else None
+    if final:  # the Trainer's final record: tokens seen, runtime, steps
+        result.update(num_input_tokens_seen=final.get("num_input_tokens_seen"),
+                      train_runtime=final.get("train_runtime"), global_step=final.get("step"))
     return result
 
 
 def run_trl(args, workdir: Path, tag: str) -> dict:
-    output_dir = workdir / f"trl-{tag}"
-    out = run(trl_command(args, str(output_dir)), workdir / f"trl-{tag}.log", args.timeout)
-    lines = [line for line in out.splitlines() if line.startswith(TRL_PREFIX)]
-    if not lines:
-        sys.exit(f"no {TRL_PREFIX.strip()} line in the TRL output; see {workdir / f'trl-{tag}.log'}")
-    return json.loads(lines[-1][len(TRL_PREFIX):])
+    return run_trl_baseline(trl_command(args, str(workdir / f"trl-{tag}")), workdir / f"trl-{tag}.log", args.timeout,
+                            {"SWIFTLIKE_OFFLINE": "1"})
 
 
 def describe(result: dict) -> str:
@@ -119,16 +108,11 @@ def main() -> None:
     print(f"model {args.model}, dataset {args.dataset}, batch {args.batch_size} pairs, {args.max_steps} steps, "
           f"LoRA r8 all-linear, fp32, {args.rounds} alternating round(s)\n", flush=True)
 
-    results: dict[str, list[dict]] = {"swiftlike": [], "trl": []}
-    sides = [("swiftlike", run_swiftlike), ("trl", run_trl)]
     with tempfile.TemporaryDirectory(prefix="bench_dpo_") as tmp:
         workdir = Path(args.keep or tmp)
         workdir.mkdir(parents=True, exist_ok=True)
-        for r in range(args.rounds):
-            for name, fn in (sides if r % 2 == 0 else sides[::-1]):  # who goes first flips every round
-                result = fn(args, workdir, f"r{r + 1}")
-                results[name].append(result)
-                print(f"round {r + 1}  {name:<9}  {describe(result)}", flush=True)
+        results = alternating_rounds(args.rounds, [("swiftlike", lambda tag: run_swiftlike(args, workdir, tag)),
+                                                   ("trl", lambda tag: run_trl(args, workdir, tag))], describe)
 
     ours = statistics.median(x["tokens_per_s"] for x in results["swiftlike"])
     trl = statistics.median(x["tokens_per_s"] for x in results["trl"])

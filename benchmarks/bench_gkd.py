@@ -26,21 +26,16 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import add_run_options, fill_defaults, run_logged
+from common import (add_run_options, alternating_rounds, fill_defaults, final_record, run_logged, run_trl_baseline,
+                    swiftlike_cli)
 
 HERE = Path(__file__).resolve().parent
 BASELINE = HERE / "trl_gkd_baseline.py"
-TRL_PREFIX = "TRL_RESULT "
 SWIFTLIKE_RUN_DIR = re.compile(r"^\s*run directory\s+(\S.*?)\s*$", re.MULTILINE)
 
 DEFAULTS = {"model": "HuggingFaceTB/SmolLM2-135M-Instruct", "dataset": "swiftlike/alpaca-mini", "batch_size": 8,
             "max_steps": 6, "max_new_tokens": 48, "rounds": 3}
 QUICK = {"model": "tiny-random/qwen2_5", "max_steps": 2, "max_new_tokens": 16, "rounds": 1}
-
-
-def swiftlike_cli() -> str:
-    local = Path(sys.executable).parent / "swiftlike"
-    return str(local) if local.exists() else "swiftlike"
 
 
 def swiftlike_command(args, teacher: str, output_dir: str) -> list[str]:
@@ -70,21 +65,18 @@ def run_swiftlike(args, teacher: str, workdir: Path, tag: str) -> dict:
     out, wall = run(swiftlike_command(args, teacher, str(workdir / f"swiftlike-{tag}")),
                     workdir / f"swiftlike-{tag}.log", args.timeout)
     run_dir = SWIFTLIKE_RUN_DIR.findall(out)
-    final = [e for e in map(json.loads, (Path(run_dir[-1]) / "logging.jsonl").read_text().splitlines())
-             if "train_runtime" in e] if run_dir else []
+    final = final_record(Path(run_dir[-1])) if run_dir else None
     if not final:
         sys.exit(f"no final training record in the swiftlike run; see {workdir / f'swiftlike-{tag}.log'}")
-    runtime, steps = float(final[-1]["train_runtime"]), int(final[-1]["step"])
+    runtime, steps = float(final["train_runtime"]), int(final["step"])
     return {"step_s": runtime / steps, "train_runtime": runtime, "global_step": steps, "wall_s": wall}
 
 
 def run_trl(args, teacher: str, workdir: Path, tag: str) -> dict:
-    out, wall = run(trl_command(args, teacher, str(workdir / f"trl-{tag}")), workdir / f"trl-{tag}.log",
-                    args.timeout)
-    lines = [line for line in out.splitlines() if line.startswith(TRL_PREFIX)]
-    if not lines:
-        sys.exit(f"no {TRL_PREFIX.strip()} line in the TRL output; see {workdir / f'trl-{tag}.log'}")
-    return {**json.loads(lines[-1][len(TRL_PREFIX):]), "wall_s": wall}
+    start = time.perf_counter()
+    result = run_trl_baseline(trl_command(args, teacher, str(workdir / f"trl-{tag}")), workdir / f"trl-{tag}.log",
+                              args.timeout, {"SWIFTLIKE_OFFLINE": "1"})
+    return {**result, "wall_s": time.perf_counter() - start}
 
 
 def main() -> None:
@@ -107,20 +99,17 @@ def main() -> None:
           f"{args.max_new_tokens} new tokens, {args.max_steps} steps, lmbda 1, {args.rounds} alternating round(s)\n",
           flush=True)
 
-    results: dict[str, list[dict]] = {"swiftlike": [], "trl": []}
-    sides = [("swiftlike", run_swiftlike), ("trl", run_trl)]
     with tempfile.TemporaryDirectory(prefix="bench_gkd_") as tmp:
         workdir = Path(args.keep or tmp)
         workdir.mkdir(parents=True, exist_ok=True)
         teacher = workdir / "teacher"
         if not teacher.exists():
             shutil.copytree(resolve_model(args.model).model_dir, teacher)
-        for r in range(args.rounds):
-            for name, fn in (sides if r % 2 == 0 else sides[::-1]):  # who goes first flips every round
-                result = fn(args, str(teacher), workdir, f"r{r + 1}")
-                results[name].append(result)
-                print(f"round {r + 1}  {name:<9}  {result['step_s']:6.2f} s/step ({result['global_step']} steps, "
-                      f"train {result['train_runtime']:.1f} s, process {result['wall_s']:.1f} s)", flush=True)
+        sides = [("swiftlike", lambda tag: run_swiftlike(args, str(teacher), workdir, tag)),
+                 ("trl", lambda tag: run_trl(args, str(teacher), workdir, tag))]
+        results = alternating_rounds(args.rounds, sides, lambda result: (
+            f"{result['step_s']:6.2f} s/step ({result['global_step']} steps, train {result['train_runtime']:.1f} s, "
+            f"process {result['wall_s']:.1f} s)"))
 
     ours = statistics.median(x["step_s"] for x in results["swiftlike"])
     trl = statistics.median(x["step_s"] for x in results["trl"])

@@ -35,11 +35,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import add_run_options, fill_defaults, run_logged
+from common import add_run_options, alternating_rounds, fill_defaults, run_logged, run_trl_baseline, swiftlike_cli
 
 HERE = Path(__file__).resolve().parent
 BASELINE = HERE / "trl_grpo_baseline.py"
-TRL_PREFIX = "TRL_RESULT "
 
 DEFAULTS = {"model": "HuggingFaceTB/SmolLM2-135M-Instruct", "dataset": "swiftlike/arithmetic",
             "num_generations": 4, "batch_size": 8, "grad_accum": 2, "max_completion_length": 32,
@@ -52,11 +51,6 @@ MAX_MODEL_LEN = 512
 ENGINE_ENV = {"SWIFTLIKE_OFFLINE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_SPACE": "1"}
 SIDES = [("swiftlike-lora", "swiftlike, LoRA sync"), ("swiftlike-full", "swiftlike, full sync"),
          ("trl", "TRL colocate (full sync)")]
-
-
-def swiftlike_cli() -> str:
-    local = Path(sys.executable).parent / "swiftlike"
-    return str(local) if local.exists() else "swiftlike"
 
 
 def swiftlike_command(args, lora_sync: bool | str, output_dir: str) -> list[str]:
@@ -120,11 +114,7 @@ def run_swiftlike(args, lora_sync: bool, workdir: Path, tag: str) -> dict:
 
 def run_trl(args, workdir: Path, tag: str) -> dict:
     start = time.perf_counter()
-    out = run(trl_command(args, str(workdir / tag)), workdir / f"{tag}.log", args.timeout)
-    lines = [line for line in out.splitlines() if line.startswith(TRL_PREFIX)]
-    if not lines:
-        sys.exit(f"no {TRL_PREFIX.strip()} line in the TRL output; see {workdir / f'{tag}.log'}")
-    result = json.loads(lines[-1][len(TRL_PREFIX):])
+    result = run_trl_baseline(trl_command(args, str(workdir / tag)), workdir / f"{tag}.log", args.timeout, ENGINE_ENV)
     result["sync_seconds"] = result["sync_seconds"][1:]  # as on our side: the first sync is left out
     result["process_wall_s"] = time.perf_counter() - start
     return result
@@ -169,19 +159,14 @@ def main() -> None:
           f"{args.steps} steps, LoRA r{LORA['lora_rank']} all-linear, fp32, {args.rounds} alternating round(s)\n",
           flush=True)
 
-    results: dict[str, list[dict]] = {name: [] for name, _ in SIDES}
-    runners = {"swiftlike-lora": lambda w, t: run_swiftlike(args, True, w, t),
-               "swiftlike-full": lambda w, t: run_swiftlike(args, False, w, t),
-               "trl": lambda w, t: run_trl(args, w, t)}
-    order = ["swiftlike-full", "trl", "swiftlike-lora"]  # the two sides of (a) back to back
     with tempfile.TemporaryDirectory(prefix="bench_grpo_") as tmp:
         workdir = Path(args.keep or tmp)
         workdir.mkdir(parents=True, exist_ok=True)
-        for r in range(args.rounds):
-            for name in (order if r % 2 == 0 else order[::-1]):
-                result = runners[name](workdir, f"{name}-r{r + 1}")
-                results[name].append(result)
-                print(f"round {r + 1}  {name:<15} {describe(result)}", flush=True)
+        # the two sides of (a) back to back
+        order = [("swiftlike-full", lambda tag: run_swiftlike(args, False, workdir, f"swiftlike-full-{tag}")),
+                 ("trl", lambda tag: run_trl(args, workdir, f"trl-{tag}")),
+                 ("swiftlike-lora", lambda tag: run_swiftlike(args, True, workdir, f"swiftlike-lora-{tag}"))]
+        results = alternating_rounds(args.rounds, order, describe, width=14)
 
     def per_step(name: str) -> float:  # median over rounds of each run's mean step time (steps 2..N)
         return statistics.median(_mean(x["step_times"]) for x in results[name])

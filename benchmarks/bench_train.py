@@ -27,11 +27,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from common import add_run_options, fill_defaults, run_logged
+from common import add_run_options, fill_defaults, final_record, in_turn, run_logged, run_trl_baseline, swiftlike_cli
 
 HERE = Path(__file__).resolve().parent
 BASELINE = HERE / "trl_sft_baseline.py"
-TRL_PREFIX = "TRL_RESULT "
 SWIFTLIKE_RATE = re.compile(r"^\s*train tokens/s\s+([0-9.]+)\s*$", re.MULTILINE)
 SWIFTLIKE_RUN_DIR = re.compile(r"^\s*run directory\s+(\S.*?)\s*$", re.MULTILINE)
 
@@ -39,11 +38,6 @@ DEFAULTS = {"model": "HuggingFaceTB/SmolLM2-135M-Instruct", "dataset": "swiftlik
             "batch_size": 4, "max_steps": 8, "rounds": 2}
 QUICK = {"model": "tiny-random/qwen2_5", "max_steps": 3, "rounds": 1}
 MODES = [("no packing", False), ("packing", True)]
-
-
-def swiftlike_cli() -> str:
-    local = Path(sys.executable).parent / "swiftlike"
-    return str(local) if local.exists() else "swiftlike"
 
 
 def _flag(value: bool | str) -> str:
@@ -78,22 +72,16 @@ def run_swiftlike(args, packing: bool, workdir: Path, tag: str) -> dict:
         sys.exit(f"no 'train tokens/s' line in the swiftlike output; see {workdir / f'swiftlike-{tag}.log'}")
     result = {"tokens_per_s": float(rate[-1])}
     run_dir = SWIFTLIKE_RUN_DIR.findall(out)
-    log_file = Path(run_dir[-1]) / "logging.jsonl" if run_dir else None
-    if log_file is not None and log_file.is_file():  # the Trainer's final record: tokens seen, runtime, steps
-        final = [e for e in map(json.loads, log_file.read_text().splitlines()) if "train_loss" in e]
-        if final:
-            result.update(num_input_tokens_seen=final[-1].get("num_input_tokens_seen"),
-                          train_runtime=final[-1].get("train_runtime"), global_step=final[-1].get("step"))
+    final = final_record(Path(run_dir[-1])) if run_dir else None
+    if final:  # the Trainer's final record: tokens seen, runtime, steps
+        result.update(num_input_tokens_seen=final.get("num_input_tokens_seen"),
+                      train_runtime=final.get("train_runtime"), global_step=final.get("step"))
     return result
 
 
 def run_trl(args, packing: bool, workdir: Path, tag: str) -> dict:
-    output_dir = workdir / f"trl-{tag}"
-    out = run(trl_command(args, packing, str(output_dir)), workdir / f"trl-{tag}.log", args.timeout)
-    lines = [line for line in out.splitlines() if line.startswith(TRL_PREFIX)]
-    if not lines:
-        sys.exit(f"no {TRL_PREFIX.strip()} line in the TRL output; see {workdir / f'trl-{tag}.log'}")
-    return json.loads(lines[-1][len(TRL_PREFIX):])
+    return run_trl_baseline(trl_command(args, packing, str(workdir / f"trl-{tag}")), workdir / f"trl-{tag}.log",
+                            args.timeout, {"SWIFTLIKE_OFFLINE": "1"})
 
 
 def describe(result: dict) -> str:
@@ -135,7 +123,7 @@ def main() -> None:
         for r in range(args.rounds):
             for i, (mode, packing) in enumerate(MODES):
                 # who goes first flips every round within a mode, and between back-to-back runs
-                for name, fn in (sides if (r + i) % 2 == 0 else sides[::-1]):
+                for name, fn in in_turn(sides, r + i):
                     tag = f"{'packing' if packing else 'nopacking'}-r{r + 1}"
                     result = fn(args, packing, workdir, tag)
                     results[mode][name].append(result)

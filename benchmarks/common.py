@@ -1,16 +1,29 @@
-"""What the benchmark scripts share: running one side in a fresh process with its output kept in a log, and
+"""What the benchmark scripts share: running one side in a fresh process with its output kept in a log, the
+rounds in which the sides alternate, the TRL baseline scripts' result line, swiftlike's end-of-run record, and
 waiting for a server process to answer."""
 from __future__ import annotations
 
+import json
 import os
 import shlex
-import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import requests
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's swiftlike, not an installed one
+from swiftlike.utils.net import free_port  # noqa: E402, F401  (the benchmarks take it from here)
+
+TRL_PREFIX = "TRL_RESULT "  # the line each trl_*_baseline.py prints its figures on, as JSON
+
+
+def swiftlike_cli() -> str:
+    """The venv's `swiftlike` console script beside this Python, else the one on PATH."""
+    local = Path(sys.executable).parent / "swiftlike"
+    return str(local) if local.exists() else "swiftlike"
 
 
 def run_logged(cmd: list[str], log_path: Path, timeout: float, env: dict[str, str]) -> str:
@@ -34,6 +47,44 @@ def run_logged(cmd: list[str], log_path: Path, timeout: float, env: dict[str, st
     return out
 
 
+def run_trl_baseline(cmd: list[str], log_path: Path, timeout: float, env: dict[str, str]) -> dict:
+    """Run a trl_*_baseline.py script and return the figures of its TRL_RESULT line."""
+    out = run_logged(cmd, log_path, timeout, env)
+    lines = [line for line in out.splitlines() if line.startswith(TRL_PREFIX)]
+    if not lines:
+        sys.exit(f"no {TRL_PREFIX.strip()} line in the TRL output; see {log_path}")
+    return json.loads(lines[-1][len(TRL_PREFIX):])
+
+
+def final_record(run_dir: Path) -> dict | None:
+    """The Trainer's end-of-training record in a swiftlike run's logging.jsonl (train_runtime, train_loss,
+    tokens seen, step), or None when the run wrote none."""
+    log_file = Path(run_dir) / "logging.jsonl"
+    if not log_file.is_file():
+        return None
+    final = [e for e in map(json.loads, log_file.read_text().splitlines()) if "train_runtime" in e]
+    return final[-1] if final else None
+
+
+def in_turn(sides: Sequence, round_index: int) -> Sequence:
+    """The sides in the order they run in round `round_index`: who goes first flips every round, so that machine
+    noise (a warming cache, a neighbour's load) hits them alike."""
+    return sides if round_index % 2 == 0 else sides[::-1]
+
+
+def alternating_rounds(rounds: int, sides: Sequence[tuple[str, Callable[[str], dict]]],
+                       describe: Callable[[dict], str], width: int = 9) -> dict[str, list[dict]]:
+    """Each side's results over `rounds` rounds, the sides alternating (`in_turn`); each run is given its tag
+    (`r1`, `r2`, ...) and printed as it finishes."""
+    results: dict[str, list[dict]] = {name: [] for name, _ in sides}
+    for r in range(rounds):
+        for name, run in in_turn(sides, r):
+            result = run(f"r{r + 1}")
+            results[name].append(result)
+            print(f"round {r + 1}  {name:<{width}}  {describe(result)}", flush=True)
+    return results
+
+
 def add_run_options(parser, quick: dict, steps_key: str, timeout: float) -> None:
     """The options every benchmark has: --quick (a tiny-model smoke test), --timeout, --keep, --json."""
     parser.add_argument("--quick", action="store_true",
@@ -49,12 +100,6 @@ def fill_defaults(args, defaults: dict, quick: dict) -> None:
     for key, value in {**defaults, **(quick if args.quick else {})}.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_until_ready(proc: subprocess.Popen, url: str, log_path: Path, timeout: float) -> None:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Literal
 
+from ..infer.protocol import DEFAULT_MAX_LOGPROBS
 from ..model.loader import ATTN_IMPLS
 from ..template import AGENT_TEMPLATE_REGISTRY
 from ..utils.errors import NotBuiltError
@@ -67,7 +68,7 @@ class BaseArguments:
         if self.max_length is not None and self.max_length <= 0:
             raise ValueError(f"--max_length must be positive, got {self.max_length}")
 
-    def model_engine_spec(self, backend: str, options=None, *, max_batch_size: int = 16, max_logprobs: int = 20):
+    def model_engine_spec(self, backend: str, options=None, *, max_batch_size: int = 16, max_logprobs: int = DEFAULT_MAX_LOGPROBS):
         """What `build_engine` needs to load this command's --model on `backend` with the backend's `options`
         (VllmOptions, ...; None: its defaults). Each command that serves a model has its own `engine_spec()`,
         which names its backend and builds its options there, so a bad --vllm_* / --sglang_* / --lmdeploy_*

@@ -7,6 +7,7 @@ from typing import Literal
 from ..infer.engine.lmdeploy_engine import LmdeployOptions
 from ..infer.engine.sglang_engine import SglangOptions
 from ..infer.engine.vllm_engine import VllmOptions
+from ..infer.protocol import DEFAULT_MAX_LOGPROBS
 from .base import BaseArguments, arg
 from .option_flags import engine_flags
 
@@ -55,7 +56,7 @@ class GenerationArguments(SamplingArguments):
 class LogprobLimitArguments:
     """How many log-prob alternatives a served request may ask for (deploy and rollout servers)."""
 
-    max_logprobs: int = arg(20, "Most log-prob alternatives per position one request may ask for (top_logprobs, "
+    max_logprobs: int = arg(DEFAULT_MAX_LOGPROBS, "Most log-prob alternatives per position one request may ask for (top_logprobs, "
                             "prompt_logprobs); a GKD teacher served for --gkd_logits_topk K needs K or more "
                             "(vLLM's --max-logprobs).")
 

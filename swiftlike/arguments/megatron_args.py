@@ -10,12 +10,12 @@ no effect, rather than refused, so an ms-swift YAML runs unchanged.
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Literal
 
 from ..utils import get_logger
 from ..utils.errors import NotBuiltError
+from ..utils.launch_env import LaunchEnv
 from .base import arg
 from ..rl.core.advantages import AdvantageEstimator
 from .rlhf_args import RlhfArguments
@@ -73,8 +73,7 @@ class MegatronArguments:
 
 
 def _data_parallel_size(args: MegatronArguments) -> int:
-    world = int(os.environ.get("WORLD_SIZE")
-                or int(os.environ.get("NPROC_PER_NODE") or 1) * int(os.environ.get("NNODES") or 1))
+    world = LaunchEnv.current().planned_world_size
     return max(1, world // (args.tensor_model_parallel_size * args.pipeline_model_parallel_size))
 
 

@@ -1,18 +1,18 @@
 """Arguments of `swiftlike sft` and `swiftlike pt`.
 
-Names and defaults follow ms-swift. `swiftlike.train.run_setup.training_arguments` is the one place
+Names and defaults follow ms-swift. `swiftlike.train.run.training_arguments` is the one place
 they become a `transformers.TrainingArguments`, so the Trainer sees exactly what the user typed.
 """
 from __future__ import annotations
 
 import importlib.util
 import math
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from ..template.base import check_loss_scale
+from ..utils.launch_env import LaunchEnv
 from .base import BaseArguments, arg
 
 DEEPSPEED_PRESETS = ("zero0", "zero1", "zero2", "zero3", "zero2_offload", "zero3_offload")
@@ -109,8 +109,7 @@ class TrainArguments(BaseArguments, TunerArguments, TrainDataArguments):
         if self.eval_steps is None:
             self.eval_steps = self.save_steps
         if self.gradient_accumulation_steps is None:
-            world = int(os.environ.get("WORLD_SIZE") or
-                        int(os.environ.get("NPROC_PER_NODE") or 1) * int(os.environ.get("NNODES") or 1))
+            world = LaunchEnv.current().planned_world_size
             self.gradient_accumulation_steps = max(1, math.ceil(16 / self.per_device_train_batch_size / world))
         self.report_to = [r for r in self.report_to if r != "none"]
         if self.resume_from_checkpoint is not None:

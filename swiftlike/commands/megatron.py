@@ -11,7 +11,7 @@ import sys
 from ..arguments.megatron_args import MegatronRlhfArguments
 from ..arguments.ray_args import load_ray_job, uses_ray
 from ..train.launch import is_rank_zero, relaunch_with_torchrun, wants_torchrun
-from ..train.sft import TrainResult
+from ..train.run import TrainResult
 from . import arguments_of
 from .rlhf import train_rlhf
 

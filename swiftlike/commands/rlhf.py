@@ -9,7 +9,7 @@ from ..arguments.rlhf_args import RlhfArguments
 from ..rl.online.gkd_recipe import train_gkd
 from ..rl.online.grpo_recipe import train_grpo
 from ..rl.preference.recipe import train_preference
-from ..train.sft import TrainResult
+from ..train.run import TrainResult
 from .train import run_training
 
 

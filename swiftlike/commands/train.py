@@ -5,7 +5,8 @@ import sys
 
 from ..arguments.train_args import PtArguments, TrainArguments
 from ..train.launch import is_rank_zero, relaunch_with_torchrun, wants_torchrun
-from ..train.sft import TrainResult, train
+from ..train.run import TrainResult
+from ..train.sft import train
 from . import arguments_of
 
 

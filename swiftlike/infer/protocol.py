@@ -10,6 +10,10 @@ from typing import Literal
 
 FinishReason = Literal["stop", "length"]
 
+# Most log-prob alternatives per position a request may ask for unless the server is told otherwise
+# (--max_logprobs; vLLM's own default): every engine and argument group takes it from here.
+DEFAULT_MAX_LOGPROBS = 20
+
 
 class InvalidSamplingParam(ValueError):
     """Names the bad field, so each front end (CLI flags, OpenAI server) can report it in its own terms."""

@@ -14,6 +14,8 @@ import socket
 import threading
 import time
 
+from ..utils.net import free_port
+
 
 def node_address() -> str:
     """This node's address as other nodes reach it (Ray's view of the node)."""
@@ -32,19 +34,12 @@ def pin_to(cores: list[int] | None) -> None:
     torch.set_num_threads(len(cores))
 
 
-def free_port() -> int:
-    """A port free on this node (the caller's actor's node)."""
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]
-
-
 class TrainWorker:
     """One data-parallel rank of the train role."""
 
     def rendezvous(self) -> tuple[str, int]:
         """Rank 0's address and a free port on it, for every rank's torch.distributed rendezvous."""
-        return node_address(), free_port()
+        return node_address(), free_port("")  # a port free on this actor's node
 
     def train(self, args, rank: int, world_size: int, master: tuple[str, int], one_device_each: bool,
               cores: list[int] | None = None):

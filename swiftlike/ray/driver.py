@@ -22,7 +22,7 @@ import time
 import uuid
 
 from ..arguments.ray_args import RayJob
-from ..train.sft import TrainResult
+from ..train.run import TrainResult
 from ..utils import get_logger
 from . import cluster as ray_cluster
 from .actors import RolloutReplica, TrainWorker

@@ -26,7 +26,7 @@ from ..template import Template
 from ..utils import atomic_write_text, cache_dir, get_logger
 from .data import (EncodeStats, ListDataset, PackedCollator, PaddingCollator, PaddingFreeCollator, RowEncoder,
                    encode_rows, pack_samples)
-from .run_setup import load_train_val_rows
+from .run import load_train_val_rows
 
 logger = get_logger("swiftlike.train")
 

@@ -77,8 +77,8 @@ def _reduce_on_rank(rank: int, port: int, out: str) -> None:
 def test_metric_reduction_under_a_two_process_gloo_group(tmp_path):
     import torch.multiprocessing as mp
 
-    from swiftlike.train.launch import _free_port
-    mp.spawn(_reduce_on_rank, args=(_free_port(), str(tmp_path)), nprocs=2)
+    from swiftlike.utils.net import free_port
+    mp.spawn(_reduce_on_rank, args=(free_port(), str(tmp_path)), nprocs=2)
     for rank in (0, 1):
         result = json.loads((tmp_path / f"rank{rank}.json").read_text())
         assert result["tokens"] == [5, 6]

@@ -234,3 +234,19 @@ def test_smollm2_lora_self_cognition_end_to_end(tmp_path):
         "--max_new_tokens", 40)
     response = json.loads(answers.read_text())["response"]
     assert "Swifty" in response, response
+
+
+def test_two_runs_in_one_process_each_write_their_own_tensorboard_dir(tmp_path):
+    """--logging_dir of one run must not become the next run's TensorBoard directory (no process-wide setting)."""
+    pytest.importorskip("tensorboard")
+    common = ["--model", TINY, "--dataset", "swiftlike/alpaca-mini#4", "--max_steps", 2, "--save_steps", 2,
+              "--per_device_train_batch_size", 2, "--report_to", "tensorboard", "--gradient_checkpointing", "false",
+              "--gradient_accumulation_steps", "1", "--logging_steps", "1"]
+    chosen = tmp_path / "tb"
+    first = run_in_process(*common, "--output_dir", tmp_path / "a", "--logging_dir", chosen)
+    second = run_in_process(*common, "--output_dir", tmp_path / "b")
+    events = lambda root: sorted(p.relative_to(tmp_path) for p in root.rglob("events.out.tfevents.*"))  # noqa: E731
+    assert len(events(chosen)) == 1, f"--logging_dir {chosen} should hold the first run's curves only: {events(chosen)}"
+    assert not events(first.run_dir), "the first run's curves go to its --logging_dir, not its run directory"
+    assert len(events(second.run_dir / "runs")) == 1, "the second run's curves belong under its own run directory"
+    assert "TENSORBOARD_LOGGING_DIR" not in os.environ

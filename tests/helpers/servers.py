@@ -1,20 +1,15 @@
 """Starting a `swiftlike` server command as a real process for a test, and waiting until it answers."""
 import os
-import socket
 import subprocess
 import sys
 import time
 
 import httpx
 
+from swiftlike.utils.net import free_port  # noqa: F401  (the tests take it from here with start())
+
 ENV = {**os.environ, "SWIFTLIKE_OFFLINE": "1", "OMP_NUM_THREADS": "1", "VLLM_CPU_KVCACHE_SPACE": "1",
        "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start(argv: list[str], port: int, log_path, timeout: float = 300) -> subprocess.Popen:

@@ -15,7 +15,7 @@ from pathlib import Path
 from collections.abc import AsyncIterator, Iterable, Iterator
 
 from ...template import Template
-from ..protocol import InferRequest, InferResponse, RequestConfig, StreamDelta
+from ..protocol import DEFAULT_MAX_LOGPROBS, InferRequest, InferResponse, RequestConfig, StreamDelta
 
 
 class InferEngine(ABC):
@@ -26,7 +26,7 @@ class InferEngine(ABC):
     # and then the caller that pushes the weights counts.
     policy_version: int | None = None
     # Most alternatives per position a request may ask for (vLLM's --max-logprobs, ms-swift's --max_logprobs).
-    max_logprobs: int = 20
+    max_logprobs: int = DEFAULT_MAX_LOGPROBS
     # vLLM's extension fields of RequestConfig this engine applies; a non-default value of another is refused.
     applied_extensions: frozenset[str] = frozenset()
 

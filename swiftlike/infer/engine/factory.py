@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from ...model import ResolvedModel, load_tokenizer, resolve_model
 from ...template import Template, get_template
 from ...utils import get_logger, warn_once
+from ...utils.launch_env import keep_vllm_in_process
+from ..protocol import DEFAULT_MAX_LOGPROBS
 from .base import InferEngine
 
 logger = get_logger("swiftlike.infer")
@@ -40,7 +42,7 @@ class EngineSpec:
     max_batch_size: int = 16
     # vLLM's names: "processed_logprobs" (after temperature / top-k / top-p) is what RL rollout scores
     logprobs_mode: str = "raw_logprobs"
-    max_logprobs: int = 20  # most log-prob alternatives per position a request may ask for
+    max_logprobs: int = DEFAULT_MAX_LOGPROBS  # most log-prob alternatives per position a request may ask for
     # the chosen backend's options (VllmOptions, SglangOptions, LmdeployOptions or, required for openai,
     # OpenAIOptions); None: its defaults
     options: object | None = None
@@ -90,6 +92,7 @@ def build_engine(spec: EngineSpec, *, resolved: ResolvedModel | None = None, tem
         options = spec.options or VllmOptions(torch_dtype=spec.torch_dtype)
         logprobs_mode = spec.logprobs_mode if spec.logprobs_mode != "raw_logprobs" else options.logprobs_mode
         options = dataclasses.replace(options, logprobs_mode=logprobs_mode, max_logprobs=spec.max_logprobs)
+        keep_vllm_in_process()
         return VllmEngine(resolved, template, options, adapters=spec.adapters)
     if spec.backend == "sglang":
         from .sglang_engine import SglangEngine, SglangOptions

@@ -15,7 +15,7 @@ from tqdm import tqdm
 
 from ...model import ResolvedModel, check_adapter_dir, load_model, load_tokenizer
 from ...template import Template, get_template
-from ..protocol import (Choice, InferRequest, InferResponse, RequestConfig, StreamDelta, TokenLogprob,
+from ..protocol import (DEFAULT_MAX_LOGPROBS, Choice, InferRequest, InferResponse, RequestConfig, StreamDelta, TokenLogprob,
                         TopLogprob, Usage)
 from .base import InferEngine, cut_at_stop
 
@@ -36,7 +36,7 @@ class PtEngine(InferEngine):
     def __init__(self, resolved: ResolvedModel, template: Template | None = None, torch_dtype: str = "auto",
                  max_batch_size: int = 16, adapters: dict[str, str] | None = None, device: str | None = None,
                  model=None, logprobs_mode: LogprobsMode = "raw_logprobs", attn_impl: str | None = None,
-                 max_logprobs: int = 20):
+                 max_logprobs: int = DEFAULT_MAX_LOGPROBS):
         if logprobs_mode not in ("raw_logprobs", "processed_logprobs"):
             raise ValueError(f"logprobs_mode must be 'raw_logprobs' or 'processed_logprobs', got {logprobs_mode!r}")
         self.logprobs_mode = logprobs_mode

@@ -1,6 +1,6 @@
 """vLLM engine, in-process (`vllm.LLM`), used by infer, deploy, eval and colocated RL rollout.
 
-The engine stays in the calling process (VLLM_ENABLE_V1_MULTIPROCESSING=0) so start-up is
+The engine stays in the calling process (VLLM_ENABLE_V1_MULTIPROCESSING=0, set by `build_engine`) so start-up is
 ~3x faster on CPU and `collective_rpc` can reload weights from tensors the trainer holds.
 """
 from __future__ import annotations
@@ -19,8 +19,8 @@ from ...model import ResolvedModel, check_adapter_dir, load_tokenizer
 from ...template import Template, get_template
 from ...utils import get_logger
 from ...utils.fields import arg
-from ..protocol import (VLLM_EXTENSIONS, Choice, InferRequest, InferResponse, RequestConfig, StreamDelta,
-                        TokenLogprob, TopLogprob, Usage)
+from ..protocol import (DEFAULT_MAX_LOGPROBS, VLLM_EXTENSIONS, Choice, InferRequest, InferResponse, RequestConfig,
+                        StreamDelta, TokenLogprob, TopLogprob, Usage)
 from .base import InferEngine
 
 logger = get_logger("swiftlike.infer")
@@ -57,7 +57,7 @@ class VllmOptions:
     # vLLM's sleep mode (CUDA only): lets `sleep(level)` free the KV cache / weights between generations.
     enable_sleep_mode: bool = False
     # Most log-prob alternatives per position a request may ask for (vLLM's max_logprobs; --max_logprobs).
-    max_logprobs: int = 20
+    max_logprobs: int = DEFAULT_MAX_LOGPROBS
 
     def __post_init__(self) -> None:
         if self.tensor_parallel_size < 1:
@@ -119,7 +119,6 @@ class VllmEngine(InferEngine):
 
     def __init__(self, resolved: ResolvedModel, template: Template | None = None,
                  options: VllmOptions | None = None, adapters: dict[str, str] | None = None):
-        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         from vllm import LLM
 
         self.model_name = resolved.model_id

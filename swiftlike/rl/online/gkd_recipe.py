@@ -1,18 +1,13 @@
 """`swiftlike rlhf --rlhf_type gkd`: arguments -> student, teacher, rollout worker -> GkdTrainer -> run dir."""
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 from ...arguments.rlhf_args import RlhfArguments
 from ...model import default_device, load_tokenizer, pick_dtype, resolve_model
-from ...template import get_template
 from ...train.data import EncodeStats, ListDataset
-from ...train.outputs import JsonlLog, save_args
-from ...train.run_setup import checkpoint_args_writer, load_train_val_rows, shared_run_dir, training_arguments
-from ...train.sft import TrainResult
+from ...train.run import TrainResult, checkpoint_args_writer, load_train_val_rows, prepare_run
 from ...utils import get_logger
-from ...utils.checkpoint import latest_checkpoint
 from ..core.options import GkdOptions
 from ..preference.data import PreferenceEncoder
 
@@ -109,19 +104,13 @@ def build_teacher(gkd: GkdOptions, args: RlhfArguments, resolved, tokenizer, stu
 
 
 def train_gkd(args: RlhfArguments) -> TrainResult:
-    from transformers import set_seed
-
-    from ...train.trainer import RunLogCallback
     from ...train.tuner import parameter_summary
     from .gkd_trainer import GKD_PLOTTED, GkdTrainer
     from .rollout_worker import RolloutWorker
     from .online_trainer import load_policy, release_policy
 
-    start = time.time()
-    set_seed(args.seed)
-    resolved = resolve_model(args.model, args.model_type, args.use_hf, args.model_revision)
-    tokenizer = load_tokenizer(resolved)
-    template = get_template(args.template or resolved.meta.template, tokenizer, args.system)
+    run = prepare_run(args)
+    resolved, tokenizer, template = run.resolved, run.tokenizer, run.template
     train_rows, val_rows = load_train_val_rows(args)
     encoder = PreferenceEncoder(template, args.max_length, args.max_completion_length, args.truncation_strategy)
     gkd, sampling = args.gkd_options(), args.sampling_options()
@@ -129,14 +118,11 @@ def train_gkd(args: RlhfArguments) -> TrainResult:
     logger.info("train data: %s", stats.describe(args.max_length, args.truncation_strategy))
     val = validation_rows(val_rows, encoder)
 
-    training_args = training_arguments(args, Path(args.output_dir or "output"), has_eval=bool(val))
+    training_args = run.training_arguments(has_eval=bool(val))
     training_args.include_num_input_tokens_seen = "no"  # batches are built at each step, not input_ids to count
     training_args.remove_unused_columns = False
-    run_dir = shared_run_dir(args, training_args, resolved)
-    training_args.output_dir = str(run_dir)
-    log = JsonlLog(run_dir) if training_args.process_index == 0 else None
-    saved_args = save_args(run_dir, args, model_dir=str(resolved.model_dir), template=template.meta.name,
-                           model_type=resolved.model_type, data=stats.__dict__) if log is not None else {}
+    run_dir = run.open(stats, GKD_PLOTTED, carry_log_on_resume=False)
+    saved_args = run.saved_args
 
     device = default_device()
     model = load_policy(args, resolved, device)
@@ -147,10 +133,9 @@ def train_gkd(args: RlhfArguments) -> TrainResult:
         if gkd.lmbda > 0:
             worker = RolloutWorker(args.rollout_options(), sampling, args.vllm_options(), resolved, template, model,
                                    args.max_length)
-        callback = RunLogCallback(run_dir, log, GKD_PLOTTED)
         trainer = GkdTrainer(model=model, args=training_args, train_dataset=ListDataset(rows),
                              eval_dataset=ListDataset(val) if val else None,
-                             data_collator=lambda batch: batch, processing_class=tokenizer, callbacks=[callback],
+                             data_collator=lambda batch: batch, processing_class=tokenizer, callbacks=run.callbacks,
                              checkpoint_extras=checkpoint_args_writer(saved_args), gkd=gkd, sampling=sampling,
                              policy_training=args.policy_training_options(), worker=worker, teacher=teacher)
         trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
@@ -160,11 +145,4 @@ def train_gkd(args: RlhfArguments) -> TrainResult:
         if teacher is not None:
             teacher.close()
         release_policy(model)
-    last = {}
-    for entry in trainer.state.log_history:
-        last.update({k: v for k, v in entry.items() if k in SUMMARY_KEYS})
-    eval_losses = [e["eval_loss"] for e in trainer.state.log_history if "eval_loss" in e]
-    return TrainResult(run_dir=run_dir, last_checkpoint=latest_checkpoint(run_dir),
-                       best_checkpoint=trainer.state.best_model_checkpoint, global_step=trainer.state.global_step,
-                       train_loss=callback.last_train_loss, eval_loss=eval_losses[-1] if eval_losses else None,
-                       elapsed_s=time.time() - start, train_tokens_per_second=None, data=stats, metrics=last)
+    return run.result(trainer, stats, SUMMARY_KEYS)

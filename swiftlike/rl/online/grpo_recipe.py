@@ -1,17 +1,10 @@
 """`swiftlike rlhf --rlhf_type grpo`: arguments -> model, reference, rollout engine, rewards -> GrpoTrainer -> run dir."""
 from __future__ import annotations
 
-import time
-from pathlib import Path
-
 from ...arguments.rlhf_args import RlhfArguments
-from ...model import default_device, load_tokenizer, resolve_model
-from ...template import get_template
-from ...utils.checkpoint import latest_checkpoint
+from ...model import default_device
 from ...train.data import EncodeStats, ListDataset
-from ...train.outputs import JsonlLog, save_args
-from ...train.run_setup import checkpoint_args_writer, load_train_val_rows, shared_run_dir, training_arguments
-from ...train.sft import TrainResult
+from ...train.run import TrainResult, checkpoint_args_writer, load_train_val_rows, prepare_run
 from ...utils import get_logger
 
 logger = get_logger("swiftlike.rl")
@@ -33,9 +26,6 @@ def _prompt_rows(rows: list[dict]) -> list[dict]:
 
 
 def train_grpo(args: RlhfArguments) -> TrainResult:
-    from transformers import set_seed
-
-    from ...train.trainer import RunLogCallback
     from ...train.tuner import parameter_summary
     from .grpo_trainer import GRPO_PLOTTED, GrpoTrainer, make_ref_model
     from .online_trainer import load_policy, release_policy
@@ -44,8 +34,8 @@ def train_grpo(args: RlhfArguments) -> TrainResult:
     from ..rewards.functions import build_reward_funcs
     from .rollout_worker import RolloutWorker
 
-    start = time.time()
-    set_seed(args.seed)
+    run = prepare_run(args)
+    resolved, tokenizer, template = run.resolved, run.tokenizer, run.template
     grpo, sampling, rollout, reward = (args.grpo_options(), args.sampling_options(), args.rollout_options(),
                                        args.reward_options())
     load_external_plugins(reward.external_plugins)
@@ -54,26 +44,20 @@ def train_grpo(args: RlhfArguments) -> TrainResult:
         if name in reward_funcs:
             raise ValueError(f"--reward_model {name!r} has the name of a --reward_funcs entry; rename its directory")
         reward_funcs[name] = reward_model  # after the functions: --reward_weights lists them in this order
-    resolved = resolve_model(args.model, args.model_type, args.use_hf, args.model_revision)
-    tokenizer = load_tokenizer(resolved)
-    template = get_template(args.template or resolved.meta.template, tokenizer, args.system)
     rows = _prompt_rows(load_train_val_rows(args)[0])
     if args.dataset_num_proc > 1 or args.load_from_cache_file:
         logger.info("--dataset_num_proc / --load_from_cache_file: GRPO encodes prompts at rollout time, so "
                     "there is nothing to encode up front or cache")
 
-    training_args = training_arguments(args, Path(args.output_dir or "output"), has_eval=False)
+    training_args = run.training_arguments(has_eval=False)
     gen_prompts = (args.per_device_train_batch_size * grpo.steps_per_generation // grpo.num_generations
                    * training_args.world_size)
     if len(rows) < gen_prompts:
         raise ValueError(f"{len(rows)} prompts, fewer than the {gen_prompts} one generation batch needs "
                          f"over {training_args.world_size} process(es)")
-    run_dir = shared_run_dir(args, training_args, resolved)
-    training_args.output_dir = str(run_dir)
     training_args.include_num_input_tokens_seen = "no"  # batches are rollouts, not input_ids the Trainer can count
-    log = JsonlLog(run_dir) if training_args.process_index == 0 else None
-    saved_args = save_args(run_dir, args, model_dir=str(resolved.model_dir), template=template.meta.name,
-                           model_type=resolved.model_type) if log is not None else {}
+    run_dir = run.open(plot_keys=GRPO_PLOTTED, carry_log_on_resume=False)
+    saved_args = run.saved_args
 
     model = load_policy(args, resolved, default_device())
     worker = None
@@ -81,9 +65,8 @@ def train_grpo(args: RlhfArguments) -> TrainResult:
         logger.info("%s (%s); run directory %s", parameter_summary(model), args.tuner_type, run_dir)
         ref_model = make_ref_model(model, grpo.beta, args.tuner_type)
         worker = RolloutWorker(rollout, sampling, args.vllm_options(), resolved, template, model, args.max_length)
-        callback = RunLogCallback(run_dir, log, GRPO_PLOTTED)
         trainer = GrpoTrainer(model=model, args=training_args, train_dataset=ListDataset(rows),
-                              processing_class=tokenizer, callbacks=[callback],
+                              processing_class=tokenizer, callbacks=run.callbacks,
                               checkpoint_extras=checkpoint_args_writer(saved_args), grpo=grpo, sampling=sampling,
                               rollout=rollout, reward=reward, policy_training=args.policy_training_options(),
                               worker=worker, reward_funcs=reward_funcs, ref_model=ref_model, run_dir=run_dir)
@@ -95,7 +78,4 @@ def train_grpo(args: RlhfArguments) -> TrainResult:
         if worker is not None:
             worker.close()
         release_policy(model)
-    stats = EncodeStats(rows=len(rows), kept=len(rows))
-    return TrainResult(run_dir=run_dir, last_checkpoint=latest_checkpoint(run_dir), best_checkpoint=None,
-                       global_step=trainer.state.global_step, train_loss=callback.last_train_loss, eval_loss=None,
-                       elapsed_s=time.time() - start, train_tokens_per_second=None, data=stats)
+    return run.result(trainer, EncodeStats(rows=len(rows), kept=len(rows)))

@@ -3,22 +3,16 @@
 The losses, reference handling, metrics and training loops are TRL's (`DPOTrainer`, `KTOTrainer`,
 `RewardTrainer`, and `CPOTrainer` / `ORPOTrainer` from `trl.experimental`). What is ours: the argument
 mapping (ms-swift's names and defaults), the encoding of rows with swiftlike's chat template
-(`preference_data.py`), the run directory, atomic checkpoints that carry args.json, the curves and the summary.
-Each TRL trainer is subclassed only to hand it rows already encoded, in the layout its collator reads.
+(`data.py`), the run directory, atomic checkpoints that carry args.json, the curves and the summary.
+Each TRL trainer is subclassed (`trainers.py`) only to hand it rows already encoded, in the layout its collator reads.
 """
 from __future__ import annotations
 
-import time
-from pathlib import Path
-
 from ...arguments.rlhf_args import RlhfArguments
-from ...model import ResolvedModel, default_device, load_tokenizer, pick_dtype, resolve_model
-from ...template import get_template
-from ...train.outputs import PLOTTED, JsonlLog, save_args
-from ...train.run_setup import checkpoint_args_writer, load_train_val_rows, shared_run_dir, training_arguments
-from ...train.sft import TrainResult
+from ...model import ResolvedModel, default_device, pick_dtype, resolve_model
+from ...train.outputs import PLOTTED
+from ...train.run import TrainResult, load_train_val_rows, prepare_run
 from ...utils import get_logger
-from ...utils.checkpoint import latest_checkpoint
 from ..core.options import PolicyTrainingOptions, PreferenceOptions
 from .data import PreferenceEncoder, encode_kto, encode_pairs, with_kl_completions
 
@@ -31,55 +25,9 @@ SUMMARY_KEYS = ("rewards/accuracies", "rewards/margins", "rewards/chosen", "rewa
 
 
 def _trainer_classes():
-    """TRL's trainers, each taught to take our encoded rows. Imported on use: TRL is slow to import."""
-    import warnings
-
-    from trl import DPOConfig, DPOTrainer, KTOConfig, KTOTrainer, RewardConfig, RewardTrainer
-    with warnings.catch_warnings():  # "experimental" notices; the classes are the ones TRL documents for CPO/ORPO
-        warnings.simplefilter("ignore")
-        from trl.experimental.cpo import CPOConfig, CPOTrainer
-        from trl.experimental.orpo import ORPOConfig, ORPOTrainer
-
-    from ...train.trainer import AtomicCheckpoints
-
-    class DpoTrainer(AtomicCheckpoints, DPOTrainer):
-        def _prepare_dataset(self, dataset, processing_class, args, dataset_name):
-            return dataset  # prompt_ids / chosen_ids / rejected_ids, encoded and length-limited already
-
-    class KtoTrainer(AtomicCheckpoints, KTOTrainer):
-        """Rows arrive encoded, each with its KL completion from another prompt (`with_kl_completions`).
-
-        TRL refuses a per-device batch of 1 because its own KL pairs rotate answers inside a batch; ours do not
-        depend on the batch, so TRL's check is shown a batch of 2 and the real size is put back in
-        `_prepare_dataset`, which TRL calls after its check and before transformers' Trainer reads the size
-        (`tests/e2e/test_preference.py::test_kto_trains_at_batch_size_one` checks the run's batch is 1)."""
-
-        def __init__(self, *, args, **kwargs):
-            self._per_device_batch = args.per_device_train_batch_size
-            args.per_device_train_batch_size = max(2, self._per_device_batch)
-            try:
-                super().__init__(args=args, **kwargs)
-            finally:
-                args.per_device_train_batch_size = self._per_device_batch
-
-        def _prepare_dataset(self, dataset, processing_class, args, dataset_name):
-            args.per_device_train_batch_size = self._per_device_batch
-            return dataset
-
-    class CpoTrainer(AtomicCheckpoints, CPOTrainer):
-        def tokenize_row(self, feature, model=None):
-            return feature  # already the row TRL's tokenize_row builds (preference_data.cpo_row)
-
-    class OrpoTrainer(AtomicCheckpoints, ORPOTrainer):
-        def tokenize_row(self, feature, model=None):
-            return feature
-
-    class RmTrainer(AtomicCheckpoints, RewardTrainer):
-        """TRL's RewardTrainer reads rows that have chosen_ids / rejected_ids as tokenized already."""
-
-    return {"dpo": (DpoTrainer, DPOConfig, "dpo"), "kto": (KtoTrainer, KTOConfig, "kto"),
-            "cpo": (CpoTrainer, CPOConfig, "cpo"), "simpo": (CpoTrainer, CPOConfig, "cpo"),
-            "orpo": (OrpoTrainer, ORPOConfig, "cpo"), "rm": (RmTrainer, RewardConfig, "rm")}
+    """TRL's trainers, each taught to take our encoded rows (trainers.py). Imported on use: TRL is slow to import."""
+    from .trainers import TRAINERS
+    return TRAINERS
 
 
 def config_fields(preference: PreferenceOptions, policy_training: PolicyTrainingOptions) -> dict:
@@ -164,33 +112,20 @@ def encode(args: RlhfArguments, rows: list[dict], encoder: PreferenceEncoder, la
 
 
 def train_preference(args: RlhfArguments) -> TrainResult:
-    from transformers import set_seed
-
-    from ...train.trainer import RunLogCallback
     from ...train.tuner import lora_config, load_base_model, parameter_summary, prepare_model
 
-    start = time.time()
-    set_seed(args.seed)
+    run = prepare_run(args)
+    resolved, tokenizer, template = run.resolved, run.tokenizer, run.template
     preference = args.preference_options()
     trainer_cls, config_cls, layout = _trainer_classes()[args.rlhf_type]
-    resolved = resolve_model(args.model, args.model_type, args.use_hf, args.model_revision)
-    tokenizer = load_tokenizer(resolved)
-    template = get_template(args.template or resolved.meta.template, tokenizer, args.system)
     train_rows, val_rows = load_train_val_rows(args, row_kind="kto" if args.rlhf_type == "kto" else "pair")
-    training_args = training_arguments(args, Path(args.output_dir or "output"), bool(val_rows),
-                                       config_cls=config_cls, **config_fields(preference, args.policy_training_options()))
+    training_args = run.training_arguments(bool(val_rows), config_cls=config_cls,
+                                           **config_fields(preference, args.policy_training_options()))
     encoder = PreferenceEncoder(template, args.max_length, args.max_completion_length, args.truncation_strategy)
     train_data, stats = encode(args, train_rows, encoder, layout, "train", kto_kl_block(args, training_args, "train"))
     val_data = encode(args, val_rows, encoder, layout, "validation",
                       kto_kl_block(args, training_args, "eval"))[0] if val_rows else None
-    run_dir = shared_run_dir(args, training_args, resolved)
-    training_args.output_dir = str(run_dir)
-    log = JsonlLog(run_dir) if training_args.process_index == 0 else None
-    saved_args = save_args(run_dir, args, model_dir=str(resolved.model_dir), template=template.meta.name,
-                           model_type=resolved.model_type, data=stats.__dict__) if log is not None else {}
-    if log is not None and args.resume_from_checkpoint:
-        checkpoint = Path(args.resume_from_checkpoint)
-        log.seed_from(checkpoint.parent, int(checkpoint.name.rsplit("-", 1)[-1]))
+    run_dir = run.open(stats, PREFERENCE_PLOTTED)
 
     device = default_device()
     reward_head = args.rlhf_type == "rm"
@@ -204,19 +139,10 @@ def train_preference(args: RlhfArguments) -> TrainResult:
         model.config.pad_token_id = tokenizer.pad_token_id
     if args.rlhf_type in ("dpo", "kto"):
         extra["ref_model"] = load_ref_model(preference, args, resolved, device)
-    callback = RunLogCallback(run_dir, log, PREFERENCE_PLOTTED)
     trainer = trainer_cls(model=model, args=training_args, train_dataset=train_data, eval_dataset=val_data,
-                          processing_class=tokenizer, callbacks=[callback],
-                          checkpoint_extras=checkpoint_args_writer(saved_args), **extra)
+                          processing_class=tokenizer, callbacks=run.callbacks,
+                          checkpoint_extras=run.checkpoint_extras(), **extra)
     logger.info("%s (%s, %s); run directory %s", parameter_summary(trainer.model), args.rlhf_type, args.tuner_type,
                 run_dir)
     trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
-    last = {}
-    for entry in trainer.state.log_history:
-        last.update({k: v for k, v in entry.items() if k in SUMMARY_KEYS})
-    best = trainer.state.best_model_checkpoint
-    return TrainResult(run_dir=run_dir, last_checkpoint=latest_checkpoint(run_dir),
-                       best_checkpoint=Path(best) if best else None, global_step=trainer.state.global_step,
-                       train_loss=callback.last_train_loss, eval_loss=callback.last_eval_loss,
-                       elapsed_s=time.time() - start, train_tokens_per_second=callback.tokens_per_second,
-                       data=stats, metrics=last)
+    return run.result(trainer, stats, SUMMARY_KEYS)

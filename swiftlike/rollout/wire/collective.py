@@ -16,6 +16,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import torch
 
+from ...utils.net import free_port
 from .buckets import BUCKET_DTYPES, WeightStager, WeightUpdateError
 
 GROUP_TIMEOUT = datetime.timedelta(minutes=10)
@@ -107,12 +108,6 @@ def local_address_towards(host: str) -> str:
         return s.getsockname()[0]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]
-
-
 class CollectiveSender:
     """Trainer side: hosts the group's store as rank 0 and broadcasts each bucket to all servers at once."""
 
@@ -124,7 +119,7 @@ class CollectiveSender:
         self.device = "cuda" if backend == "nccl" else "cpu"
         world_size = len(clients) + 1
         host = local_address_towards(clients[0].host)
-        port = free_port()
+        port = free_port("")  # the servers connect from their own machines
         store = dist.TCPStore(host, port, world_size, is_master=True, timeout=GROUP_TIMEOUT,
                               wait_for_workers=False)  # the servers join after they are told where
         for rank, client in enumerate(clients, start=1):

@@ -7,32 +7,26 @@ else as a single process on a free local port, which is what tests and a one-pro
 """
 from __future__ import annotations
 
-import os
-import socket
-
 import torch
 import torch.distributed as dist
 
+from ...utils.launch_env import LaunchEnv
+from ...utils.net import free_port
 from .shims import apply_cpu_shims
 
 _owns_process_group = False
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _start_process_group() -> None:
     global _owns_process_group
+    launch = LaunchEnv.current()
     backend = "nccl" if torch.cuda.is_available() else "gloo"
     if torch.cuda.is_available():
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+        torch.cuda.set_device(launch.local_rank or 0)
+    if launch.has_process_group_env:
         dist.init_process_group(backend)
     else:
-        dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1)
+        dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
     _owns_process_group = True
 
 
@@ -47,7 +41,7 @@ def initialize_parallel(tensor_model_parallel_size: int = 1, pipeline_model_para
 
     if parallel_state.model_parallel_is_initialized():
         raise RuntimeError("megatron's model-parallel groups are already initialised; call destroy_parallel() first")
-    world = dist.get_world_size() if dist.is_initialized() else int(os.environ.get("WORLD_SIZE", "1"))
+    world = dist.get_world_size() if dist.is_initialized() else (LaunchEnv.current().world_size or 1)
     per_replica = tensor_model_parallel_size * pipeline_model_parallel_size
     if tensor_model_parallel_size < 1 or pipeline_model_parallel_size < 1 or world % per_replica:
         raise ValueError(f"tensor_model_parallel_size={tensor_model_parallel_size} x pipeline_model_parallel_size="

@@ -132,7 +132,7 @@ def test_attn_impl_sets_the_attention_of_the_trained_and_the_served_model(tmp_pa
 @on_gpu
 def test_gpu_only_flags_fall_back_with_one_warning_each(tmp_path, loaded_models, caplog):
     """ms-swift GPU command lines run here: flash_attn becomes sdpa, Liger is left off; each said once."""
-    from swiftlike.train.run_setup import training_arguments
+    from swiftlike.train.run import training_arguments
     with caplog.at_level(logging.WARNING, logger="swiftlike"):
         result = sft(tmp_path, "--dataset", "swiftlike/alpaca-mini#4", "--attn_impl", "flash_attn",
                      "--use_liger_kernel", "true")
