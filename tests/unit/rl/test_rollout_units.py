@@ -263,8 +263,10 @@ def test_openai_conversions():
     with pytest.raises(openai_api.OpenAIRequestError, match=r"`messages.1.content.0.text`: Field required"):
         openai_api.chat_request({"messages": [{"role": "user", "content": "x"},
                                               {"role": "user", "content": [{"type": "text"}]}]})
-    with pytest.raises(openai_api.OpenAIRequestError, match="`tools` is not supported"):
-        openai_api.chat_request({"messages": [{"role": "user", "content": "x"}], "tools": []})
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}]
+    assert openai_api.chat_request({"messages": [{"role": "user", "content": "x"}], "tools": tools}).tools == tools
+    with pytest.raises(openai_api.OpenAIRequestError, match="`functions` is not supported"):
+        openai_api.chat_request({"messages": [{"role": "user", "content": "x"}], "functions": [{"name": "f"}]})
     assert openai_api.chat_request({"messages": [{"role": "user", "content": "x"}]}).messages[0]["content"] == "x"
     parts = openai_api.chat_request({"messages": [{"role": "developer", "content": "be brief"}, {
         "role": "user", "content": [{"type": "text", "text": "2 +"}, {"type": "text", "text": " 3?"}]}]})
