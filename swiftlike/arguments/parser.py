@@ -141,6 +141,15 @@ def settings_to_argv(data: dict[str, Any]) -> list[str]:
     return argv
 
 
+class SavedDefaults:
+    """A mixin for arguments whose flags, when not given, may come from a saved run (TrainArguments: the args.json
+    of the run `--resume_from_checkpoint` continues); `parse_args` asks it before building the object."""
+
+    @classmethod
+    def saved_defaults(cls, given: dict) -> dict:
+        return {}
+
+
 def parse_args(cls: type, argv: list[str] | None = None, prog: str | None = None):
     """Parse `argv` (default sys.argv[1:]) into `cls`, a command's arguments class (`prog` defaults to its
     `command`); a `--config` file fills values first."""
@@ -159,9 +168,8 @@ def parse_args(cls: type, argv: list[str] | None = None, prog: str | None = None
         argv = file_argv + argv
     namespace = parser.parse_args(argv)
     values = {k: v for k, v in vars(namespace).items() if k != "config"}
-    saved_defaults = getattr(cls, "saved_defaults", None)
-    if saved_defaults is not None:  # e.g. a resumed run takes what the user did not repeat from its args.json
-        values = {**saved_defaults(values), **values}
+    if issubclass(cls, SavedDefaults):  # e.g. a resumed run takes what the user did not repeat from its args.json
+        values = {**cls.saved_defaults(values), **values}
     try:
         return cls(**values)
     except (ValueError, TypeError) as e:

@@ -14,6 +14,7 @@ from typing import Literal
 from ..template.base import check_loss_scale
 from ..utils.launch_env import LaunchEnv
 from .base import BaseArguments, arg
+from .parser import SavedDefaults
 
 DEEPSPEED_PRESETS = ("zero0", "zero1", "zero2", "zero3", "zero2_offload", "zero3_offload")
 
@@ -52,7 +53,7 @@ class TrainDataArguments:
 
 
 @dataclass
-class TrainArguments(BaseArguments, TunerArguments, TrainDataArguments):
+class TrainArguments(BaseArguments, TunerArguments, TrainDataArguments, SavedDefaults):
     """swiftlike sft: supervised fine-tuning on chat data, loss on the assistant turns."""
 
     command = "sft"
