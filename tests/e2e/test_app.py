@@ -9,7 +9,8 @@ import openai
 import pytest
 from servers import ENV, free_port, start
 
-from swiftlike.ui.chat import chat_messages, text_of
+from swiftlike.ui.chat import chat_messages
+from swiftlike.ui.tool_chat import text_of
 from swiftlike.arguments import parse_args
 from swiftlike.arguments.app_args import AppArguments
 
