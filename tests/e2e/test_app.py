@@ -9,7 +9,8 @@ import openai
 import pytest
 from servers import ENV, free_port, start
 
-from swiftlike.ui.chat import chat_messages, text_of
+from swiftlike.ui.chat import chat_messages
+from swiftlike.ui.tool_chat import call_title, offered_tools, text_of
 from swiftlike.arguments import parse_args
 from swiftlike.arguments.app_args import AppArguments
 
@@ -144,3 +145,54 @@ def test_unreachable_base_url_is_a_clear_error():
                         f"http://127.0.0.1:{free_port()}/v1"], env=ENV, capture_output=True, text=True, timeout=120)
     assert r.returncode == 1
     assert "no OpenAI-compatible server answers at --base_url" in r.stderr
+
+
+TOOL_MESSAGE = "What is 347 * 5821?"
+TOOL_MAX_TOKENS = 300  # a forced call, its result and a reply fit the fixture's 1024-token context
+
+
+def forced_call_seed(port: int) -> tuple[int, str]:
+    """A seed under which the random model's forced calculator call closes within TOOL_MAX_TOKENS (constrained
+    decoding keeps it well formed, but a random model closes the expression string only by chance), and the
+    arguments it writes."""
+    c = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=KEY, max_retries=0)
+    for seed in range(16):
+        answer = c.chat.completions.create(model=TINY, messages=[{"role": "user", "content": TOOL_MESSAGE}],
+                                           tools=offered_tools(["calculator"]), tool_choice="required", seed=seed,
+                                           temperature=1.0, max_tokens=TOOL_MAX_TOKENS).choices[0]
+        if answer.finish_reason == "tool_calls":
+            return seed, answer.message.tool_calls[0].function.arguments
+    raise AssertionError(f"no seed in 0..15 gave a forced call closed within {TOOL_MAX_TOKENS} tokens")
+
+
+def test_page_shows_a_tool_call_and_its_result_as_bubbles_of_their_own(browser, app_on_model, tmp_path):
+    """Tools ticked, tool_choice required (enforced by vLLM's structured outputs behind the deploy API): the
+    page shows the model's calculator call and the calculator's answer as bubbles of their own, then the reply."""
+    seed, arguments = forced_call_seed(app_on_model)
+    port = free_port()
+    proc = start(["app", "--base_url", f"http://127.0.0.1:{app_on_model}/v1", "--api_key", KEY, "--port", str(port),
+                  "--temperature", "1", "--max_new_tokens", str(TOOL_MAX_TOKENS)], port, tmp_path / "app.log",
+                 timeout=120)
+    page = browser.new_page()
+    try:
+        page.goto(f"http://127.0.0.1:{port}/", wait_until="load")
+        box = page.locator("#chat-input textarea")
+        box.wait_for(timeout=60_000)
+        page.get_by_text("Settings").click()
+        page.locator("#chat-tools").get_by_label("calculator").check()
+        page.locator("#chat-tool-choice").get_by_label("required").check()
+        page.locator("#chat-seed input").fill(str(seed))
+        box.fill(TOOL_MESSAGE)
+        box.press("Enter")
+        chat = page.locator("#chat-window")
+        deadline = time.time() + 120
+        while time.time() < deadline and "📎 calculator →" not in chat.inner_text():
+            time.sleep(0.5)
+        shown = chat.inner_text()
+        assert "🛠 calculator(" in shown and "📎 calculator →" in shown, shown[-2000:]
+        # the call is the one the API gives for the same request and seed (the page sends the same sampling)
+        assert alnum(call_title("calculator", arguments)) in alnum(shown), (arguments, shown[-2000:])
+    finally:
+        page.close()
+        proc.terminate()
+        proc.wait(timeout=60)

@@ -233,3 +233,46 @@ def test_job_store_runs_lists_and_stops_real_processes(tmp_path):
     failed = store.get(failing.id)
     assert failed.status == "failed (exit code 2)"
     assert failed.error_line().startswith("swiftlike export: error: --adapters")
+
+
+def test_sft_form_starts_an_agent_job_with_its_agent_template(tmp_path):
+    """--agent_template comes from BaseArguments like every field, up front on the sft and deploy forms (the
+    commands AGENT_TEMPLATE_COMMANDS lists); a job started from the sft form on the built-in agent dataset runs
+    `swiftlike sft` with it, and a command that does not take it yet is refused with the CLI's own message."""
+    import gradio as gr
+
+    from swiftlike.arguments.base import AGENT_TEMPLATE_COMMANDS
+    from swiftlike.ui.labels import LABELS
+    from swiftlike.ui.pages.serving import build_deploy
+    from swiftlike.ui.pages.training import build_rlhf, build_train
+    ctx = UIContext(JobStore(tmp_path / "jobs", stop_grace_s=5), LABELS["en"])
+    with gr.Blocks() as demo:
+        page, deploy, rlhf = build_train(ctx), build_deploy(ctx), build_rlhf(ctx)
+    assert {"sft", "deploy"} <= set(AGENT_TEMPLATE_COMMANDS)
+    for shown in (page, deploy):
+        box = shown.widgets["agent_template"]
+        assert box.info.startswith("How tools, tool calls and tool results are written for the model")
+        advanced = next(b for b in demo.blocks.values() if getattr(b, "elem_id", None) == f"{shown.key}-advanced")
+        assert not _contains(advanced, box), f"--agent_template is not up front on the {shown.key} form"
+    names = list(page.widgets)
+    values = [page.widgets[n].value for n in names]
+    for name, value in {"model": TINY, "dataset": "swiftlike/calculator-agent#8", "agent_template": "hermes",
+                        "max_steps": "1", "output_dir": str(tmp_path / "out")}.items():
+        values[names.index(name)] = value
+    try:
+        preview, status, *_ = page.start("sft", *values)
+        [job] = ctx.store.list()
+        assert job.id in status
+        assert job.record["command"] == "sft" and flag_value(job.record["argv"], "--agent_template") == "hermes"
+        assert flag_value(job.record["argv"], "--dataset") == "swiftlike/calculator-agent#8"
+        assert "--agent_template hermes" in preview
+    finally:
+        for job in ctx.store.list():
+            ctx.store.stop(job.id)
+    rlhf_names = list(rlhf.widgets)
+    rlhf_values = [rlhf.widgets[n].value for n in rlhf_names]
+    for name, value in {"model": TINY, "dataset": "swiftlike/arithmetic-preference#4", "agent_template": "hermes"
+                        }.items():
+        rlhf_values[rlhf_names.index(name)] = value
+    error = rlhf.show_command("rlhf", *rlhf_values)[1]
+    assert "--agent_template with swiftlike rlhf: not built yet" in error

@@ -78,14 +78,20 @@ class OpenAIEngine(InferEngine):
         if request.messages is None:
             raise ValueError("a remote OpenAI-compatible endpoint takes chat messages, not token ids")
         self.check_adapter(request)
+        return dict(self.request_body(request.adapter, config), messages=request.messages)
+
+    def request_body(self, adapter: str | None, config: RequestConfig) -> dict:
+        """The `chat.completions.create` arguments for `config` besides the messages, for callers that speak the
+        API themselves through `async_client` (the chat page's tool loop reads `tool_calls`, which the engine
+        interface does not carry)."""
         extra = {}
         if config.top_k != -1:
             extra["top_k"] = config.top_k
         if config.repetition_penalty != 1.0:
             extra["repetition_penalty"] = config.repetition_penalty
-        body = dict(model=request.adapter or self.model_name, messages=request.messages, n=config.n,
-                    max_tokens=config.max_tokens, temperature=config.temperature, top_p=config.top_p,
-                    stop=config.stop or None, seed=config.seed, extra_body=extra or None)
+        body = dict(model=adapter or self.model_name, n=config.n, max_tokens=config.max_tokens,
+                    temperature=config.temperature, top_p=config.top_p, stop=config.stop or None, seed=config.seed,
+                    extra_body=extra or None)
         if config.logprobs:
             body.update(logprobs=True, top_logprobs=config.top_logprobs or 0)
         return body

@@ -1,18 +1,20 @@
 """Deploy & chat, eval and export tabs. The deploy tab starts `swiftlike deploy` as a job and chats with it through
-its OpenAI API, streaming the reply, as any client of that deployment would."""
+its OpenAI API, streaming the reply, as any client of that deployment would; ticked built-in tools are offered
+with the request and the calls the model makes run here (ui/tool_chat.py)."""
 from __future__ import annotations
 
 from ...arguments.deploy_args import DeployArguments
 from ...arguments.eval_args import EvalArguments
 from ...arguments.export_args import ExportArguments
-from ..chat import chat_messages
+from ..chat import chat_messages, tool_inputs
 from ..forms import flag_value
 from ..jobs import RUNNING
+from ..tool_chat import answer_with_tools, offered_tools
 from .command import CommandPage, UIContext, job_choices
 from .training import health, server_host
 
 DEPLOY_COMMON = ["model", "adapters", "infer_backend", "port", "served_model_name", "max_new_tokens", "torch_dtype",
-                 "api_key", "vllm_max_model_len", "system"]
+                 "api_key", "vllm_max_model_len", "system", "agent_template"]
 EVAL_COMMON = ["model", "adapters", "eval_dataset", "eval_limit", "infer_backend", "max_new_tokens", "eval_url",
                "eval_output_dir", "eval_num_samples", "temperature"]
 EXPORT_COMMON = ["adapters", "model", "merge_lora", "output_dir", "max_shard_size"]
@@ -34,8 +36,10 @@ def build_deploy(ctx: UIContext) -> CommandPage:
         refresh = gr.Button(labels["refresh"], elem_id="chat-refresh", scale=1)
     chatbot = gr.Chatbot(elem_id="chat-window", height=360)
     box = gr.Textbox(placeholder=labels["message"], show_label=False, elem_id="chat-input")
+    with gr.Row():
+        tools, tool_choice = tool_inputs(labels)
 
-    def reply(message: str, history: list[dict], job_id: str | None):
+    async def reply(message: str, history: list[dict], job_id: str | None, tool_names: list[str], choice: str):
         import openai
         if not job_id:
             raise gr.Error(labels["no_job"])
@@ -43,23 +47,22 @@ def build_deploy(ctx: UIContext) -> CommandPage:
         argv, port = job.record["argv"], job.record["port"]
         if health(server_host(argv), port) != "healthy":
             raise gr.Error(labels["not_ready"])
-        client = openai.OpenAI(base_url=f"http://{server_host(argv)}:{port}/v1",
-                               api_key=flag_value(argv, "--api_key") or "none", max_retries=0)
+        client = openai.AsyncOpenAI(base_url=f"http://{server_host(argv)}:{port}/v1",
+                                    api_key=flag_value(argv, "--api_key") or "none", max_retries=0)
         messages = chat_messages(message, history, None)
-        shown = [*history, {"role": "user", "content": message}, {"role": "assistant", "content": ""}]
-        yield shown, ""
+        asked = [*history, {"role": "user", "content": message}]
+        yield [*asked, {"role": "assistant", "content": ""}], ""
         try:
             # the last model listed: the deployment's adapter (the checkpoint sent here) when it has one
-            stream = client.chat.completions.create(model=client.models.list().data[-1].id, messages=messages,
-                                                    stream=True)
-            for chunk in stream:
-                if chunk.choices and chunk.choices[0].delta.content:
-                    shown[-1]["content"] += chunk.choices[0].delta.content
-                    yield shown, ""
+            model = (await client.models.list()).data[-1].id
+            async for bubbles in answer_with_tools(client, messages, offered_tools(tool_names), choice, model=model):
+                yield [*asked, *bubbles], ""
         except openai.APIError as e:
             raise gr.Error(f"the deployment answered: {getattr(e, 'message', e)}") from e
+        finally:
+            await client.close()
 
-    box.submit(reply, [box, chatbot, picker], [chatbot, box])
+    box.submit(reply, [box, chatbot, picker, tools, tool_choice], [chatbot, box])
     refresh.click(lambda: gr.update(choices=job_choices(store, is_deployment)), None, [picker])
     return page
 

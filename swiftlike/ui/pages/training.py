@@ -15,7 +15,7 @@ from .command import CommandPage, UIContext, job_choices
 
 TRAIN_COMMON = ["model", "dataset", "tuner_type", "output_dir", "max_steps", "num_train_epochs", "learning_rate",
                 "per_device_train_batch_size", "gradient_accumulation_steps", "max_length", "lora_rank",
-                "logging_steps", "save_steps", "torch_dtype", "system", "val_dataset"]
+                "logging_steps", "save_steps", "torch_dtype", "system", "agent_template", "val_dataset"]
 RLHF_COMMON = ["rlhf_type", "model", "dataset", "tuner_type", "output_dir", "beta", "loss_type", "max_steps",
                "learning_rate", "per_device_train_batch_size", "gradient_accumulation_steps", "max_length",
                "ref_model", "teacher_model", "logging_steps", "save_steps", "torch_dtype"]
