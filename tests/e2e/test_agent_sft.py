@@ -10,6 +10,7 @@ import trl
 
 from swiftlike.arguments import parse_args
 from swiftlike.arguments.infer_args import InferArguments
+from swiftlike.arguments.rlhf_args import RlhfArguments
 from swiftlike.arguments.train_args import TrainArguments
 from swiftlike.cli.main import main as cli_main
 from swiftlike.model import load_tokenizer, resolve_model
@@ -70,12 +71,14 @@ def test_agent_template_flag_is_checked_where_it_is_declared():
     data = ["--model", TINY, "--dataset", "swiftlike/calculator-agent#2"]
     assert parse_args(TrainArguments, [*data, "--agent_template", "react_en"]).agent_template == "react_en"
     assert parse_args(TrainArguments, data).agent_template is None
-    with pytest.raises(NotBuiltError, match="--agent_template with swiftlike infer: not built"):
-        parse_args(InferArguments, ["--model", TINY, "--agent_template", "hermes"])
+    assert parse_args(InferArguments, ["--model", TINY, "--agent_template", "hermes"]).agent_template == "hermes"
+    with pytest.raises(NotBuiltError, match="--agent_template with swiftlike rlhf: not built"):
+        parse_args(RlhfArguments, ["--rlhf_type", "dpo", *data, "--agent_template", "hermes"])
 
 
 def test_cli_exit_statuses(capsys):
-    assert cli_main(["infer", "--model", TINY, "--agent_template", "hermes"]) == 3
+    assert cli_main(["rlhf", "--rlhf_type", "dpo", "--model", TINY, "--dataset", "swiftlike/arithmetic-preference#2",
+                     "--agent_template", "hermes"]) == 3
     assert "not built" in capsys.readouterr().err
     assert cli_main(["sft", "--model", TINY, "--dataset", "swiftlike/calculator-agent#2", "--loss_scale",
                      "hermes"]) == 3
