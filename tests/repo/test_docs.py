@@ -44,3 +44,19 @@ def test_the_docstring_check_sees_a_missing_module():
     rl = ROOT / "swiftlike" / "rl" / "online"
     assert missing_modules(rl, "Online.\ngrpo_trainer / grpo_batch: the step") == []
     assert missing_modules(rl, "Online.\nmemory: sleep; rollout: the worker\nserver.py holds it") == ["rollout", "server.py"]
+
+
+def test_every_test_file_the_docs_name_exists():
+    """A docs page, a docstring or a script naming tests/<path>.py that moved or went fails here."""
+    import re
+    named = {}
+    for folder in ("docs", "swiftlike", "scripts", "examples", "benchmarks"):
+        for path in (ROOT / folder).rglob("*"):
+            if path.suffix in {".md", ".py", ".sh"} and path.is_file():
+                for ref in re.findall(r"tests/[\w/]+\.(?:py|sh)", path.read_text(encoding="utf-8")):
+                    if not (ROOT / ref).exists():
+                        named.setdefault(ref, []).append(str(path.relative_to(ROOT)))
+    for ref in re.findall(r"tests/[\w/]+\.(?:py|sh)", (ROOT / "README.md").read_text(encoding="utf-8")):
+        if not (ROOT / ref).exists():
+            named.setdefault(ref, []).append("README.md")
+    assert not named, f"test files named but not there: {named}"

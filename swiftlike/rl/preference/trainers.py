@@ -27,7 +27,7 @@ class KtoTrainer(AtomicCheckpoints, KTOTrainer):
     TRL refuses a per-device batch of 1 because its own KL pairs rotate answers inside a batch; ours do not
     depend on the batch, so TRL's check is shown a batch of 2 and the real size is put back in
     `_prepare_dataset`, which TRL calls after its check and before transformers' Trainer reads the size
-    (`tests/test_preference.py::test_kto_trains_at_batch_size_one` checks the run's batch is 1)."""
+    (`tests/e2e/test_preference.py::test_kto_trains_at_batch_size_one` checks the run's batch is 1)."""
 
     def __init__(self, *, args, **kwargs):
         self._per_device_batch = args.per_device_train_batch_size
