@@ -52,10 +52,10 @@ class InjectedRolloutTrainer(grpo_trainer.GrpoTrainer):
         InjectedRolloutTrainer.last = self
 
     def _collect_rollouts(self, rows, *_):  # (rows, steps_left)
-        g = self.g.num_generations
+        group_size = self.grpo.num_generations
         out = []
-        for start in range(0, len(rows), g):
-            group = rows[start:start + g]
+        for start in range(0, len(rows), group_size):
+            group = rows[start:start + group_size]
             prompt = group[0]["messages"][-1]["content"]
             assert all(r["messages"][-1]["content"] == prompt for r in group), "a group split across rows"
             self.prompts_seen.append(prompt)
