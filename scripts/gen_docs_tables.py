@@ -6,12 +6,12 @@ Each table lives between a pair of markers in its page and is replaced whole:
     docs/templates.md  <!-- templates:start --> ... <!-- templates:end -->
     docs/datasets.md   <!-- datasets:start -->  ... <!-- datasets:end -->
     docs/agent.md      <!-- agent-templates:start --> ... (AGENT_TEMPLATE_REGISTRY), <!-- loss-scales:start -->,
-                       <!-- tools:start --> ... (TOOL_REGISTRY)
+                       <!-- tools:start --> ... (TOOL_REGISTRY), <!-- args-multi-turn:start --> ... (MultiTurnArguments)
     docs/rlhf.md       <!-- args-rollout:start --> ... (RolloutPlacementArguments + VllmArguments)
     docs/rlhf.md       <!-- args-preference:start --> ... (PreferenceArguments)
     docs/rlhf.md       <!-- args-gkd:start --> ... (GkdArguments)
     docs/rollout.md    <!-- args-rollout-server:start --> ... (RolloutServerArguments + LogprobLimitArguments +
-                       VllmArguments)
+                       MultiTurnServerArguments + VllmArguments)
     docs/app.md        <!-- args-app:start --> ... (AppArguments' own fields + SamplingArguments)
 
     .venv/bin/python scripts/gen_docs_tables.py          # rewrite the tables
@@ -28,8 +28,9 @@ from pathlib import Path
 from swiftlike.arguments.app_args import AppArguments
 from swiftlike.arguments.infer_args import LogprobLimitArguments, SamplingArguments, VllmArguments
 from swiftlike.arguments.megatron_args import MegatronArguments
-from swiftlike.arguments.rlhf_args import GkdArguments, PreferenceArguments, RayArguments, RolloutPlacementArguments
-from swiftlike.arguments.rollout_args import RolloutServerArguments
+from swiftlike.arguments.rlhf_args import (GkdArguments, MultiTurnArguments, PreferenceArguments, RayArguments,
+                                           RolloutPlacementArguments)
+from swiftlike.arguments.rollout_args import MultiTurnServerArguments, RolloutServerArguments
 
 from swiftlike.dataset import DATASET_REGISTRY
 from swiftlike.model import MODEL_REGISTRY
@@ -148,12 +149,12 @@ TABLES = {
     "templates.md": [("templates", templates_table)],
     "datasets.md": [("datasets", datasets_table)],
     "agent.md": [("agent-templates", agent_templates_table), ("loss-scales", loss_scales_table),
-                 ("tools", tools_table)],
+                 ("tools", tools_table), ("args-multi-turn", lambda: args_table(MultiTurnArguments))],
     "rlhf.md": [("args-rollout", lambda: args_table(RolloutPlacementArguments, VllmArguments)),
                 ("args-preference", lambda: args_table(PreferenceArguments)),
                 ("args-gkd", lambda: args_table(GkdArguments))],
     "rollout.md": [("args-rollout-server", lambda: args_table(RolloutServerArguments, LogprobLimitArguments,
-                                                              VllmArguments))],
+                                                              MultiTurnServerArguments, VllmArguments))],
     "app.md": [("args-app", lambda: args_table(AppArguments, SamplingArguments))],
     "ray.md": [("args-ray", lambda: args_table(RayArguments))],
     "megatron.md": [("args-megatron", lambda: args_table(MegatronArguments))],

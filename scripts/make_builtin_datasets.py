@@ -538,10 +538,10 @@ def text_mini_rows() -> list[dict]:
     return [{"text": text} for text in TEXT_MINI]
 
 
-def _agent_script():
-    """scripts/make_agent_datasets.py, loaded by path: scripts/ is not a package."""
-    path = Path(__file__).with_name("make_agent_datasets.py")
-    spec = importlib.util.spec_from_file_location("make_agent_datasets", path)
+def _script(file_name: str):
+    """Another generator script of scripts/, loaded by path: scripts/ is not a package."""
+    path = Path(__file__).with_name(file_name)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
@@ -559,7 +559,8 @@ def builtin_files() -> dict[str, list[dict]]:
         "alpaca_mini.jsonl": [{"instruction": i, "input": x, "output": o} for i, x, o in ALPACA_MINI],
         "preference_mini.jsonl": [{"query": q, "chosen": c, "rejected": r} for q, c, r in PREFERENCE_MINI],
         "text_mini.jsonl": text_mini_rows(),
-        **_agent_script().agent_files(),
+        **_script("make_agent_datasets.py").agent_files(),
+        **_script("make_frozen_lake_dataset.py").frozen_lake_files(),
     }
 
 

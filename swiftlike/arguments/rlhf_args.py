@@ -8,9 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..rl.core.losses import LOSS_TYPES
-from ..rl.core.options import (GKD, GRPO, ONLINE, PREFERENCE_TYPES, GkdOptions, GrpoOptions, PolicyTrainingOptions,
-                               PreferenceOptions, RayOptions, RewardOptions, RlhfType, RolloutOptions,
-                               SamplingOptions, flags_not_read_by)
+from ..rl.core.options import (GKD, GRPO, ONLINE, PREFERENCE_TYPES, GkdOptions, GrpoOptions, MultiTurnOptions,
+                               PolicyTrainingOptions, PreferenceOptions, RayOptions, RewardOptions, RlhfType,
+                               RolloutOptions, SamplingOptions, flags_not_read_by)
 from ..rl.core.staleness import min_async_staleness
 from ..utils import get_logger
 from ..utils.errors import NotBuiltError
@@ -31,6 +31,8 @@ GrpoArguments = option_flags(GrpoOptions, "", "GrpoArguments", module=__name__, 
 RewardArguments = option_flags(RewardOptions, "", "RewardArguments", module=__name__, doc=RewardOptions.__doc__)
 RolloutPlacementArguments = option_flags(RolloutOptions, "", "RolloutPlacementArguments", module=__name__,
                                          doc=RolloutOptions.__doc__)
+MultiTurnArguments = option_flags(MultiTurnOptions, "", "MultiTurnArguments", module=__name__,
+                                  doc=MultiTurnOptions.__doc__)
 GkdArguments = option_flags(GkdOptions, "", "GkdArguments", module=__name__, doc=GkdOptions.__doc__)
 PreferenceArguments = option_flags(PreferenceOptions, "", "PreferenceArguments", module=__name__,
                                    doc=PreferenceOptions.__doc__)
@@ -47,9 +49,9 @@ DEFAULT_LOSS_TYPE = {"grpo": "grpo", "dpo": "sigmoid", "cpo": "sigmoid", "simpo"
 
 
 @dataclass
-class RlhfArguments(TrainArguments, PreferenceArguments, GkdArguments, GrpoArguments, RewardArguments,
-                    PolicyTrainingArguments, CompletionArguments, SamplingArguments, RolloutPlacementArguments,
-                    VllmArguments, RayArguments):
+class RlhfArguments(TrainArguments, PreferenceArguments, GkdArguments, MultiTurnArguments, GrpoArguments,
+                    RewardArguments, PolicyTrainingArguments, CompletionArguments, SamplingArguments,
+                    RolloutPlacementArguments, VllmArguments, RayArguments):
     """swiftlike rlhf: preference training (dpo, kto, cpo, simpo, orpo, rm), RL with rewards (grpo) and
     on-policy distillation (gkd)."""
 
@@ -81,6 +83,8 @@ class RlhfArguments(TrainArguments, PreferenceArguments, GkdArguments, GrpoArgum
             self.teacher_model_server = [self.teacher_model_server]
         if self.loss_type is None:
             self.loss_type = [DEFAULT_LOSS_TYPE[self.rlhf_type]] if self.rlhf_type in DEFAULT_LOSS_TYPE else []
+        if self.use_gym_env is None:  # ms-swift's default
+            self.use_gym_env = self.gym_env is not None
         super().__post_init__()
         self._refuse_unread_flags()
         if self.steps_per_generation is None:
@@ -114,6 +118,9 @@ class RlhfArguments(TrainArguments, PreferenceArguments, GkdArguments, GrpoArgum
     def gkd_options(self) -> GkdOptions:
         return self._group(GkdOptions)
 
+    def multi_turn_options(self) -> MultiTurnOptions:
+        return self._group(MultiTurnOptions)
+
     def preference_options(self) -> PreferenceOptions:
         return self._group(PreferenceOptions)
 
@@ -138,8 +145,11 @@ class RlhfArguments(TrainArguments, PreferenceArguments, GkdArguments, GrpoArgum
                 raise ValueError("--ref_model with --tuner_type lora: the reference is the model with its adapter "
                                  "disabled; use --ref_adapters to give the reference an adapter of its own")
             return groups
+        groups[MultiTurnOptions] = multi_turn = MultiTurnOptions(**flag_values(self, MultiTurnOptions))
+        self._refuse_multi_turn_not_built(multi_turn)
         if self.rlhf_type == "grpo":
-            groups[RewardOptions] = RewardOptions(**flag_values(self, RewardOptions))
+            groups[RewardOptions] = RewardOptions(**flag_values(self, RewardOptions),
+                                                  env_reward=multi_turn.use_gym_env)
             groups[GrpoOptions] = grpo = GrpoOptions(**flag_values(self, GrpoOptions), loss_type=self.loss_type[0],
                                                      beta=self.beta)
             self._check_generation_batch(grpo)
@@ -156,6 +166,24 @@ class RlhfArguments(TrainArguments, PreferenceArguments, GkdArguments, GrpoArgum
         if self.use_vllm:
             self.vllm_options()  # the engine's options check their own values, named by flag
         return groups
+
+    def _refuse_multi_turn_not_built(self, multi_turn: MultiTurnOptions) -> None:
+        """The placements multi-turn rollouts do not run in yet: exit 3, naming each one given."""
+        if self.vllm_server_pass_dataset:
+            raise NotBuiltError("--vllm_server_pass_dataset true: rollout servers do not run multi-turn "
+                                "schedulers yet, so there is no one to send the rows' columns to; multi-turn GRPO "
+                                "runs colocated (--vllm_mode colocate) or on the pt engine (--use_vllm false)")
+        if not multi_turn.enabled:
+            return
+        placements = {"--rlhf_type gkd": self.rlhf_type == "gkd",
+                      "--vllm_mode server": self.use_vllm and self.vllm_mode == "server",
+                      "--async_generate true": self.async_generate, "--use_ray true": self.use_ray,
+                      "--train_backend megatron": self.train_backend == "megatron"}
+        given = [name for name, value in placements.items() if value]
+        if given:
+            raise NotBuiltError(f"--multi_turn_scheduler with {', '.join(given)}: not built yet; multi-turn "
+                                "GRPO runs colocated (--use_vllm true --vllm_mode colocate) or on the pt engine "
+                                "(--use_vllm false), on transformers, in one process")
 
     def _check_generation_batch(self, grpo: GrpoOptions) -> None:
         spg = grpo.steps_per_generation
@@ -194,6 +222,14 @@ class RlhfArguments(TrainArguments, PreferenceArguments, GkdArguments, GrpoArgum
                                  f"{self.rlhf_type}{learns}")
 
     # ------------------------------------------------------------------ shared settings
+    def _agent_template_unread(self) -> str | None:
+        """The multi-turn rollout reads --agent_template (the tool scheduler parses calls with it); nothing else
+        in rlhf encodes tools."""
+        if self.multi_turn_scheduler is not None and self.rlhf_type in ONLINE:
+            return None
+        return ("in rlhf only multi-turn rollouts read it: --rlhf_type grpo --multi_turn_scheduler "
+                "tool_call_scheduler")
+
     @property
     def grpo_loss_type(self) -> str:
         """GRPO takes exactly one --loss_type (checked in __post_init__)."""

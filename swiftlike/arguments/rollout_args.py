@@ -3,12 +3,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..rl.core.options import MultiTurnOptions
+from ..utils.errors import NotBuiltError
 from .base import BaseArguments, arg
 from .infer_args import LogprobLimitArguments, VllmArguments
+from .option_flags import flag_values, option_flags
+
+# The multi-turn settings a rollout server reads (ms-swift's `swift rollout` has these; the length-limit scope
+# and --vllm_server_pass_dataset are the trainer's).
+SERVER_MULTI_TURN = ("multi_turn_scheduler", "max_turns", "use_gym_env", "gym_env", "context_manager")
+MultiTurnServerArguments = option_flags(
+    MultiTurnOptions, "", "MultiTurnServerArguments", module=__name__, names=SERVER_MULTI_TURN,
+    doc="Multi-turn rollouts run on the server (where ms-swift runs its schedulers); not built yet.")
 
 
 @dataclass
-class RolloutServerArguments(BaseArguments, VllmArguments, LogprobLimitArguments):
+class RolloutServerArguments(BaseArguments, VllmArguments, LogprobLimitArguments, MultiTurnServerArguments):
     """swiftlike rollout: serve generation and weight updates to a `swiftlike rlhf --vllm_mode server` trainer."""
 
     command = "rollout"
@@ -27,8 +37,16 @@ class RolloutServerArguments(BaseArguments, VllmArguments, LogprobLimitArguments
         """The vLLM engine this server holds (a rollout server is vLLM only)."""
         return self.model_engine_spec("vllm", self.vllm_options(), max_logprobs=self.max_logprobs)
 
+    def multi_turn_options(self) -> MultiTurnOptions:
+        """The multi-turn group these flags describe (validated there)."""
+        return MultiTurnOptions(**flag_values(self, MultiTurnOptions, names=SERVER_MULTI_TURN))
+
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.multi_turn_options().enabled:
+            raise NotBuiltError("--multi_turn_scheduler on swiftlike rollout: rollout servers do not run multi-turn "
+                                "schedulers yet; run multi-turn GRPO colocated (swiftlike rlhf --use_vllm true "
+                                "--vllm_mode colocate --multi_turn_scheduler ...)")
         if self.model is None:
             raise ValueError("--model is required: the model the rollout server generates with")
         if not 0 < self.port < 65536:

@@ -113,3 +113,20 @@ register_dataset(DatasetMeta(
     columns=("tools", "messages", "solution", "task"),
     tags=("rl", "agent", "math"),
 ))
+register_dataset(DatasetMeta(
+    name="swiftlike/frozen-lake",
+    path="frozen_lake.jsonl",
+    description="512 solvable 4x4 FrozenLake maps for the built-in `frozen_lake` environment (multi-turn GRPO with "
+                "--multi_turn_scheduler gym_scheduler): ms-swift's row format, `env_config` = {name, seed, size}; "
+                "the messages are the environment's system prompt and first board. Made by "
+                "scripts/make_frozen_lake_dataset.py.",
+    columns=("messages", "env_config"),
+    tags=("rl", "agent", "env"),
+))
+register_dataset(DatasetMeta(
+    name="swiftlike/frozen-lake-test",
+    path="frozen_lake_test.jsonl",
+    description="128 held-out FrozenLake maps like swiftlike/frozen-lake (no map shared with it), for evaluation.",
+    columns=("messages", "env_config"),
+    tags=("rl", "agent", "env"),
+))

@@ -8,4 +8,6 @@ client: the trainer side, in the engines layer: RemoteEngine / ServerClient (rem
     shared-path and collective weight transports (transport).
 server: the server side: the engine thread and policy versions (service), the routes (app), requests cut
     and resumed across weight updates (partial).
+multi_turn: multi-turn rollouts (schedulers, environments, the trajectory loop), run by the RL rollout worker
+    and the server alike.
 """

@@ -19,6 +19,7 @@ from .lowering import Lowered, lower, needs_agent
 from .toolcall import ParsedCompletion, canonical_messages, normalize_tools
 
 IGNORE_INDEX = -100
+_TURN_PROBE = "swiftlike-turn-probe"  # an assistant answer no template rewrites, found again in the rendered text
 
 Message = dict  # {"role": "system"|"user"|"assistant"|"tool", "content": str}, assistant "tool_calls" (toolcall.py)
 
@@ -163,6 +164,12 @@ class Template:
         token; ReAct: `Observation:`); the text of `render_tool_turn` follows it."""
         if self.agent is not None and not self.agent.results_turn:
             return self.agent.stop_words[0]
+        return self.meta.assistant_suffix
+
+    @property
+    def assistant_turn_end(self) -> str:
+        """What ends an assistant turn that makes no calls, as this template writes it (`<|im_end|>`); the text of
+        `render_user_turn` follows it."""
         return self.meta.assistant_suffix
 
     def _content(self, text: str) -> str:
@@ -316,6 +323,29 @@ class Template:
         """`render_tool_turn` as token ids, to append after the ids a call turn was sampled as."""
         return list(self.tokenizer(self.render_tool_turn(messages, tools, enable_thinking),
                                    add_special_tokens=False)["input_ids"])
+
+    def render_user_turn(self, content: str, enable_thinking: bool = True) -> str:
+        """The text that follows an assistant turn (after `assistant_turn_end`) when a user message `content`
+        comes next (an environment's observation, a tip): the separator, the user turn and the next assistant
+        prefix, so that its ids appended to the sampled ids continue the conversation as it renders at once.
+
+        Found in the rendering of a probe conversation rather than from the format's pieces, so a tokenizer's own
+        chat template serves too; only the text after the probe answer is used, which no template makes depend on
+        the turns before it."""
+        probe = [{"role": "user", "content": "ping"}, {"role": "assistant", "content": _TURN_PROBE},
+                 {"role": "user", "content": content}]
+        text = self.render(probe, add_generation_prompt=True, enable_thinking=enable_thinking, loss_scale="all")[0]
+        end = text.find(_TURN_PROBE) + len(_TURN_PROBE)
+        if not text.startswith(self.assistant_turn_end, end):
+            raise ValueError(f"template {self.meta.name!r} does not end an assistant turn with "
+                             f"{self.assistant_turn_end!r} right after its text, so a user turn cannot be appended "
+                             "as ids after sampled ids; pass --template with a registered template")
+        return text[end + len(self.assistant_turn_end):]
+
+    def encode_user_turn(self, content: str, enable_thinking: bool = True) -> list[int]:
+        """`render_user_turn` as token ids, to append after the ids an assistant turn was sampled as."""
+        return list(self.tokenizer(self.render_user_turn(content, enable_thinking), add_special_tokens=False)[
+            "input_ids"])
 
     def parse_tool_calls(self, text: str) -> ParsedCompletion:
         """A completion's text and its calls, read by this template's agent template."""

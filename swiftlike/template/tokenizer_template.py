@@ -111,6 +111,10 @@ class TokenizerTemplate(Template):
     def tool_call_turn_end(self) -> str:
         if self.agent is not None and not self.agent.results_turn:
             return self.agent.stop_words[0]
+        return self.assistant_turn_end
+
+    @property
+    def assistant_turn_end(self) -> str:
         return self.meta.stop_words[0] if self.meta.stop_words else ""
 
     def _lower(self, messages: list[Message], tools: list[dict] | None) -> tuple[Lowered, list[dict] | None]:

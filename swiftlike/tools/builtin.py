@@ -2,7 +2,9 @@
 function behind it, so data generation, training and tool loops agree on them.
 
 A tool takes its arguments as a JSON object and answers with text (JSON), errors included: arguments come
-from a model, so a bad call gets an answer the model can read, never an exception.
+from a model, so a bad call gets an answer the model can read. A function refuses a call by raising
+`ToolRefusal` (its message is the answer); any other exception, and a result that is not text or JSON, is a
+broken tool, which `call_tool` lets through and `sandbox.run_tool_isolated` turns into an error answer.
 """
 from __future__ import annotations
 
@@ -12,8 +14,12 @@ from dataclasses import dataclass
 
 from ..utils.registry import Registry
 from .calculator import evaluate
+from .errors import ToolRefusal, ToolResultNotText
 
 MAX_WORD_CHARS = 100
+# JSON schema type -> the Python types json.loads gives for it (bool is an int to Python, not to JSON)
+_JSON_TYPES = {"string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,), "array": (list,),
+               "object": (dict,)}
 
 
 @dataclass(frozen=True)
@@ -21,7 +27,9 @@ class Tool:
     name: str
     description: str
     parameters: dict  # JSON schema of the arguments object
-    function: Callable[..., dict]
+    function: Callable[..., object]
+    # (module name, file) of a plugin tool, so a sandbox process can import it; None for the built-ins
+    source: tuple[str, str] | None = None
 
     def schema(self) -> dict:
         """The OpenAI function schema, as a `tools` list holds it."""
@@ -33,9 +41,9 @@ class Tool:
         problem = self._check(arguments)
         if problem is None:
             try:
-                return json.dumps(self.function(**arguments), ensure_ascii=False)
-            except ValueError as error:  # the functions' own word for a call they cannot serve
-                problem = str(error)
+                return result_text(self.name, self.function(**arguments))
+            except ToolRefusal as refusal:
+                problem = str(refusal)
         return json.dumps({"error": problem}, ensure_ascii=False)
 
     def _check(self, arguments) -> str | None:
@@ -49,9 +57,24 @@ class Tool:
             if name not in arguments:
                 return f"missing argument {name!r}"
         for name, value in arguments.items():
-            if properties[name]["type"] == "string" and not isinstance(value, str):
-                return f"argument {name!r} must be a string"
+            expected = properties[name].get("type")
+            if expected in _JSON_TYPES and (not isinstance(value, _JSON_TYPES[expected])
+                                            or (isinstance(value, bool) and expected != "boolean")):
+                return f"argument {name!r} must be a{'n' if expected[0] in 'aeiou' else ''} {expected}"
         return None
+
+
+def result_text(name: str, value: object) -> str:
+    """What the model reads for a function's return: text as it is, anything JSON can write as JSON."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (bytes, bytearray)):
+        raise ToolResultNotText(f"{name} returned bytes, not text; a tool must return text or a JSON value")
+    try:
+        return json.dumps(value, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as error:
+        raise ToolResultNotText(f"{name} returned {type(value).__name__!r}, which is not JSON ({error}); a tool "
+                                "must return text or a JSON value") from None
 
 
 def _calculator(expression: str) -> dict:
@@ -60,9 +83,9 @@ def _calculator(expression: str) -> dict:
 
 def _count_letters(word: str, letter: str) -> dict:
     if len(letter) != 1:
-        raise ValueError("'letter' must be a single character")
+        raise ToolRefusal("'letter' must be a single character")
     if len(word) > MAX_WORD_CHARS:
-        raise ValueError(f"'word' is longer than {MAX_WORD_CHARS} characters")
+        raise ToolRefusal(f"'word' is longer than {MAX_WORD_CHARS} characters")
     return {"count": word.lower().count(letter.lower())}
 
 

@@ -11,6 +11,8 @@ import ast
 import math
 import operator
 
+from .errors import ToolRefusal
+
 MAX_EXPRESSION_CHARS = 200
 MAX_DIGITS = 100  # of any intermediate or final result
 MAX_EXPONENT = 64
@@ -25,7 +27,7 @@ _SPELLINGS = {"×": "*", "·": "*", "÷": "/", "^": "**", "−": "-"}
 Number = int | float
 
 
-class CalculatorError(ValueError):
+class CalculatorError(ToolRefusal):
     """The expression is not arithmetic this calculator evaluates; the message says why, for the model to read."""
 
 

@@ -89,6 +89,31 @@ def test_a_flag_added_to_a_command_appears_in_the_ui_unchanged(tmp_path):
     assert argv[-2:] == ["--warmup_shape", "0.9"] and parse_args(extended, argv).warmup_shape == 0.9
 
 
+def test_the_multi_turn_group_appears_in_the_ui_unchanged():
+    """The multi-turn flags (rl/core/options.py's MultiTurnOptions) are on the rlhf form and the rollout server's,
+    each as its option field declares it, with no UI code of their own, and reach the argv."""
+    from swiftlike.arguments.rollout_args import SERVER_MULTI_TURN, RolloutServerArguments
+    from swiftlike.rl.core.options import MultiTurnOptions
+    settings = [f for f in dataclasses.fields(MultiTurnOptions) if f.metadata.get("help")]
+    for cls, group, names in ((RlhfArguments, "MultiTurnArguments", [f.name for f in settings]),
+                              (RolloutServerArguments, "MultiTurnServerArguments", list(SERVER_MULTI_TURN))):
+        specs = {s.name: s for s in field_specs(cls)}
+        assert [n for n, s in specs.items() if s.group == group] == names
+        for f in settings:
+            if f.name in names:
+                assert (specs[f.name].help, specs[f.name].default) == (f.metadata["help"], f.default), f.name
+    specs = field_specs(RlhfArguments)
+    shown = {s.name: s.widget_value(s.default) for s in specs}
+    shown.update(rlhf_type="grpo", model=TINY, dataset="swiftlike/calculator-agent-test#8", reward_funcs="accuracy",
+                 multi_turn_scheduler="tool_call_scheduler", max_turns="3", completion_length_limit_scope="total",
+                 agent_template="hermes")
+    argv = argv_of(specs, [shown[s.name] for s in specs])
+    options = parse_args(RlhfArguments, argv).multi_turn_options()
+    assert (options.multi_turn_scheduler, options.max_turns, options.completion_length_limit_scope) == (
+        "tool_call_scheduler", 3, "total")
+    assert {s.name: s for s in specs}["completion_length_limit_scope"].choices == ("total", "per_round")
+
+
 def test_a_list_field_cannot_set_other_flags():
     """A list field is split into words, and argparse reads any word that begins with '-' as a flag: such an item
     is refused with its field named; numbers (-0.5) and words with dashes inside pass."""

@@ -21,11 +21,11 @@ ROOT = REPO / "swiftlike"
 LAYERS: list[tuple[str, list[str]]] = [
     ("utils", ["utils"]),
     ("RL core", ["rl/core"]),
-    ("registries and wire format", ["template", "model", "dataset", "tools", "rollout/wire"]),
+    ("registries and wire format", ["template", "model", "dataset", "tools", "rl/rewards", "rollout/wire"]),
     ("engines", ["infer", "infer/engine", "rollout/client"]),
     ("arguments", ["arguments"]),
-    ("trainers and servers", ["train", "train/megatron", "rl", "rl/online", "rl/rewards", "rl/preference", "rollout",
-                              "rollout/server", "deploy", "eval", "export", "ui", "ui/pages", "ray"]),
+    ("trainers and servers", ["train", "train/megatron", "rl", "rl/online", "rl/preference", "rollout",
+                              "rollout/server", "rollout/multi_turn", "deploy", "eval", "export", "ui", "ui/pages", "ray"]),
     ("commands", ["commands", "cli", ""]),
 ]
 FOLDER_LAYER = {folder: rank for rank, (_, folders) in enumerate(LAYERS) for folder in folders}

@@ -43,6 +43,7 @@ OPTIONAL: dict[str, tuple[str, ...]] = {
     "sglang": ("sglang",),
     "lmdeploy": ("lmdeploy",),
     "megatron": ("megatron",),
+    "reasoning_gym": ("agent",),
 }
 
 # Core dependencies that swiftlike/ does not import, and why they are core all the same.

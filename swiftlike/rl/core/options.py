@@ -167,16 +167,27 @@ class RewardOptions:
     repetition_max_penalty: float = arg(-1.0, "repetition reward: penalty of a fully repetitive answer (<= 0).")
     soft_max_length: int | None = arg(None, "soft_overlong reward: L_max; default --max_completion_length.")
     soft_cache_length: int | None = arg(None, "soft_overlong reward: L_cache, the punished interval's length.")
+    # --use_gym_env (MultiTurnOptions): the environment's return is one more reward column, `env`, after the others
+    env_reward: bool = False
 
     def __post_init__(self) -> None:
-        if not self.reward_funcs and not self.reward_model:
+        if not self.reward_funcs and not self.reward_model and not self.env_reward:
             raise ValueError("--reward_funcs is required for grpo, e.g. --reward_funcs accuracy format "
-                             "(or a --reward_model)")
+                             "(or a --reward_model, or an environment's reward with --use_gym_env)")
         n_rewards = len(self.reward_funcs) + len(self.reward_model)
-        if self.reward_weights is not None and len(self.reward_weights) != n_rewards:
+        allowed = (n_rewards, n_rewards + 1) if self.env_reward else (n_rewards,)
+        if self.reward_weights is not None and len(self.reward_weights) not in allowed:
+            env = (" (+ 1 for the environment's reward, which is 1.0 when left out)" if self.env_reward else "")
             raise ValueError(f"got {len(self.reward_weights)} --reward_weights for {len(self.reward_funcs)} "
-                             f"--reward_funcs + {len(self.reward_model)} --reward_model; give one weight per "
+                             f"--reward_funcs + {len(self.reward_model)} --reward_model{env}; give one weight per "
                              "reward, functions first")
+
+    def weights(self) -> list[float] | None:
+        """One weight per reward column in order (functions, reward models, then `env`); None: 1.0 each."""
+        if self.reward_weights is None or not self.env_reward:
+            return self.reward_weights
+        n_rewards = len(self.reward_funcs) + len(self.reward_model)
+        return list(self.reward_weights) + [1.0] * (n_rewards + 1 - len(self.reward_weights))
 
     def function_params(self, max_completion_length: int) -> dict:
         """The values `build_reward_funcs` hands to parameterised reward functions."""
@@ -302,6 +313,66 @@ class RolloutOptions:
         hosts = self.vllm_server_host * n if len(self.vllm_server_host) == 1 else self.vllm_server_host
         ports = self.vllm_server_port * n if len(self.vllm_server_port) == 1 else self.vllm_server_port
         return list(zip(hosts, ports))
+
+
+LimitScope = Literal["total", "per_round"]
+# ms-swift removed --context_manager; what replaces it, for the refusal.
+CONTEXT_MANAGER_REMOVED = ("--context_manager was removed (as in ms-swift): to change the conversation between "
+                           "turns (compress the history, inject a hint), write a MultiTurnScheduler whose step() "
+                           "does it, register it in an --external_plugins file with "
+                           "@register_scheduler('my_scheduler') and pass --multi_turn_scheduler my_scheduler")
+
+
+@dataclass(frozen=True)
+class MultiTurnOptions:
+    """Multi-turn rollouts (ms-swift's names): a scheduler turns each prompt into a trajectory of sampled turns
+    with tool results or environment observations between them, trained on the ids the engine sampled."""
+
+    multi_turn_scheduler: str | None = arg(
+        None, "Roll out each prompt over several turns with this scheduler: tool_call_scheduler (runs the "
+        "model's tool calls, read with --agent_template), math_tip_trick, gym_scheduler (an environment, "
+        "--gym_env), or a name registered in an --external_plugins file. Default: one turn per prompt.",
+        only=ONLINE)
+    max_turns: int | None = arg(None, "Most assistant turns in one trajectory; default no limit (the scheduler or "
+                                "the length limit ends it).", only=ONLINE)
+    completion_length_limit_scope: LimitScope = arg(
+        "per_round", "What --max_completion_length bounds in a multi-turn trajectory: per_round, each sampled "
+        "turn; total, all completion ids together (sampled turns and the tool results or observations between "
+        "them). A trajectory cut by it is marked truncated.")
+    use_gym_env: bool | None = arg(None, "Add the environment's return (the sum of its step rewards) as one more "
+                                   "reward column, named env, after the --reward_funcs; it may be the only "
+                                   "reward. Default: true when --gym_env is given.", only=ONLINE)
+    gym_env: str | None = arg(None, "Environment of gym_scheduler's trajectories (built in: math_env, frozen_lake, "
+                              "or registered in an --external_plugins file) for rows whose env_config column "
+                              "names none.", only=ONLINE)
+    context_manager: str | None = arg(None, "Removed in ms-swift and refused here: write a scheduler instead "
+                                      "(--multi_turn_scheduler).", only=ONLINE)
+    vllm_server_pass_dataset: bool = arg(False, "--vllm_mode server: send each row's other columns (solution, "
+                                         "env_config, ...) to the rollout server, whose scheduler reads them.",
+                                         only=ONLINE)
+
+    def __post_init__(self) -> None:
+        _check_choices(self)
+        if self.context_manager is not None:
+            raise ValueError(CONTEXT_MANAGER_REMOVED)
+        if self.use_gym_env is None:  # ms-swift's default, resolved once so every reader sees a bool
+            object.__setattr__(self, "use_gym_env", self.gym_env is not None)
+        if self.max_turns is not None and self.max_turns < 1:
+            raise ValueError(f"--max_turns must be >= 1 (or unset for no limit), got {self.max_turns}")
+        if self.multi_turn_scheduler is None:
+            given = [flag for flag, value in (("--max_turns", self.max_turns is not None),
+                                              ("--completion_length_limit_scope total",
+                                               self.completion_length_limit_scope == "total"),
+                                              ("--use_gym_env true", self.use_gym_env),
+                                              ("--gym_env", self.gym_env is not None)) if value]
+            if given:
+                raise ValueError(f"{', '.join(given)}: multi-turn settings, but no --multi_turn_scheduler is set "
+                                 "(one turn per prompt); add e.g. --multi_turn_scheduler "
+                                 f"{'gym_scheduler' if self.use_gym_env or self.gym_env else 'tool_call_scheduler'}")
+
+    @property
+    def enabled(self) -> bool:
+        return self.multi_turn_scheduler is not None
 
 
 @dataclass(frozen=True)
@@ -469,8 +540,8 @@ class RayOptions:
 
 
 # Every group whose flags `swiftlike rlhf` has, in the order their flags are listed.
-OPTION_GROUPS = (PolicyTrainingOptions, SamplingOptions, GrpoOptions, RewardOptions, RolloutOptions, GkdOptions,
-                 PreferenceOptions, RayOptions)
+OPTION_GROUPS = (PolicyTrainingOptions, SamplingOptions, GrpoOptions, RewardOptions, RolloutOptions,
+                 MultiTurnOptions, GkdOptions, PreferenceOptions, RayOptions)
 
 
 def flags_not_read_by(rlhf_type: str) -> dict[tuple[str, ...], tuple[str, ...]]:

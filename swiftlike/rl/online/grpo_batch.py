@@ -31,9 +31,13 @@ from ..core.sampling import SampledLogps, selected_logps
 def tensorize(part: list[Rollout], pad_id: int, overlong_filter: bool = False) -> dict:
     """The micro-batch `part` in the layout above.
 
-    With `overlong_filter` (DAPO), a completion the engine cut at max_tokens keeps its tokens in the batch but
-    gets an all-false `completion_mask`: a truncated answer's reward says little about its tokens, so it neither
-    contributes loss nor counts in the loss normaliser. `completion_attention_mask` still marks its tokens.
+    `completion_mask` marks the tokens the loss, its normalisers and every per-token metric count: the ids the
+    engine sampled. A multi-turn trajectory's inserted ids (tool results, observations, next-turn headers; its
+    `loss_mask` 0) are context only, and so is every id of a trajectory whose environment raised (`env_error`).
+    With `overlong_filter` (DAPO), a completion cut by a length limit (`truncated`: the engine's max_tokens, or a
+    trajectory's per-round or total limit) keeps its tokens in the batch but gets an all-false
+    `completion_mask`: a truncated answer's reward says little about its tokens, so it neither contributes loss
+    nor counts in the loss normaliser. `completion_attention_mask` still marks all of them.
     """
     prompts: dict[tuple[int, ...], int] = {}
     prompt_index = [prompts.setdefault(tuple(r.prompt_ids), len(prompts)) for r in part]
@@ -53,7 +57,8 @@ def tensorize(part: list[Rollout], pad_id: int, overlong_filter: bool = False) -
         c = len(r.completion_ids)
         completion_ids[i, :c] = torch.tensor(r.completion_ids, dtype=torch.long)
         completion_attn[i, :c] = 1
-        cmask[i, :c] = not (overlong_filter and r.finish_reason == "length")
+        if not (overlong_filter and r.truncated) and r.env_error is None:
+            cmask[i, :c] = True if r.loss_mask is None else torch.tensor(r.loss_mask, dtype=torch.bool)
         if have_lp:
             rollout_lp[i, :c] = torch.tensor(r.rollout_logps)
     return {"prompt_ids": prompt_ids, "prompt_attention_mask": prompt_attn,

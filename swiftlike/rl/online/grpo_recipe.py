@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from ...arguments.rlhf_args import RlhfArguments
 from ...model import default_device
+from ..core.options import MultiTurnOptions
 from ...train.data import EncodeStats, ListDataset
 from ...train.run import TrainResult, checkpoint_args_writer, load_train_val_rows, prepare_run
 from ...utils import get_logger
@@ -25,25 +26,42 @@ def _prompt_rows(rows: list[dict]) -> list[dict]:
     return out
 
 
+def build_multi_turn_scheduler(multi_turn: MultiTurnOptions, template):
+    """The --multi_turn_scheduler (after the --external_plugins files registered theirs), or None for one turn
+    per prompt."""
+    if not multi_turn.enabled:
+        return None
+    from ...rollout.multi_turn import build_scheduler
+    return build_scheduler(multi_turn.multi_turn_scheduler, max_turns=multi_turn.max_turns,
+                           gym_env=multi_turn.gym_env, template=template)
+
+
 def train_grpo(args: RlhfArguments) -> TrainResult:
     from ...train.tuner import parameter_summary
     from .grpo_trainer import GRPO_PLOTTED, GrpoTrainer, make_ref_model
     from .online_trainer import load_policy, release_policy
     from ..rewards.plugins import load_external_plugins
     from ..rewards.reward_model import load_reward_models
-    from ..rewards.functions import build_reward_funcs
+    from ..rewards.functions import ENV_REWARD, build_reward_funcs, environment_return
     from .rollout_worker import RolloutWorker
 
     run = prepare_run(args)
     resolved, tokenizer, template = run.resolved, run.tokenizer, run.template
     grpo, sampling, rollout, reward = (args.grpo_options(), args.sampling_options(), args.rollout_options(),
                                        args.reward_options())
+    multi_turn = args.multi_turn_options()
     load_external_plugins(reward.external_plugins)
+    scheduler = build_multi_turn_scheduler(multi_turn, template)  # a bad name stops the run before any model loads
     reward_funcs = build_reward_funcs(reward.reward_funcs, **reward.function_params(sampling.max_completion_length))
     for name, reward_model in load_reward_models(reward.reward_model, args.use_hf, args.torch_dtype).items():
         if name in reward_funcs:
             raise ValueError(f"--reward_model {name!r} has the name of a --reward_funcs entry; rename its directory")
         reward_funcs[name] = reward_model  # after the functions: --reward_weights lists them in this order
+    if reward.env_reward:
+        if ENV_REWARD in reward_funcs:
+            raise ValueError(f"a reward named {ENV_REWARD!r} is given, the name of the environment's reward column "
+                             "(--use_gym_env); rename it")
+        reward_funcs[ENV_REWARD] = environment_return  # last: the extra --reward_weights entry is its weight
     rows = _prompt_rows(load_train_val_rows(args)[0])
     if args.dataset_num_proc > 1 or args.load_from_cache_file:
         logger.info("--dataset_num_proc / --load_from_cache_file: GRPO encodes prompts at rollout time, so "
@@ -64,7 +82,8 @@ def train_grpo(args: RlhfArguments) -> TrainResult:
     try:
         logger.info("%s (%s); run directory %s", parameter_summary(model), args.tuner_type, run_dir)
         ref_model = make_ref_model(model, grpo.beta, args.tuner_type)
-        worker = RolloutWorker(rollout, sampling, args.vllm_options(), resolved, template, model, args.max_length)
+        worker = RolloutWorker(rollout, sampling, args.vllm_options(), resolved, template, model, args.max_length,
+                               multi_turn=multi_turn, scheduler=scheduler)
         trainer = GrpoTrainer(model=model, args=training_args, train_dataset=ListDataset(rows),
                               processing_class=tokenizer, callbacks=run.callbacks,
                               checkpoint_extras=checkpoint_args_writer(saved_args), grpo=grpo, sampling=sampling,

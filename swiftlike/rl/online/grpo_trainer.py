@@ -37,6 +37,7 @@ from .grpo_batch import completion_logps, tensorize
 from ..core.losses import policy_loss
 from ..rewards.functions import combine_rewards
 from .rollout_worker import Rollout, RolloutWorker
+from .trajectories import drop_failed_trajectories, multi_turn_metrics, trajectory_record
 from .online_trainer import RolloutTrainer, disable_dropout
 from ..core.options import (GrpoOptions, PolicyTrainingOptions, RewardOptions, RolloutOptions,
                             SamplingOptions)
@@ -49,7 +50,8 @@ TIMELINE = ("generate_wait",)
 
 # The curves a GRPO run draws into images/ (patterns are matched against the logged keys).
 GRPO_PLOTTED = (*PLOTTED, "reward", "reward_std", "rewards/*/mean", "completions/mean_length", "kl", "entropy",
-                "rollout_correction/k3_kl", "sampling/forced_keep_frac", "dynamic_sample/*", "staleness/*", "timing/*")
+                "rollout_correction/k3_kl", "sampling/forced_keep_frac", "dynamic_sample/*", "staleness/*",
+                "multi_turn/*", "timing/*")
 
 
 class RepeatSampler(Sampler):
@@ -358,6 +360,9 @@ class GrpoTrainer(RolloutTrainer):
         return [pool[i] for i in index.tolist()], all_rewards[index], per_func
 
     def _rewards(self, rollouts: list[Rollout]):
+        """The reward functions' columns (rl/rewards/functions.py); a trajectory is scored as a whole, on its
+        final answer with its conversation. A trajectory whose environment raised is dropped: reward 0 (its
+        per-function values NaN, so they stay out of the rewards/* means) and no loss (`tensorize`)."""
         columns: dict[str, list] = defaultdict(list)
         keys = {k for r in rollouts for k in r.row if k != "messages"}
         for r in rollouts:
@@ -366,7 +371,13 @@ class GrpoTrainer(RolloutTrainer):
         columns["completion_ids"] = [r.completion_ids for r in rollouts]
         columns["completion_lengths"] = [len(r.completion_ids) for r in rollouts]
         columns["prompts"] = [r.row["messages"] for r in rollouts]
-        return combine_rewards(self.reward_funcs, self.reward.reward_weights, [r.text for r in rollouts], **columns)
+        if self.worker.scheduler is not None:
+            columns["messages"] = [r.messages for r in rollouts]
+            columns["rollout_infos"] = [r.infos for r in rollouts]
+            columns["step_rewards"] = [r.step_rewards for r in rollouts]
+        total, per_func = combine_rewards(self.reward_funcs, self.reward.weights(), [r.answer for r in rollouts],
+                                          **columns)
+        return drop_failed_trajectories(rollouts, total, per_func)
 
     def _logps(self, model, batch: dict, with_entropy: bool = False, with_unfiltered: bool = False) -> SampledLogps:
         """Per-token log-probs (rows, completion width) of the completion tokens under vLLM's sampling
@@ -387,9 +398,9 @@ class GrpoTrainer(RolloutTrainer):
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         t = time.time()
         scored = self._logps(model, inputs, with_entropy=True, with_unfiltered=self.grpo.beta > 0)
-        mask = inputs["completion_mask"]
+        mask = inputs["completion_mask"]  # the sampled tokens only (a trajectory's inserted ids are context)
         tokens = mask.sum().clamp(min=1)
-        metrics = {"entropy": (scored.entropy * mask).sum() / tokens,
+        metrics = {"entropy": torch.where(mask, scored.entropy, 0.0).sum() / tokens,
                    "sampling/forced_keep_frac": (scored.forced & mask).sum() / tokens}
         loss, loss_metrics = corrected_policy_loss(scored.logps, inputs, self.grpo, self.rollout, self.sampling,
                                                    reused=self._reuses_batches(),
@@ -427,17 +438,24 @@ class GrpoTrainer(RolloutTrainer):
         m["completions/mean_length"].append(float(lengths.mean()))
         m["completions/min_length"].append(float(lengths.min()))
         m["completions/max_length"].append(float(lengths.max()))
-        clipped = [r.finish_reason == "length" for r in rollouts]
+        clipped = [bool(r.truncated) for r in rollouts]
         m["completions/clipped_ratio"].append(sum(clipped) / len(clipped))
+        if self.worker.scheduler is not None:
+            for key, value in multi_turn_metrics(rollouts).items():
+                m[key].append(value)
 
     def _write_completions(self, rollouts, rewards, advantages) -> None:
+        """One line per completion; a trajectory's line also has its turns (`trajectory_record`)."""
         current = self.worker.policy_version
+        decode = self.processing_class.decode
         with (self.run_dir / "completions.jsonl").open("a", encoding="utf-8") as f:
             for r, rew, adv in zip(rollouts, rewards.tolist(), advantages.tolist()):
-                f.write(json.dumps({"step": self.state.global_step, "prompt": r.row["messages"][-1]["content"],
-                                    "completion": r.text, "reward": rew, "advantage": adv,
-                                    "policy_version": r.policy_version, "trainer_version": current},
-                                   ensure_ascii=False) + "\n")
+                line = {"step": self.state.global_step, "prompt": r.row["messages"][-1]["content"],
+                        "completion": r.text, "reward": rew, "advantage": adv,
+                        "policy_version": r.policy_version, "trainer_version": current}
+                if r.messages is not None:
+                    line.update(answer=r.answer, **trajectory_record(r, decode))
+                f.write(json.dumps(line, ensure_ascii=False, default=str) + "\n")
 
 
 def corrected_policy_loss(logps: torch.Tensor, inputs: dict, grpo: GrpoOptions, rollout: RolloutOptions,

@@ -15,6 +15,8 @@ ahead (`--max_staleness`). Engines count syncs; the worker maps each sync to the
 """
 from __future__ import annotations
 
+import contextlib
+import copy
 import dataclasses
 import shutil
 import tempfile
@@ -26,7 +28,7 @@ from pathlib import Path
 
 from ...infer.engine.vllm_engine import VllmOptions
 from ...infer.protocol import InferRequest, RequestConfig
-from ..core.options import RolloutOptions, SamplingOptions
+from ..core.options import MultiTurnOptions, RolloutOptions, SamplingOptions
 from ...train.engine_weights import engine_weights
 from ...utils import get_logger
 from .distributed import barrier, process_rank, server_shares
@@ -36,21 +38,56 @@ logger = get_logger("swiftlike.rl")
 
 POLICY_ADAPTER = "grpo_policy"
 BACKGROUND = "swiftlike-async-rollout"  # the threads of `submit`
+# Turns a colocated engine's default context makes room for when --max_turns is unset (_completion_budget).
+DEFAULT_TURN_ALLOWANCE = 8
 
 
 @dataclass
 class Rollout:
-    """One sampled completion and what the engine reported about it."""
+    """One sampled completion, or one multi-turn trajectory, and what the engine reported about it.
+
+    A trajectory's `completion_ids` are every id after the first prompt, sampled turns and the ids inserted
+    between them (tool results, observations, next-turn headers) in order; `loss_mask` marks which the engine
+    sampled, and only those are trained on or counted."""
 
     prompt_ids: list[int]
     completion_ids: list[int]
     text: str
     finish_reason: str
-    rollout_logps: list[float] | None  # the engine's per-token log-probs of the sampled tokens
+    rollout_logps: list[float] | None  # the engine's per-token log-probs of the sampled tokens (0.0 where inserted)
     row: dict = field(default_factory=dict)  # the dataset row (messages, solution, ...)
     policy_version: int | None = None  # optimizer step of the oldest weights that sampled it; None: always current (pt)
     # (optimizer step, token count) in order: which weights sampled which tokens; None where not tracked
     version_spans: list[tuple[int, int]] | None = None
+    loss_mask: list[int] | None = None  # 1 = sampled, 0 = inserted, per completion id; None = every id sampled
+    truncated: bool | None = None  # cut by a length limit; None: the engine's finish_reason says (length)
+    turns: int = 1  # assistant turns sampled
+    messages: list[dict] | None = None  # a trajectory's whole conversation; None for one turn (the row's prompt)
+    step_rewards: list[float] = field(default_factory=list)  # the environment's reward of each step
+    tool_calls: int = 0
+    tool_errors: int = 0
+    env_error: str | None = None  # the environment raised: the trajectory is dropped from the loss
+    infos: dict = field(default_factory=dict)  # the scheduler's rollout_infos (reward functions see them)
+
+    def __post_init__(self) -> None:
+        if self.truncated is None:
+            self.truncated = self.finish_reason == "length"
+        if self.loss_mask is not None and len(self.loss_mask) != len(self.completion_ids):
+            raise ValueError(f"a rollout's loss_mask has {len(self.loss_mask)} entries for "
+                             f"{len(self.completion_ids)} completion ids")
+
+    @property
+    def answer(self) -> str:
+        """What reward functions score as the completion: the last assistant turn's text for a trajectory (the
+        final answer), the completion itself for one turn."""
+        if self.messages is None:
+            return self.text
+        last = next((m for m in reversed(self.messages) if m.get("role") == "assistant"), None)
+        return (last or {}).get("content") or ""
+
+    @property
+    def sampled_tokens(self) -> int:
+        return len(self.completion_ids) if self.loss_mask is None else sum(self.loss_mask)
 
 
 def request_config(sampling: SamplingOptions) -> RequestConfig:
@@ -67,9 +104,16 @@ class RolloutWorker:
     --vllm_max_model_len is unset."""
 
     def __init__(self, rollout: RolloutOptions, sampling: SamplingOptions, vllm: VllmOptions, resolved, template,
-                 model, max_prompt_length: int | None = None):
+                 model, max_prompt_length: int | None = None, multi_turn: MultiTurnOptions | None = None,
+                 scheduler=None):
         self.options = rollout
         self.sampling = sampling
+        self.multi_turn = multi_turn if multi_turn is not None else MultiTurnOptions()
+        # Built once by the caller from --multi_turn_scheduler (rollout/multi_turn), before any model loads;
+        # None: one turn per prompt.
+        self.scheduler = scheduler
+        if (scheduler is None) == self.multi_turn.enabled:
+            raise ValueError("a RolloutWorker takes a scheduler exactly when --multi_turn_scheduler is set")
         self.model_id = resolved.model_id
         self.template = template
         self.lora_sync = rollout.lora_sync
@@ -100,7 +144,7 @@ class RolloutWorker:
         elif rollout.use_vllm:
             from ...infer.engine import EngineSpec, build_engine
             opts = dataclasses.replace(
-                vllm, max_model_len=vllm.max_model_len or (max_prompt_length or 1024) + sampling.max_completion_length,
+                vllm, max_model_len=vllm.max_model_len or (max_prompt_length or 1024) + self._completion_budget(),
                 tensor_parallel_size=self.memory.tensor_parallel_size, enable_lora=self.lora_sync,
                 enable_sleep_mode=self.memory.sleep_level > 0)
             spec = EngineSpec("vllm", torch_dtype=vllm.torch_dtype, logprobs_mode="processed_logprobs", options=opts)
@@ -111,6 +155,15 @@ class RolloutWorker:
             # Processed log-probs (after temperature / top-k / top-p), as vLLM reports them to the trainer.
             spec = EngineSpec("pt", max_batch_size=64, logprobs_mode="processed_logprobs")
             self.engine = build_engine(spec, resolved=resolved, template=template, model=model)
+
+    def _completion_budget(self) -> int:
+        """Context a colocated engine leaves after the prompt when --vllm_max_model_len is unset: one completion,
+        or a trajectory's turns with the tool results or observations between them (each turn's allowance
+        doubled for those; set --vllm_max_model_len for longer ones)."""
+        length = self.sampling.max_completion_length
+        if not self.multi_turn.enabled or self.multi_turn.completion_length_limit_scope == "total":
+            return length
+        return 2 * length * (self.multi_turn.max_turns or DEFAULT_TURN_ALLOWANCE)
 
     @property
     def needs_sync(self) -> bool:
@@ -136,27 +189,15 @@ class RolloutWorker:
         return self._background.submit(self.generate, rows)
 
     def generate(self, rows: list[dict], model=None) -> list[Rollout]:
-        """One completion per row (rows already repeated num_generations times)."""
+        """One completion per row (rows already repeated num_generations times); with a multi-turn scheduler,
+        one trajectory per row."""
+        if self.scheduler is not None:
+            return self._generate_trajectories(rows, model)
         config = request_config(self.sampling)
-        adapter = POLICY_ADAPTER if self.lora_sync and POLICY_ADAPTER in self.engine.adapters else None
-        requests = [InferRequest(messages=_prompt_messages(r), adapter=adapter) for r in rows]
-        was_training = model is not None and model.training
-        if was_training:
-            model.eval()  # pt engine: no dropout while sampling
-        self._wake()
-        start = time.time()
-        try:
+        requests = [InferRequest(messages=_prompt_messages(r), adapter=self._adapter()) for r in rows]
+        with self._sampling(model) as start:
             responses = self.engine.infer(requests, config)
-        finally:
-            if was_training:
-                model.train()
-            if self.memory.sleep_level:  # the trainer gets the GPU memory back until the next generation
-                self.engine.sleep(self.memory.sleep_level)
-                self._asleep = True
-                self._weights_dropped = self.memory.sleep_level >= 2
-        self.timeline.append({"event": "generate", "start": start, "end": time.time(), "samples": len(rows),
-                              "tokens": sum(len(r.choices[0].token_ids) for r in responses),
-                              "background": threading.current_thread().name.startswith(BACKGROUND)})
+        self._record_generation(start, len(rows), sum(len(r.choices[0].token_ids) for r in responses))
         local_version = self.policy_version
         out = []
         for row, resp in zip(rows, responses):
@@ -169,6 +210,56 @@ class RolloutWorker:
             out.append(Rollout(list(resp.prompt_token_ids), list(c.token_ids), c.text, c.finish_reason, logps, row,
                                version, spans))
         return out
+
+    def _generate_trajectories(self, rows: list[dict], model) -> list[Rollout]:
+        """Each row rolled out by the scheduler (rollout/multi_turn): its `tools` column offered to the model,
+        its other columns in the request's data_dict for the scheduler and the environment."""
+        from ...rollout.multi_turn import RolloutRequest, run_trajectories_sync
+        options = self.multi_turn
+        requests = [RolloutRequest(messages=copy.deepcopy(_prompt_messages(r)), tools=r.get("tools"),
+                                   data_dict={k: v for k, v in r.items() if k not in ("messages", "tools")})
+                    for r in rows]  # each gets its own uuid, the repeats of a row included
+        with self._sampling(model) as start:
+            trajectories = run_trajectories_sync(
+                self.engine, self.template, self.scheduler, requests, request_config(self.sampling),
+                max_turns=options.max_turns, max_completion_length=self.sampling.max_completion_length,
+                limit_scope=options.completion_length_limit_scope, adapter=self._adapter())
+        self._record_generation(start, len(rows), sum(sum(t.loss_mask) for t in trajectories))
+        local_version = self.policy_version
+        out = []
+        for row, t in zip(rows, trajectories, strict=True):
+            spans = [(self._step(v), n) for v, n in t.version_spans] if t.version_spans else None
+            out.append(Rollout(
+                list(t.prompt_ids), list(t.completion_ids), t.text, t.finish_reason, list(t.logprobs), row,
+                min(v for v, _ in spans) if spans else local_version, spans, loss_mask=list(t.loss_mask),
+                truncated=t.truncated, turns=t.turns, messages=t.messages, step_rewards=list(t.step_rewards),
+                tool_calls=t.tool_calls, tool_errors=t.tool_errors, env_error=t.env_error, infos=dict(t.infos)))
+        return out
+
+    def _adapter(self) -> str | None:
+        return POLICY_ADAPTER if self.lora_sync and POLICY_ADAPTER in self.engine.adapters else None
+
+    @contextlib.contextmanager
+    def _sampling(self, model):
+        """The engine awake and the policy in eval mode (pt: no dropout while sampling) for one generation;
+        after it, the engine asleep again under --sleep_level. Yields the time sampling started."""
+        was_training = model is not None and model.training
+        if was_training:
+            model.eval()
+        self._wake()
+        try:
+            yield time.time()
+        finally:
+            if was_training:
+                model.train()
+            if self.memory.sleep_level:  # the trainer gets the GPU memory back until the next generation
+                self.engine.sleep(self.memory.sleep_level)
+                self._asleep = True
+                self._weights_dropped = self.memory.sleep_level >= 2
+
+    def _record_generation(self, start: float, samples: int, tokens: int) -> None:
+        self.timeline.append({"event": "generate", "start": start, "end": time.time(), "samples": samples,
+                              "tokens": tokens, "background": threading.current_thread().name.startswith(BACKGROUND)})
 
     def sync(self, model, step: int) -> dict[str, float]:
         """Push the trainer's weights, those of optimizer step `step`; returns sync/bytes (sent by this process),

@@ -11,6 +11,13 @@ where the trainer has them, `completion_lengths` (token counts). A function take
 ignores the rest through `**kwargs`. `None` (or NaN) for a completion means "not applicable here":
 `combine_rewards` leaves it out of the weighted sum (TRL and ms-swift use `nansum`).
 
+Multi-turn rollouts (`--multi_turn_scheduler`) score the whole trajectory: `completions` holds each trajectory's
+final assistant text, and three more keyword arguments come with it, one value per trajectory: `messages` (the
+whole conversation, tool calls and results included), `rollout_infos` (what the scheduler reported, merged over
+turns) and `step_rewards` (the environment's reward of each step; empty without one). With `--use_gym_env` the
+environment's return, the sum of `step_rewards`, is one more reward column, `env` (`environment_return`), after
+the functions and reward models, weighed by one more `--reward_weights` entry (1.0 when left out).
+
 Built-ins, by their `--reward_funcs` name:
 
 - accuracy:      1.0 when the completion's final answer is mathematically equal to `solution`
@@ -429,6 +436,20 @@ def combine_rewards(funcs: Mapping[str, RewardFunc] | Sequence[RewardFunc], weig
         logger.warning("no reward function applies to completion(s) %s (all returned None); they get 0",
                        unscored.nonzero().flatten().tolist())
     return total, per_func
+
+
+# The reward column of an environment's return (--use_gym_env); not a --reward_funcs name, so it is never counted twice.
+ENV_REWARD = "env"
+
+
+def environment_return(completions: Sequence[str], step_rewards: Sequence[Sequence[float]] | None = None,
+                       **kwargs: Any) -> list[float]:
+    """The environment's return of each trajectory: the sum of its step rewards (0 for a trajectory whose
+    environment gave none)."""
+    if step_rewards is None:
+        raise ValueError("the env reward (--use_gym_env) sums each trajectory's step_rewards, which only multi-turn "
+                         "rollouts (--multi_turn_scheduler) report")
+    return [float(sum(steps)) for steps in step_rewards]
 
 
 # --------------------------------------------------------------------------- built-in registrations

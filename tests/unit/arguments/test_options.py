@@ -6,20 +6,25 @@ import typing
 import pytest
 
 from swiftlike.arguments import parse_args
-from swiftlike.arguments.rlhf_args import (GkdArguments, GrpoArguments, PolicyTrainingArguments,
+from swiftlike.arguments.rlhf_args import (GkdArguments, GrpoArguments, MultiTurnArguments, PolicyTrainingArguments,
                                            PreferenceArguments, RayArguments, RewardArguments, RlhfArguments,
                                            RolloutPlacementArguments, CompletionArguments)
+from swiftlike.arguments.rollout_args import SERVER_MULTI_TURN, MultiTurnServerArguments, RolloutServerArguments
 from swiftlike.infer.engine.vllm_engine import VllmOptions
 from swiftlike.rl.core import options
-from swiftlike.rl.core.options import (GkdOptions, GrpoOptions, PolicyTrainingOptions, PreferenceOptions, RayOptions,
-                                       RewardOptions, RolloutOptions, SamplingOptions, flags_not_read_by,
-                                       flags_only_for)
+from swiftlike.rl.core.options import (GkdOptions, GrpoOptions, MultiTurnOptions, PolicyTrainingOptions,
+                                       PreferenceOptions, RayOptions, RewardOptions, RolloutOptions, SamplingOptions,
+                                       flags_not_read_by, flags_only_for)
 from swiftlike.utils.errors import NotBuiltError
 
 TINY = "tiny-random/qwen2_5"
 GENERATED = {PolicyTrainingOptions: PolicyTrainingArguments, SamplingOptions: CompletionArguments,
              GrpoOptions: GrpoArguments, RewardOptions: RewardArguments, RolloutOptions: RolloutPlacementArguments,
-             GkdOptions: GkdArguments, PreferenceOptions: PreferenceArguments, RayOptions: RayArguments}
+             MultiTurnOptions: MultiTurnArguments, GkdOptions: GkdArguments, PreferenceOptions: PreferenceArguments,
+             RayOptions: RayArguments}
+# The multi-turn flags of `swiftlike rlhf` (grpo and gkd read them; a preference type refuses them).
+MULTI_TURN_ONLINE = ("multi_turn_scheduler", "max_turns", "use_gym_env", "gym_env", "context_manager",
+                     "vllm_server_pass_dataset")
 # The hand-kept lists of arguments/rlhf_args.py before the groups (commit 29bcf24), and the flags gkd refused by hand.
 OLD_PREFERENCE_ONLY = ("ref_model", "ref_adapters", "loss_weights", "rpo_alpha", "ld_alpha", "center_rewards_coefficient")
 OLD_GKD_ONLY = ("teacher_model", "teacher_adapters", "teacher_model_type", "teacher_model_server", "gkd_logits_topk",
@@ -73,6 +78,15 @@ def test_each_group_is_frozen_and_changes_only_by_replace(cls):
     (PreferenceOptions, {"label_smoothing": 0.5}, r"--label_smoothing must be in \[0, 0.5\)"),
     (PreferenceOptions, {"rlhf_type": "cpo", "loss_type": ["kto"]}, "--loss_type kto: not a cpo loss"),
     (RayOptions, {"train_backend": "jax"}, "invalid choice for --train_backend"),
+    (MultiTurnOptions, {"multi_turn_scheduler": "s", "max_turns": 0}, "--max_turns must be >= 1"),
+    (MultiTurnOptions, {"multi_turn_scheduler": "s", "completion_length_limit_scope": "all"},
+     "invalid choice for --completion_length_limit_scope"),
+    (MultiTurnOptions, {"context_manager": "summary"}, "--context_manager was removed .* MultiTurnScheduler .* "
+                                                       "--multi_turn_scheduler"),
+    (MultiTurnOptions, {"max_turns": 3}, "--max_turns: multi-turn settings, but no --multi_turn_scheduler"),
+    (MultiTurnOptions, {"gym_env": "math_env"}, "--gym_env: .* --multi_turn_scheduler gym_scheduler"),
+    (MultiTurnOptions, {"completion_length_limit_scope": "total"}, "--completion_length_limit_scope total: "),
+    (RewardOptions, {"reward_weights": [1.0, 2.0], "env_reward": True, "reward_funcs": []}, "one weight per reward"),
     (VllmOptions, {"gpu_memory_utilization": 1.5}, "--vllm_gpu_memory_utilization"),
 ])
 def test_bad_values_name_the_flag_when_built_and_when_replaced(cls, change, message):
@@ -120,14 +134,22 @@ def test_grpo_builders_round_trip_the_flags():
     assert args.sampling_options().temperature == 0.7
     assert args.reward_options().function_params(64)["cosine_max_len"] == 100
     assert args.grpo_options() is grpo_group  # built once, after the checks
+    multi = grpo("--multi_turn_scheduler", "tool_call_scheduler", "--max_turns", 3, "--completion_length_limit_scope",
+                 "total", "--agent_template", "hermes").multi_turn_options()
+    assert (multi.multi_turn_scheduler, multi.max_turns, multi.completion_length_limit_scope, multi.use_gym_env,
+            multi.enabled) == ("tool_call_scheduler", 3, "total", False, True)
+    gym = grpo("--multi_turn_scheduler", "gym_scheduler", "--gym_env", "frozen_lake")
+    assert gym.use_gym_env is True and gym.multi_turn_options().use_gym_env is True  # ms-swift's default
+    assert gym.reward_options().env_reward
+    assert not grpo().multi_turn_options().enabled and not grpo().reward_options().env_reward
 
 
 def test_each_type_gets_only_its_groups():
     assert args_groups(grpo()) == {"PolicyTrainingOptions", "RayOptions", "RewardOptions", "GrpoOptions",
-                                   "SamplingOptions", "RolloutOptions"}
+                                   "SamplingOptions", "RolloutOptions", "MultiTurnOptions"}
     gkd_args = gkd("--gkd_logits_topk", 5, "--lmbda", 0.25)
     assert args_groups(gkd_args) == {"PolicyTrainingOptions", "RayOptions", "GkdOptions", "SamplingOptions",
-                                     "RolloutOptions"}
+                                     "RolloutOptions", "MultiTurnOptions"}
     assert (gkd_args.gkd_options().gkd_logits_topk, gkd_args.gkd_options().lmbda, gkd_args.gkd_options().beta) == \
         (5, 0.25, 0.5)
     dpo = RlhfArguments(model=TINY, dataset=["d"], rpo_alpha=1.0, loss_type=["sigmoid", "ipo"])
@@ -139,7 +161,7 @@ def test_each_type_gets_only_its_groups():
 
 def args_groups(args) -> set[str]:
     out = set()
-    for name in ("policy_training", "ray", "reward", "grpo", "sampling", "rollout", "gkd", "preference"):
+    for name in ("policy_training", "ray", "reward", "grpo", "sampling", "rollout", "multi_turn", "gkd", "preference"):
         try:
             out.add(type(getattr(args, f"{name}_options")()).__name__)
         except ValueError:
@@ -159,7 +181,7 @@ def test_type_only_flags_are_derived_from_the_groups():
     assert sorted(refused_by_gkd[options.PREFERENCE_TYPES]) == sorted(OLD_PREFERENCE_ONLY)
     refused_by_dpo = flags_not_read_by("dpo")
     assert sorted(refused_by_dpo[options.GKD]) == sorted(OLD_GKD_ONLY)
-    assert refused_by_dpo[options.ONLINE] == ("use_vllm",)
+    assert refused_by_dpo[options.ONLINE] == ("use_vllm", *MULTI_TURN_ONLINE)
     # dpo refused --reward_funcs, --reward_model, --external_plugins by hand; now every GRPO-only flag
     assert {"reward_funcs", "reward_model", "external_plugins"} <= set(refused_by_dpo[options.GRPO])
 
@@ -171,6 +193,8 @@ def test_type_only_flags_are_derived_from_the_groups():
                                                                    "arguments, not used by --rlhf_type gkd"),
     ("dpo", ["--use_vllm", "true"], "dpo learns from the answers in the dataset"),
     ("kto", ["--gkd_logits_topk", "4"], "--gkd_logits_topk: GKD's teacher arguments, not used by --rlhf_type kto"),
+    ("dpo", ["--multi_turn_scheduler", "tool_call_scheduler"], "--multi_turn_scheduler: the rollout arguments of "
+                                                               "grpo and gkd, not used by --rlhf_type dpo"),
 ])
 def test_unread_flags_are_refused_naming_them(kind, flags, message):
     argv = ["--rlhf_type", kind, "--model", TINY, "--dataset", "d", *flags]
@@ -186,3 +210,58 @@ def vars_of(argv: list[str]) -> dict:
     values = vars(build_parser(RlhfArguments, "rlhf").parse_args(argv))
     values.pop("config")
     return values
+
+
+@pytest.mark.parametrize("flags, named", [
+    (["--use_vllm", "true", "--vllm_mode", "server"], "--vllm_mode server"),
+    (["--use_vllm", "true", "--vllm_mode", "server", "--async_generate", "true"],
+     "--vllm_mode server, --async_generate true"),
+    (["--use_ray", "true"], "--use_ray true"),
+    (["--train_backend", "megatron", "--use_vllm", "true"], "--train_backend megatron"),
+])
+def test_multi_turn_placements_not_built_exit_3_naming_them(flags, named):
+    with pytest.raises(NotBuiltError, match=f"--multi_turn_scheduler with {named}: not built yet"):
+        grpo("--multi_turn_scheduler", "tool_call_scheduler", *flags)
+
+
+def test_multi_turn_gkd_and_passing_the_dataset_to_servers_are_not_built():
+    with pytest.raises(NotBuiltError, match="--multi_turn_scheduler with --rlhf_type gkd: not built yet"):
+        gkd("--multi_turn_scheduler", "tool_call_scheduler")
+    with pytest.raises(NotBuiltError, match="--vllm_server_pass_dataset true: rollout servers do not run"):
+        grpo("--use_vllm", "true", "--vllm_mode", "server", "--vllm_server_pass_dataset", "true")
+
+
+def test_agent_template_is_read_by_multi_turn_rollouts_only():
+    assert grpo("--multi_turn_scheduler", "tool_call_scheduler", "--agent_template", "react_en").agent_template == \
+        "react_en"
+    with pytest.raises(NotBuiltError, match="--agent_template with swiftlike rlhf: not built yet .*--multi_turn"):
+        grpo("--agent_template", "hermes")
+    with pytest.raises(NotBuiltError, match="--agent_template with swiftlike rlhf: not built"):
+        RlhfArguments(rlhf_type="dpo", model=TINY, dataset=["d"], agent_template="hermes")
+
+
+def test_rollout_server_has_the_servers_multi_turn_flags_and_refuses_a_scheduler():
+    """The group's flags ms-swift's `swift rollout` has, generated from the same fields; a scheduler there is not
+    built yet (exit 3), never silently ignored."""
+    flags = {f.name: f for f in dataclasses.fields(MultiTurnServerArguments)}
+    assert tuple(flags) == SERVER_MULTI_TURN
+    options_fields = {f.name: f for f in dataclasses.fields(MultiTurnOptions)}
+    assert all(dict(flags[n].metadata) == dict(options_fields[n].metadata) for n in SERVER_MULTI_TURN)
+    server = parse_args(RolloutServerArguments, ["--model", TINY])
+    assert not server.multi_turn_options().enabled
+    with pytest.raises(NotBuiltError, match="--multi_turn_scheduler on swiftlike rollout: rollout servers do not"):
+        RolloutServerArguments(model=TINY, multi_turn_scheduler="tool_call_scheduler")
+    with pytest.raises(ValueError, match="--context_manager was removed"):
+        RolloutServerArguments(model=TINY, context_manager="summary")
+    with pytest.raises(ValueError, match="--max_turns must be >= 1"):
+        RolloutServerArguments(model=TINY, max_turns=0)
+
+
+def test_cli_exits_3_for_multi_turn_not_built(capsys):
+    from swiftlike.cli.main import main as cli_main
+    assert cli_main(["rollout", "--model", TINY, "--multi_turn_scheduler", "gym_scheduler"]) == 3
+    assert "not built" in capsys.readouterr().err
+    assert cli_main(["rlhf", "--rlhf_type", "grpo", "--model", TINY, "--dataset", "d", "--reward_funcs", "format",
+                     "--num_generations", "2", "--per_device_train_batch_size", "2", "--multi_turn_scheduler",
+                     "tool_call_scheduler", "--use_vllm", "true", "--vllm_mode", "server"]) == 3
+    assert "--multi_turn_scheduler with --vllm_mode server: not built yet" in capsys.readouterr().err

@@ -1,0 +1,224 @@
+"""The built-in schedulers, under ms-swift's names: `tool_call_scheduler`, `math_tip_trick`, `gym_scheduler`.
+
+Model output is untrusted input here: a call that does not parse, names a tool that was not offered, raises,
+times out or answers with something other than text becomes a tool result saying so (a JSON `{"error": ...}`,
+as the tools themselves report bad calls), and the trajectory goes on. An environment that raises ends only its
+own trajectory (`EnvFailure` -> `Trajectory.env_error`).
+"""
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+
+from ...infer.protocol import Choice
+from ...rl.rewards.functions import MathAccuracy
+from ...template import Template, normalize_tools
+from ...tools.sandbox import ToolLimits, run_tool_isolated
+from ...utils import get_logger
+from .envs import Env, get_env
+from .scheduler import EnvFailure, MultiTurnScheduler
+from .trajectory import RolloutRequest
+
+logger = get_logger("swiftlike.rollout")
+
+
+def _error(message: str) -> str:
+    return json.dumps({"error": message}, ensure_ascii=False)
+
+
+class ToolCallScheduler(MultiTurnScheduler):
+    """Tool loops with the agent template: each assistant turn's calls are parsed (`template.parse_tool_calls`),
+    run, and their results appended as a tool turn; a turn without calls ends the trajectory.
+
+    Tools are those the row offers (`tools` column) that are registered (built-ins, and `register_tool` in
+    `--external_plugins` files); each call runs in the tool sandbox (`swiftlike.tools.sandbox`: a separate
+    process with no network and limits on time, CPU and memory, `tool_limits`). ReAct-style agent templates
+    stop each turn at their observation keyword (`stop_words`), where the results go; a ReAct turn that ended
+    otherwise made no calls to run."""
+
+    def __init__(self, template: Template, max_turns: int | None = None, gym_env: str | None = None,
+                 tool_limits: ToolLimits = ToolLimits()):
+        super().__init__(template, max_turns, gym_env)
+        self.tool_limits = tool_limits
+        if template.tool_parser is None:
+            raise ValueError(f"tool_call_scheduler parses calls with the agent template, and template "
+                             f"{template.meta.name!r} has none; pass --agent_template (hermes, react_en, qwen_en)")
+        if template.meta.strip_content and not template.tool_parser.results_turn:
+            raise ValueError(f"template {template.meta.name!r} trims every message, so tool results written inside "
+                             f"the assistant's turn (--agent_template {template.tool_parser.name}) lose their "
+                             "trailing newline in a prompt but keep it in the whole conversation, and cannot be "
+                             "appended as ids between sampled turns; use --agent_template hermes")
+
+    @property
+    def stop_words(self) -> tuple[str, ...]:
+        return tuple(self.template.tool_parser.stop_words)
+
+    def _calls_submitted(self, text: str) -> bool:
+        parser = self.template.tool_parser
+        if parser.results_turn:
+            return True
+        return text.rstrip().endswith(self.template.tool_call_turn_end)
+
+    def check_finished(self, request: RolloutRequest, choice: Choice, current_turn: int) -> bool:
+        text = request.messages[-1]["content"]
+        if not self._calls_submitted(text) or not self.template.parse_tool_calls(text).calls:
+            return True
+        return super().check_finished(request, choice, current_turn)
+
+    async def step(self, request: RolloutRequest, choice: Choice, current_turn: int) -> dict:
+        parsed = self.template.parse_tool_calls(request.messages[-1]["content"])
+        offered = {tool["function"]["name"] for tool in normalize_tools(request.tools)} if request.tools else set()
+        results, errors = [], 0
+        for call in parsed.calls:
+            if call.call is None:
+                text, problem = _error(f"the tool call did not parse: {call.error}"), call.error
+            elif call.call.name not in offered:
+                problem = f"tool {call.call.name!r} is not offered; the tools are: {', '.join(sorted(offered)) or 'none'}"
+                text = _error(problem)
+            else:
+                text, problem = await self.run_tool(call.call.name, call.call.arguments)
+            errors += problem is not None
+            results.append({"role": "tool", "content": text, **({"name": call.call.name} if call.call else {})})
+        if parsed.valid_calls:
+            request.messages[-1] = parsed.as_message()
+        request.messages.extend(results)
+        return {"infer_request": request, "tool_calls": len(parsed.calls), "tool_errors": errors}
+
+    async def run_tool(self, name: str, arguments: dict) -> tuple[str, str | None]:
+        """(the result text the model sees, None or why the call failed), from a sandboxed process."""
+        outcome = await asyncio.to_thread(run_tool_isolated, name, arguments, self.tool_limits)
+        return outcome.text, outcome.error
+
+
+class MathTipScheduler(MultiTurnScheduler):
+    """ms-swift's MathTipsScheduler: a wrong answer is cut before its `<answer>` or `</think>` and continued
+    after a tip ("But wait... It seems I made a mistake,") in the same assistant turn, once.
+
+    The tip's ids carry no loss; the sampled ids after the cut (and the turn's end-of-turn token, since the
+    turn goes on) are not kept. Correctness is the `accuracy` reward against the row's `solution`."""
+
+    tips_prompt = "But wait... It seems I made a mistake,"
+
+    def __init__(self, template: Template, max_turns: int | None = None, gym_env: str | None = None):
+        super().__init__(template, max_turns, gym_env)
+        self.accuracy = MathAccuracy()
+        self.tip_ids = list(self.tokenizer(self.tips_prompt, add_special_tokens=False)["input_ids"])
+
+    def check_finished(self, request: RolloutRequest, choice: Choice, current_turn: int) -> bool:
+        completion = request.messages[-1]["content"]
+        if self.tips_prompt in completion:
+            return True
+        if "solution" not in request.data_dict:
+            raise ValueError("math_tip_trick checks answers against the row's 'solution' column, which this row "
+                             f"lacks (columns: {', '.join(sorted(request.data_dict)) or 'none'})")
+        if self.accuracy([completion], [request.data_dict["solution"]])[0] == 1:
+            return True
+        return super().check_finished(request, choice, current_turn)
+
+    def step(self, request: RolloutRequest, choice: Choice, current_turn: int) -> dict:
+        sampled = list(choice.token_ids)
+        if sampled and sampled[-1] in self.template.stop_token_ids:
+            sampled.pop()
+        kept = self._ids_before_answer(sampled)
+        message = request.messages[-1]
+        turn_start = len(message["content"]) - len(self.tokenizer.decode(sampled, skip_special_tokens=False))
+        message["content"] = message["content"][:turn_start] + \
+            self.tokenizer.decode(kept, skip_special_tokens=False) + self.tips_prompt
+        return {"infer_request": request, "response_token_ids": kept + self.tip_ids,
+                "response_loss_mask": [1] * len(kept) + [0] * len(self.tip_ids)}
+
+    def _ids_before_answer(self, ids: list[int]) -> list[int]:
+        """The ids up to the token that reaches `<answer>` or `</think>` (ms-swift's cut), or all of them."""
+        text = self.tokenizer.decode(ids, skip_special_tokens=False)
+        cut = min((text.index(mark) for mark in ("<answer>", "</think>") if mark in text), default=None)
+        if cut is None:
+            return ids
+        for count in range(1, len(ids) + 1):
+            if len(self.tokenizer.decode(ids[:count], skip_special_tokens=False)) >= cut:
+                return ids[:count]
+        return ids
+
+
+class GymScheduler(MultiTurnScheduler):
+    """ms-swift's GYMScheduler: one environment per trajectory, chosen by the row's `env_config["name"]` or
+    `--gym_env`. `reset` gives the first user message (and a system message, '' keeping the row's); after each
+    turn `step` gives the next observation as a user message, the step's reward and whether it is done.
+
+    Environments are looked up in envs.py's registry (the built-ins, and `register_env` in plugin files)."""
+
+    def __init__(self, template: Template, max_turns: int | None = None, gym_env: str | None = None):
+        super().__init__(template, max_turns, gym_env)
+        self._live: dict[str, Env] = {}
+        self._names: dict[str, str] = {}
+        self._pending: dict[str, str] = {}
+        self._totals: dict[str, float] = {}
+
+    def _config(self, request: RolloutRequest) -> tuple[str, dict]:
+        config = request.data_dict.get("env_config") or {}
+        if isinstance(config, str):
+            config = json.loads(config)
+        if not isinstance(config, dict):
+            raise ValueError(f"a row's env_config must be a JSON object, got {type(config).__name__}")
+        name = config.get("name") or self.gym_env
+        if not name:
+            raise ValueError("gym_scheduler needs an environment: give the row an env_config column with a 'name', "
+                             "or pass --gym_env NAME")
+        return name, config
+
+    async def on_trajectory_start(self, requests: list[RolloutRequest]) -> None:
+        for request in requests:
+            name, config = self._config(request)
+            env_class = get_env(name)
+            env = None
+            try:
+                env = env_class(config)
+                observation, _info, system = await env.reset(request)
+                if not isinstance(observation, str) or not isinstance(system, str):
+                    raise TypeError(f"reset must return (observation: str, info, system_message: str), got "
+                                    f"({type(observation).__name__}, ..., {type(system).__name__})")
+            except Exception as error:
+                await _close_quietly(env)
+                raise EnvFailure(f"environment {name!r} failed in reset: {type(error).__name__}: {error}") from error
+            kept = [m for m in request.messages[:1] if m["role"] == "system" and not system]
+            request.messages = [*kept, *([{"role": "system", "content": system}] if system else []),
+                                {"role": "user", "content": observation}]
+            self._live[request.uuid], self._names[request.uuid] = env, name
+            self._totals[request.uuid] = 0.0
+
+    async def on_turn_end(self, request: RolloutRequest, choice: Choice, current_turn: int) -> dict:
+        env = self._live[request.uuid]
+        name = self._names[request.uuid]
+        try:
+            observation, reward, done, _info = await env.step(copy.deepcopy(request.messages))
+            reward = float(reward)
+            if not done and not isinstance(observation, str):
+                raise TypeError(f"step returned an observation of type {type(observation).__name__}, not text")
+        except Exception as error:
+            raise EnvFailure(f"environment {name!r} failed in step {current_turn}: {type(error).__name__}: "
+                             f"{error}") from error
+        self._totals[request.uuid] += reward
+        if not done:
+            self._pending[request.uuid] = observation
+        return {"done": bool(done), "reward": reward,
+                "rollout_infos": {"total_reward": self._totals[request.uuid], "gym_done": bool(done)}}
+
+    def step(self, request: RolloutRequest, choice: Choice, current_turn: int) -> dict:
+        request.messages.append({"role": "user", "content": self._pending.pop(request.uuid)})
+        return {"infer_request": request}
+
+    async def on_trajectory_end(self, request: RolloutRequest) -> None:
+        self._pending.pop(request.uuid, None)
+        self._totals.pop(request.uuid, None)
+        self._names.pop(request.uuid, None)
+        await _close_quietly(self._live.pop(request.uuid, None))
+
+
+async def _close_quietly(env) -> None:
+    """An environment's close that fails must not hide how the trajectory ended."""
+    if env is None:
+        return
+    try:
+        await env.close()
+    except Exception:  # closing is best effort; the trajectory's outcome is already decided
+        logger.warning("environment %s raised in close", type(env).__name__, exc_info=True)

@@ -1,0 +1,172 @@
+"""`run_tool_isolated`: run a tool on model-written arguments in a separate process it cannot get out of.
+
+A tool call's name and arguments come from the model, so they are untrusted input, and a tool (a plugin
+tool above all) is code that input can steer. Each call runs in a child process forked by a small sandbox
+server (`sandbox_server.py`, started once per process on the first call, `python -I` importing only
+`swiftlike.tools` and the tools' plugin files). The child (`isolation.py` says how and why) has no network (a
+new network namespace), its own pid namespace (every process it starts dies with the call), a read-only
+filesystem but a private tmpfs working directory at /tmp, uid nobody when we are root (so RLIMIT_NPROC binds),
+a user namespace and no capabilities when we are not, CPU-time, memory, file-size, process and open-file
+limits, a minimal environment (no secret of ours: the server was started with PATH, LANG and thread counts
+only), and a
+wall-clock timeout after which the server kills its process group. A machine that refuses namespaces gets
+the rest; `sandbox_isolation()` says what holds, and the first call logs a warning when something does not.
+
+Outcomes: the tool's text, cut at `max_output_chars` with a note; an error answer `{"error": "..."}` (with
+`ToolOutcome.error` set) when the call is bad, the tool refuses it, raises, times out, runs out of memory,
+answers with bytes or an object JSON cannot write, or dies. Nothing the model or the tool does raises here;
+only our own misuse does (limits that are not `ToolLimits`, arguments that are not JSON).
+
+Speed (this machine: 2 CPU cores, root, every protection on, the cores shared with a benchmark running at a
+higher priority): 25-28 ms per call over 200 calculator calls one after another (median 27 ms, p95 41 ms),
+about 100 calls/s from 8 threads, 14 ms of CPU per call (server and children); starting the server and
+probing costs about 0.15 s once. A fresh interpreter importing the tools cost 100 ms per call under the same
+load. Where the time goes (per call): two forks (~3 ms each), the namespaces (~1.5 ms), the mounts and limits
+(~2.5 ms), the processes' exit and the namespaces' teardown (~3 ms), the tool itself (<1 ms).
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import subprocess
+import sys
+import threading
+from concurrent.futures import Future
+from dataclasses import asdict, dataclass
+
+from ..utils.logging import get_logger
+from .builtin import TOOL_REGISTRY
+from .isolation import SINGLE_THREADED
+
+logger = get_logger(__name__)
+
+# beyond the call's own timeout, how long to wait for the server's answer before giving up on the server
+ANSWER_GRACE_S = 10.0
+STARTUP_TIMEOUT_S = 30.0
+_SERVER_MAIN = "import json, sys; sys.path[:0] = json.loads(sys.argv[1]); " \
+               "from swiftlike.tools.sandbox_server import serve; serve()"
+
+
+@dataclass(frozen=True)
+class ToolLimits:
+    timeout_s: float = 5.0  # wall clock, from fork to answer
+    cpu_s: int = 2  # RLIMIT_CPU
+    memory_mb: int = 256  # RLIMIT_AS beyond the process's size when forked
+    max_output_chars: int = 4096  # the answer is cut here, with a note
+
+    def __post_init__(self):
+        for name, value in asdict(self).items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+                raise ValueError(f"ToolLimits.{name} must be a positive number, got {value!r}")
+        if not isinstance(self.cpu_s, int) or not isinstance(self.memory_mb, int) \
+                or not isinstance(self.max_output_chars, int):
+            raise ValueError("ToolLimits.cpu_s, memory_mb and max_output_chars must be integers")
+
+
+@dataclass
+class ToolOutcome:
+    text: str  # what the model sees as the tool result (JSON text; errors as {"error": "..."})
+    error: str | None  # None = the tool ran and answered; else why not (timeout, memory, raised, non-text ...)
+
+
+def _error(message: str) -> ToolOutcome:
+    return ToolOutcome(json.dumps({"error": message}, ensure_ascii=False), message)
+
+
+class _SandboxServer:
+    """The caller's side of one sandbox server process: requests out, answers matched back by id."""
+
+    def __init__(self):
+        env = {"PATH": os.environ.get("PATH", os.defpath), "LANG": "C.UTF-8", **SINGLE_THREADED}
+        self.process = subprocess.Popen([sys.executable, "-I", "-c", _SERVER_MAIN, json.dumps(sys.path)],
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, cwd="/",
+                                        start_new_session=True)
+        self.owner_pid = os.getpid()
+        self.lock = threading.Lock()
+        self.waiting: dict[int, Future] = {}
+        self.ids = itertools.count()
+        self.ready: Future = Future()
+        threading.Thread(target=self._read_answers, name="tool-sandbox-answers", daemon=True).start()
+        self.isolation: dict = self.ready.result(timeout=STARTUP_TIMEOUT_S)
+        weak = {concern: words for concern, words in self.isolation["isolation"].items()
+                if words.startswith(("NOT ISOLATED", "LIMITED"))}
+        if weak:
+            logger.warning("tool sandbox: %s", "; ".join(f"{concern}: {words}" for concern, words in weak.items()))
+
+    @property
+    def alive(self) -> bool:
+        return self.process.poll() is None and self.owner_pid == os.getpid()
+
+    def _read_answers(self) -> None:
+        for line in self.process.stdout:
+            answer = json.loads(line)
+            if not self.ready.done():
+                self.ready.set_result(answer)
+                continue
+            with self.lock:
+                future = self.waiting.pop(answer.pop("id"), None)
+            if future is not None:
+                future.set_result(answer)
+        code = self.process.wait()
+        if not self.ready.done():
+            self.ready.set_exception(RuntimeError(f"the tool sandbox server exited with code {code} on start"))
+        with self.lock:
+            waiting, self.waiting = self.waiting, {}
+        for future in waiting.values():
+            future.set_result({"text": None, "error": f"the tool sandbox server stopped (exit code {code})"})
+
+    def call(self, request: dict, wait_s: float) -> dict:
+        future: Future = Future()
+        with self.lock:
+            request["id"] = next(self.ids)
+            self.waiting[request["id"]] = future
+            try:
+                self.process.stdin.write((json.dumps(request, ensure_ascii=False) + "\n").encode())
+                self.process.stdin.flush()
+            except OSError as error:  # the server died since the liveness check; the next call starts another
+                self.waiting.pop(request["id"])
+                return {"text": None, "error": f"the tool sandbox server stopped ({error})"}
+        return future.result(timeout=wait_s)
+
+    def stop(self) -> None:
+        self.process.kill()
+        self.process.wait()
+
+
+_server: _SandboxServer | None = None
+_server_lock = threading.Lock()
+
+
+def _running_server() -> _SandboxServer:
+    global _server
+    with _server_lock:
+        if _server is None or not _server.alive:
+            _server = _SandboxServer()
+        return _server
+
+
+def sandbox_isolation() -> dict[str, str]:
+    """What isolates a tool on this machine, by concern (network, processes, files, identity, limits)."""
+    return dict(_running_server().isolation["isolation"])
+
+
+def run_tool_isolated(name: str, arguments: dict, limits: ToolLimits = ToolLimits()) -> ToolOutcome:
+    """Run tool `name` (a built-in or one registered by a plugin file) on `arguments` in an isolated child.
+
+    Never raises for what the model or the tool did; see the module docstring for the outcomes."""
+    if not isinstance(limits, ToolLimits):
+        raise TypeError(f"limits must be a ToolLimits, got {type(limits).__name__}")
+    if name not in TOOL_REGISTRY:
+        return _error(f"unknown tool {name!r}; available: {', '.join(TOOL_REGISTRY)}")
+    json.dumps(arguments)  # arguments parsed from model output are JSON; anything else is the caller's mistake
+    request = {"tool": name, "arguments": arguments, "limits": asdict(limits), "source": TOOL_REGISTRY[name].source}
+    server = _running_server()
+    try:
+        answer = server.call(request, limits.timeout_s + ANSWER_GRACE_S)
+    except TimeoutError:
+        server.stop()  # a server that misses its own deadline is replaced on the next call
+        return _error(f"the tool sandbox did not answer {name} within {limits.timeout_s + ANSWER_GRACE_S:g} s")
+    if answer["text"] is None:
+        return _error(answer["error"])
+    return ToolOutcome(answer["text"], answer["error"])

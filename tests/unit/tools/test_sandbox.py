@@ -1,0 +1,437 @@
+"""Tools run on model-written arguments in the sandbox: each attack a tool can make (through a real plugin
+file, loaded as --external_plugins loads it) is contained, leaves nothing running, and the next call works.
+
+Every wait is bounded: a call by its ToolLimits (the sandbox's own deadline), leftovers by `_settled`.
+"""
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from paths import REPO
+
+from swiftlike.rl.rewards.plugins import load_external_plugin
+from swiftlike.tools import TOOL_REGISTRY, call_tool, register_tool
+from swiftlike.tools.isolation import MAX_PROCESSES, NOBODY, SINGLE_THREADED, interpreter_exposures
+from swiftlike.tools.plugins import schema_from_signature
+from swiftlike.tools.sandbox import ToolLimits, ToolOutcome, run_tool_isolated, sandbox_isolation
+
+SECRET = "swiftlike-test-secret-" + uuid.uuid4().hex
+ENVIRONMENT = {"PATH", "HOME", "TMPDIR", "LANG", *SINGLE_THREADED}  # all a tool's environment holds
+# a generous wall clock: on a busy machine a tool may wait long for a core (timeout tests set their own)
+FAST = ToolLimits(timeout_s=20.0, cpu_s=1, memory_mb=64, max_output_chars=200)
+
+PLUGIN = '''
+import json, os, socket, time
+from swiftlike.tools import ToolRefusal, register_tool
+
+def fork_and_wait() -> dict:
+    """Fork children that sleep until the limit stops it; report how many it got."""
+    forked = 0
+    while forked < 10_000:
+        try:
+            if os.fork() == 0:
+                time.sleep(60)
+                os._exit(0)
+        except OSError as error:
+            return {"forked": forked, "stopped_by": error.strerror}
+        forked += 1
+    return {"forked": forked}
+
+def fork_bomb() -> dict:
+    """Every process forks forever."""
+    while True:
+        try:
+            os.fork()
+        except OSError:
+            pass
+
+def spin() -> dict:
+    while True:
+        pass
+
+def sleep(seconds: float) -> dict:
+    time.sleep(seconds)
+    return {"slept": seconds}
+
+def eat_memory() -> dict:
+    hoard = []
+    while True:
+        hoard.append(bytearray(1 << 20))
+
+def shout(chars: int) -> str:
+    return "x" * chars
+
+def write(path: str) -> dict:
+    with open(path, "w") as f:
+        f.write("written by a tool")
+    return {"wrote": os.path.abspath(path)}
+
+def connect(host: str, port: int) -> dict:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family) as s:
+        s.settimeout(2)
+        s.connect((host, port))
+        s.sendall(b"hello")
+    return {"connected": True}
+
+def kill(pid: int) -> dict:
+    os.kill(pid, 9)
+    return {"killed": pid}
+
+def environment() -> dict:
+    return dict(os.environ)
+
+def read(path: str) -> str:
+    with open(path) as f:
+        return f.read()
+
+def import_module(name: str) -> dict:
+    __import__(name)
+    return {"imported": name}
+
+def listing(path: str) -> list:
+    return sorted(os.listdir(path))
+
+def who() -> dict:
+    return {"uid": os.getuid(), "cwd": os.getcwd(), "pid": os.getpid(), "listing": sorted(os.listdir("."))}
+
+def fail(message: str) -> dict:
+    raise ValueError(message)
+
+def refuse(message: str) -> dict:
+    raise ToolRefusal(message)
+
+def give_bytes() -> bytes:
+    return b"raw"
+
+def give_object() -> object:
+    return object()
+
+def give(kind: str):
+    return {"dict": {"a": [1, 2.5, None]}, "list": [1, "two"], "number": 42, "text": "plain text"}[kind]
+
+for function in (fork_and_wait, fork_bomb, spin, sleep, eat_memory, shout, write, connect, kill, environment, read,
+                 import_module, listing, who, fail, refuse, give_bytes, give_object, give):
+    register_tool("attack_" + function.__name__, function)
+'''
+
+
+@pytest.fixture(scope="module")
+def plugin(tmp_path_factory):
+    os.environ["SWIFTLIKE_TEST_SECRET"] = SECRET  # before the first call starts the sandbox server
+    path = tmp_path_factory.mktemp("plugins") / "attack_tools.py"
+    path.write_text(PLUGIN)
+    before = set(TOOL_REGISTRY)
+    load_external_plugin(path)
+    yield path
+    for name in set(TOOL_REGISTRY) - before:
+        del TOOL_REGISTRY[name]
+    os.environ.pop("SWIFTLIKE_TEST_SECRET")
+
+
+def call(name, arguments=None, limits=FAST) -> ToolOutcome:
+    return run_tool_isolated("attack_" + name, arguments or {}, limits)
+
+
+def answer(outcome: ToolOutcome):
+    assert outcome.error is None, outcome
+    return json.loads(outcome.text)
+
+
+def nobody_processes() -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and entry.stat().st_uid == NOBODY:
+                found.append(int(entry.name))
+        except FileNotFoundError:
+            pass
+    return found
+
+
+def _settled(check, within_s=3.0):
+    """Whether `check()` holds within `within_s` (the kernel reaps a dead namespace's processes promptly)."""
+    deadline = time.monotonic() + within_s
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def assert_contained():
+    """Nothing the tool started is left, and the sandbox still answers."""
+    if os.geteuid() == 0:
+        assert _settled(lambda: not nobody_processes()), nobody_processes()
+    assert answer(run_tool_isolated("calculator", {"expression": "6 * 7"})) == {"result": 42}
+
+
+def test_every_protection_holds_on_this_machine(plugin):
+    report = sandbox_isolation()
+    assert not [words for words in report.values() if "NOT ISOLATED" in words], report
+    # a module nothing imported before: importable unless the report says the interpreter is closed to nobody
+    imported = call("import_module", {"name": "colorsys"})
+    assert (imported.error is None) == (not report["imports"].startswith("LIMITED")), (imported, report)
+    # a directory closed to nobody (a root-only home holding the interpreter) shows the interpreter and no more
+    exposures = interpreter_exposures() if os.geteuid() == 0 else []
+    for closed in {closed for closed, _ in exposures}:
+        shown = {Path(path).relative_to(closed).parts[0] for other, path in exposures if other == closed}
+        assert answer(call("listing", {"path": closed})) == sorted(shown)
+    seen = answer(call("who"))
+    assert seen == {"uid": NOBODY if os.geteuid() == 0 else os.getuid(), "cwd": "/tmp", "pid": 1, "listing": []}
+
+
+def test_builtin_calculator_answers_as_call_tool_does(plugin):
+    for arguments in ({"expression": "347 * 5821"}, {"expression": "1 / 0"}, {"expression": "__import__('os')"},
+                      {}, {"expression": 3}):
+        outcome = run_tool_isolated("calculator", arguments)
+        assert outcome.text == call_tool("calculator", arguments)
+        assert outcome.error == json.loads(outcome.text).get("error")
+    assert run_tool_isolated("nope", {}).error.startswith("unknown tool 'nope'")
+
+
+def test_outcomes_of_what_a_tool_returns_or_raises(plugin):
+    assert answer(call("give", {"kind": "dict"})) == {"a": [1, 2.5, None]}
+    assert answer(call("give", {"kind": "list"})) == [1, "two"]
+    assert answer(call("give", {"kind": "number"})) == 42
+    assert call("give", {"kind": "text"}) == ToolOutcome("plain text", None)
+    raised = call("fail", {"message": "no such thing"})
+    assert raised.error == "attack_fail raised ValueError: no such thing"
+    assert json.loads(raised.text) == {"error": raised.error}
+    assert call("refuse", {"message": "ask nicely"}) == ToolOutcome('{"error": "ask nicely"}', "ask nicely")
+    assert "returned bytes, not text" in call("give_bytes").error
+    assert "returned 'object', which is not JSON" in call("give_object").error
+    assert call("give", {"kind": 1}).error == "argument 'kind' must be a string"
+    assert call("give", {"kind": "other"}).error == "attack_give raised KeyError: 'other'"
+    assert call("give", [1]).error == "the arguments must be a JSON object"
+
+
+def test_fork_bomb_is_stopped_and_its_processes_die_with_the_call(plugin):
+    forked = answer(call("fork_and_wait"))
+    assert 0 < forked["forked"] < MAX_PROCESSES and forked["stopped_by"] == "Resource temporarily unavailable"
+    assert_contained()
+    started = time.monotonic()
+    outcome = call("fork_bomb", limits=ToolLimits(timeout_s=1.5, cpu_s=1))
+    assert outcome.error in ("attack_fork_bomb timed out after 1.5 s", "attack_fork_bomb timed out after 1 s of CPU time")
+    assert time.monotonic() - started < 5
+    assert_contained()
+
+
+def test_infinite_loops_time_out(plugin):
+    # a wall-clock timeout well past the CPU limit, so that the CPU limit is what stops it on a busy machine
+    assert call("spin", limits=ToolLimits(timeout_s=20, cpu_s=1)).error == "attack_spin timed out after 1 s of CPU time"
+    assert call("sleep", {"seconds": 30}, ToolLimits(timeout_s=0.5)).error == "attack_sleep timed out after 0.5 s"
+    assert answer(call("sleep", {"seconds": 0.1})) == {"slept": 0.1}
+    assert_contained()
+
+
+def test_memory_bomb_runs_out_of_memory(plugin):
+    outcome = call("eat_memory")
+    assert outcome.error == "attack_eat_memory ran out of memory (the limit is 64 MB)"
+    assert json.loads(outcome.text) == {"error": outcome.error}
+    assert_contained()
+
+
+def test_huge_output_is_cut_with_a_note(plugin):
+    outcome = call("shout", {"chars": 5_000_000})
+    assert outcome.error is None and outcome.text.startswith("x" * 200 + "\n[cut: the result has 5000000 characters")
+    assert len(outcome.text) < 300
+    assert_contained()
+
+
+def test_writes_outside_its_own_directory_fail(plugin, tmp_path):
+    writable_by_all = Path("/dev/shm") / f"swiftlike-sandbox-{uuid.uuid4().hex}"
+    targets = [tmp_path / "escaped.txt", REPO / f"escaped-{uuid.uuid4().hex}.txt", writable_by_all]
+    for target in targets:
+        outcome = call("write", {"path": str(target)})
+        # the test's tmp_path is under the caller's /tmp, which the tool does not even see
+        assert outcome.error and "raised" in outcome.error and any(
+            reason in outcome.error for reason in ("Read-only", "Permission denied", "No such file")), outcome
+        assert not target.exists()
+    # its own directory (and the private /tmp it is in) is writable, and gone after the call
+    private = f"/tmp/swiftlike-sandbox-{uuid.uuid4().hex}"
+    assert answer(call("write", {"path": "notes.txt"})) == {"wrote": "/tmp/notes.txt"}
+    assert answer(call("write", {"path": private})) == {"wrote": private}
+    assert not Path(private).exists()
+    assert answer(call("who"))["listing"] == []
+    assert_contained()
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "::1"])
+def test_no_network_not_even_to_the_parents_loopback_server(plugin, host):
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.create_server((host, 0), family=family) as listener:
+        listener.settimeout(0.3)
+        outcome = call("connect", {"host": host, "port": listener.getsockname()[1]})
+        unreachable = {"127.0.0.1": "[Errno 101] Network is unreachable", "::1": "[Errno 99] Cannot assign requested address"}
+        assert outcome.error == f"attack_connect raised OSError: {unreachable[host]}", outcome
+        with pytest.raises(socket.timeout):
+            listener.accept()
+    assert_contained()
+
+
+def test_the_parent_cannot_be_killed_or_read(plugin):
+    for pid in (os.getpid(), os.getppid(), -1):
+        outcome = call("kill", {"pid": pid})
+        assert pid == -1 or outcome.error == "attack_kill raised ProcessLookupError: [Errno 3] No such process"
+    environment = answer(call("environment"))
+    assert set(environment) == ENVIRONMENT and SECRET not in json.dumps(environment)
+    assert os.environ["SWIFTLIKE_TEST_SECRET"] == SECRET
+    for path in (f"/proc/{os.getpid()}/environ", "/proc/1/environ"):
+        assert SECRET not in call("read", {"path": path}).text
+    assert_contained()
+
+
+def test_calls_run_at_once_and_a_slow_one_does_not_hold_up_the_rest(plugin):
+    results = {}
+
+    def run(key, name, arguments, limits):
+        results[key] = (call(name, arguments, limits), time.monotonic())
+
+    started = time.monotonic()
+    threads = [threading.Thread(target=run, args=("slow", "sleep", {"seconds": 1.5}, ToolLimits(timeout_s=20)))]
+    threads += [threading.Thread(target=run, args=(i, "give", {"kind": "number"}, FAST)) for i in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=10)
+    assert answer(results["slow"][0]) == {"slept": 1.5}
+    assert all(answer(results[i][0]) == 42 and results[i][1] - started < 1.2 for i in range(6)), results
+
+
+def test_a_call_costs_less_than_half_a_fresh_interpreter(plugin):
+    """The design's reason for a forking server, measured against the alternative on the same (maybe busy)
+    machine: a fresh interpreter per call that imports the tools. Quiet, that is ~8 ms against ~60 ms."""
+    run_tool_isolated("calculator", {"expression": "1 + 1"})
+    started = time.perf_counter()
+    for i in range(20):
+        assert answer(run_tool_isolated("calculator", {"expression": f"{i} * 3"})) == {"result": i * 3}
+    per_call = (time.perf_counter() - started) / 20
+    started = time.perf_counter()
+    for _ in range(5):
+        subprocess.run([sys.executable, "-I", "-c", f"import sys; sys.path[:0] = [{str(REPO)!r}]; import swiftlike.tools"],
+                       check=True, timeout=60)
+    per_interpreter = (time.perf_counter() - started) / 5
+    assert per_call < per_interpreter / 2, (per_call, per_interpreter)
+
+
+def test_misuse_raises_and_tools_must_come_from_files(plugin):
+    with pytest.raises(ValueError, match="ToolLimits.timeout_s must be a positive number"):
+        ToolLimits(timeout_s=0)
+    with pytest.raises(TypeError, match="limits must be a ToolLimits"):
+        run_tool_isolated("calculator", {"expression": "1"}, {"timeout_s": 1})
+    with pytest.raises(ValueError, match="already registered"):
+        register_tool("calculator", answer)
+    def typed(word: str, times: int = 1, scale: float = 1.0, loud: bool = False, extra=None) -> dict:
+        return {}
+    assert schema_from_signature(typed) == {"type": "object", "required": ["word"], "properties": {
+        "word": {"type": "string"}, "times": {"type": "integer"}, "scale": {"type": "number"},
+        "loud": {"type": "boolean"}, "extra": {}}}
+    with pytest.raises(ValueError, match="takes \\*rest or a positional-only parameter"):
+        schema_from_signature(lambda *rest: rest)
+    assert TOOL_REGISTRY["attack_sleep"].description == "" and TOOL_REGISTRY["attack_fork_bomb"].description == \
+        "Every process forks forever."
+    namespace = {"register_tool": register_tool, "__name__": "__main__"}
+    with pytest.raises(ValueError, match="defined in __main__, which a sandbox process cannot import"):
+        exec("def interactive(x: int) -> int:\n    return x\nregister_tool('interactive', interactive)", namespace)
+
+
+_ELSEWHERE = '''
+import json, os, sys
+sys.path.append(os.path.dirname(sys.argv[1]))
+import attack_tools  # a plugin module imported by name, as a package's tools would be
+from swiftlike.tools.plugins import schema_from_signature
+from swiftlike.tools.sandbox import ToolLimits, run_tool_isolated, sandbox_isolation
+limits = ToolLimits(timeout_s=20, cpu_s=1, memory_mb=64)
+calls = [("connect", {"host": "127.0.0.1", "port": int(sys.argv[2])}), ("spin", {}), ("eat_memory", {}),
+         ("fork_and_wait", {}), ("who", {}), ("environment", {})] + [("write", {"path": p}) for p in sys.argv[3:]]
+outcomes = [run_tool_isolated("attack_" + name, arguments, limits).__dict__ for name, arguments in calls]
+print(json.dumps({"isolation": sandbox_isolation(), "outcomes": outcomes}))
+'''
+# Runs a command in a user namespace (uids 0-65534 mapped to themselves) that allows no nested one, as a
+# kernel without unprivileged user namespaces would: a helper left outside writes the maps, as newuidmap would.
+_REFUSE_USER_NAMESPACES = '''
+import ctypes, os, sys
+read, write = os.pipe()
+helper = os.fork()
+if helper == 0:
+    os.read(read, 1)
+    for name in ("uid_map", "gid_map"):
+        with open(f"/proc/{os.getppid()}/{name}", "w") as f:
+            f.write("0 0 65535")
+    os._exit(0)
+if ctypes.CDLL(None, use_errno=True).unshare(0x10000000) != 0:
+    sys.exit("unshare(CLONE_NEWUSER) failed")
+os.write(write, b"x")
+os.waitpid(helper, 0)
+with open("/proc/sys/user/max_user_namespaces", "w") as f:
+    f.write("0")
+os.execvp(sys.argv[1], sys.argv[1:])
+'''
+_AS_NOBODY = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--inh-caps=+dac_read_search",
+              "--ambient-caps=+dac_read_search"]
+# where the caller runs -> (the command prefix, the concerns the report must mark NOT ISOLATED)
+_SETTINGS = {
+    "nobody, with user namespaces": (_AS_NOBODY, set()),
+    "nobody, user namespaces refused": ([sys.executable, "-c", _REFUSE_USER_NAMESPACES] + _AS_NOBODY,
+                                        {"network", "processes", "files", "identity"}),
+    "root without CAP_SYS_ADMIN (a default container)": (
+        ["setpriv", "--bounding-set=-sys_admin", "--inh-caps=-sys_admin"], {"network", "processes"}),
+}
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"),
+                    reason="starts processes as nobody and without capabilities (needs root and setpriv)")
+def test_what_holds_where_the_sandbox_gets_less(plugin):
+    """Where the caller is not root, or namespaces are refused, the report says what no longer holds; what it
+    says holds does, and what it says does not hold indeed does not (the tool reaches the network, say).
+
+    The callers run at once. One as nobody keeps one capability, to read directories (the interpreter may live
+    under /root, mode 0700); the sandbox's children drop it with every other."""
+    shared = Path(tempfile.mkdtemp(prefix="swiftlike-sandbox-test-"))
+    try:
+        shared.chmod(0o777)  # as the nobody user's own files would be; the root-owned directory in it is not
+        (shared / "attack_tools.py").write_text(PLUGIN)
+        (shared / "root_only").mkdir(mode=0o755)
+        with socket.create_server(("127.0.0.1", 0)) as listener:
+            running = {}
+            for setting, (prefix, _) in _SETTINGS.items():
+                (shared / setting).mkdir()
+                (shared / setting).chmod(0o777)
+                code = f"import sys; sys.path[:0] = {[str(REPO)]!r}\n{_ELSEWHERE}"
+                running[setting] = subprocess.Popen(
+                    prefix + [sys.executable, "-I", "-c", code, str(shared / "attack_tools.py"),
+                              str(listener.getsockname()[1]), str(shared / setting / "own.txt"),
+                              str(shared / "root_only" / f"{setting}.txt")],
+                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=shared,
+                    env={"PATH": os.environ["PATH"], "MY_SECRET": SECRET})
+            finished = {setting: process.communicate(timeout=90) for setting, process in running.items()}
+        for setting, (_, weak) in _SETTINGS.items():
+            assert running[setting].returncode == 0, (setting, finished[setting][1])
+            seen = json.loads(finished[setting][0])
+            report = seen["isolation"]
+            connect, spin, memory, fork, who, environment, own, root_only = seen["outcomes"]
+            assert {concern for concern, words in report.items() if "NOT ISOLATED" in words} == weak, report
+            assert (connect["error"] is None) == ("network" in weak), (setting, connect)
+            assert (own["error"] is None) == ("files" in weak or "world-writable" in report["files"]), (setting, own)
+            assert root_only["error"] is not None and not (shared / "root_only" / f"{setting}.txt").exists()
+            assert spin["error"] == "attack_spin timed out after 1 s of CPU time", setting
+            assert memory["error"] == "attack_eat_memory ran out of memory (the limit is 64 MB)", setting
+            assert json.loads(fork["text"])["forked"] < MAX_PROCESSES, setting
+            assert json.loads(who["text"])["uid"] == NOBODY
+            assert (json.loads(who["text"])["pid"] == 1) == ("processes" not in weak), (setting, who)
+            assert set(json.loads(environment["text"])) == ENVIRONMENT, setting
+        assert _settled(lambda: not nobody_processes()), nobody_processes()
+    finally:
+        for process in running.values():
+            process.kill()
+        subprocess.run(["rm", "-rf", str(shared)], check=True, timeout=30)
