@@ -1,4 +1,4 @@
-"""Group-relative advantages (GRPO family) and the DAPO dynamic-sampling filter.
+"""Group-relative advantages (GRPO, RLOO, REINFORCE++, GDPO scaling) and the DAPO dynamic-sampling filter.
 
 Rewards arrive flat, shape (num_prompts * num_generations,), with the completions of one prompt
 contiguous: that is the order the repeat sampler (TRL's `RepeatSampler`, ms-swift's the same)
@@ -10,15 +10,43 @@ from typing import Literal, get_args
 
 import torch
 
-ScaleRewards = Literal["group", "batch", "none"]
+ScaleRewards = Literal["group", "batch", "none", "gdpo"]
 SCALE_REWARDS = get_args(ScaleRewards)
-# ms-swift's --advantage_estimator values; group_advantages computes grpo's (the others are not built).
+# ms-swift's --advantage_estimator values.
 AdvantageEstimator = Literal["grpo", "rloo", "reinforce_plus_plus"]
+ADVANTAGE_ESTIMATORS = get_args(AdvantageEstimator)
 
 # TRL and ms-swift both add this to the std before dividing. It is not a tiny "avoid 0/0"
 # epsilon: with rewards in [0, 1] it is what keeps a group whose completions differ by a hair
 # from getting advantages of +-1 out of rounding noise.
 STD_EPS = 1e-4
+# GDPO's own epsilon (ms-swift's): each reward function's group z-score, then the batch z-score of their sum.
+GDPO_EPS = 1e-8
+
+
+def default_scale_rewards(estimator: AdvantageEstimator) -> ScaleRewards:
+    """ms-swift's --scale_rewards default per estimator: each paper's own normalisation (GRPO divides by the
+    group std, RLOO's leave-one-out baseline is used unscaled, REINFORCE++ whitens over the batch)."""
+    return {"grpo": "group", "rloo": "none", "reinforce_plus_plus": "batch"}[estimator]
+
+
+def default_kl_in_reward(estimator: AdvantageEstimator) -> bool:
+    """ms-swift's --kl_in_reward default: RLOO and REINFORCE++ fold the KL to the reference into the reward,
+    as their papers do; GRPO keeps it as a loss term."""
+    return estimator != "grpo"
+
+
+def sequence_kl(old_logps: torch.Tensor, ref_logps: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """KL to the reference of each sampled sequence, (batch,): the sum over its completion tokens of
+    `old - ref` (k1, the single-sample estimate of KL(pi_old || pi_ref) on tokens drawn from pi_old).
+
+    `--kl_in_reward` subtracts `beta` times this from the reward before the advantage (ms-swift's definition).
+    The sum, not the mean: the reward is per sequence, and so is the log-likelihood ratio it penalises. k1
+    rather than the loss's k3 because k1 summed over a sequence is exactly that ratio's log, unbiased; k3's
+    per-token bias correction assumes an expectation over each token that a single sequence does not give."""
+    mask = mask.bool()
+    diff = old_logps.detach().float() - ref_logps.detach().float()
+    return torch.where(mask, diff, torch.zeros_like(diff)).sum(-1)
 
 
 def _grouped(rewards: torch.Tensor, num_generations: int) -> torch.Tensor:
@@ -32,43 +60,93 @@ def _grouped(rewards: torch.Tensor, num_generations: int) -> torch.Tensor:
     return rewards.view(-1, num_generations)
 
 
-def group_advantages(rewards: torch.Tensor, num_generations: int,
-                     scale_rewards: ScaleRewards = "group") -> tuple[torch.Tensor, torch.Tensor]:
+def _std(x: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    """Bessel-corrected std that is 0, not NaN, for a single element (a group of one, a batch of one)."""
+    n = x.numel() if dim is None else x.shape[dim]
+    if n > 1:
+        return x.std() if dim is None else x.std(dim=dim)
+    return torch.zeros((), dtype=x.dtype) if dim is None else torch.zeros(x.shape[:dim] + x.shape[dim + 1:],
+                                                                          dtype=x.dtype)
+
+
+def gdpo_advantages(per_func_rewards: torch.Tensor, reward_weights: torch.Tensor,
+                    num_generations: int) -> torch.Tensor:
+    """GDPO (`--scale_rewards gdpo`): each reward function is z-scored within its group first, then the
+    weighted sum is z-scored over the batch.
+
+    Summing rewards before normalising lets the function with the widest spread decide every advantage; a 0/1
+    accuracy next to a 0-0.2 format reward drowns it. Normalising each function in its group gives each the
+    weight the user set. A NaN reward (the function does not apply to that row) counts as 0 after its
+    group's z-score, as does every value of a group whose rewards for that function are all NaN or all equal.
+    `per_func_rewards` is (N, num_funcs), `reward_weights` (num_funcs,)."""
+    if per_func_rewards.dim() != 2 or per_func_rewards.shape[1] != reward_weights.numel():
+        raise ValueError(f"per_func_rewards must be (N, {reward_weights.numel()}), got "
+                         f"{tuple(per_func_rewards.shape)}")
+    summed = torch.zeros(per_func_rewards.shape[0], dtype=torch.float32)
+    for i in range(per_func_rewards.shape[1]):
+        grouped = _grouped(per_func_rewards[:, i].float(), num_generations)
+        present = ~grouped.isnan()
+        count = present.sum(dim=1, keepdim=True)
+        mean = torch.where(present, grouped, 0.0).sum(dim=1, keepdim=True) / count.clamp(min=1)
+        square = torch.where(present, (grouped - mean) ** 2, 0.0).sum(dim=1, keepdim=True)
+        std = torch.sqrt(square / (count - 1).clamp(min=1))
+        z = torch.nan_to_num((grouped - mean) / (std + GDPO_EPS), nan=0.0)
+        summed += float(reward_weights[i]) * z.reshape(-1)
+    return (summed - summed.mean()) / (_std(summed) + GDPO_EPS)
+
+
+def group_advantages(rewards: torch.Tensor, num_generations: int, scale_rewards: ScaleRewards = "group",
+                     estimator: AdvantageEstimator = "grpo", per_func_rewards: torch.Tensor | None = None,
+                     reward_weights: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Advantage of each completion relative to the other completions of its prompt.
 
-    GRPO has no value model, so the baseline is the mean reward of the prompt's own group:
-    `A_i = r_i - mean(group)`. `scale_rewards` (ms-swift / TRL `--scale_rewards`) then picks the
-    denominator:
+    No value model, so the baseline comes from the prompt's own group. `estimator`
+    (ms-swift's `--advantage_estimator`) picks the baseline and `scale_rewards` the denominator:
 
-    - "group": divide by the group's std (+1e-4). The original GRPO; every prompt gets the same
-      advantage scale, which up-weights prompts whose rewards barely differ (Dr. GRPO's critique).
-    - "batch": divide by the std of all rewards in the batch (+1e-4), still subtracting the group
-      mean. Keeps one scale for the batch, so near-constant groups are not blown up.
-    - "none": do not divide (Dr. GRPO). Advantages keep the reward's units.
+    - grpo: `A_i = r_i - mean(group)`.
+    - rloo: the mean of the *other* completions, `A_i = r_i - mean_{j != i} r_j = K / (K - 1) * (r_i - mean)`:
+      a baseline independent of `r_i`, so the estimate is unbiased. A group of one has no others: 0.
+    - reinforce_plus_plus: `r_i - mean(group)` as grpo; only its batch scaling differs (below).
 
-    The std is the Bessel-corrected one (`torch.std`, as TRL's `nanstd` and ms-swift use); a
-    group of one completion has std 0 here rather than NaN, as TRL does for eval with one
-    generation.
+    Denominators (+1e-4, Bessel-corrected std):
 
-    Returns `(advantages, group_std)`: advantages shaped like `rewards`, and the per-group std
-    (num_prompts,) whatever `scale_rewards` is, because it is what the trainer logs
-    (`frac_reward_zero_std`) and what dynamic sampling looks at.
+    - "group": the group's reward std (the original GRPO; up-weights prompts whose rewards barely differ,
+      Dr. GRPO's critique).
+    - "batch": for grpo and rloo the std of all rewards in the batch; for reinforce_plus_plus the std of the
+      group-centred advantages over the batch (REINFORCE++'s global whitening: the spread *within* groups,
+      which the grpo form mixes with the spread *between* prompts' means).
+    - "none": undivided (Dr. GRPO; RLOO's default).
+    - "gdpo": `gdpo_advantages` on the per-function rewards, replacing the estimator's baseline (grpo only).
+
+    A group of one completion has std 0 here rather than NaN, as TRL does for eval with one generation.
+
+    Returns `(advantages, group_std)`: advantages shaped like `rewards`, and the per-group std of `rewards`
+    (num_prompts,) whatever the settings, because it is what the trainer logs (`frac_reward_zero_std`) and what
+    dynamic sampling looks at.
     """
+    if scale_rewards not in SCALE_REWARDS:
+        raise ValueError(f"scale_rewards must be one of {SCALE_REWARDS}, got {scale_rewards!r}")
+    if estimator not in ADVANTAGE_ESTIMATORS:
+        raise ValueError(f"advantage_estimator must be one of {ADVANTAGE_ESTIMATORS}, got {estimator!r}")
     grouped = _grouped(rewards, num_generations)
     flat = grouped.reshape(-1)
-    mean = grouped.mean(dim=1)
-    if num_generations > 1:
-        group_std = grouped.std(dim=1)
-    else:
-        group_std = torch.zeros_like(mean)
-    advantages = flat - mean.repeat_interleave(num_generations)
+    k = num_generations
+    group_std = _std(grouped, dim=1)
+    centred = flat - grouped.mean(dim=1).repeat_interleave(k)
+    if scale_rewards == "gdpo":
+        if estimator != "grpo":
+            raise ValueError("scale_rewards='gdpo' replaces the estimator's baseline; use advantage_estimator "
+                             f"'grpo', not {estimator!r}")
+        if per_func_rewards is None or reward_weights is None:
+            raise ValueError("scale_rewards='gdpo' needs the per-function rewards and their weights")
+        return gdpo_advantages(per_func_rewards, reward_weights, k), group_std
+    # A group of one is already 0 when centred: it has no others to compare with.
+    advantages = centred * (k / (k - 1)) if estimator == "rloo" and k > 1 else centred
     if scale_rewards == "group":
-        advantages = advantages / (group_std.repeat_interleave(num_generations) + STD_EPS)
+        advantages = advantages / (group_std.repeat_interleave(k) + STD_EPS)
     elif scale_rewards == "batch":
-        batch_std = flat.std() if flat.numel() > 1 else torch.zeros((), dtype=flat.dtype, device=flat.device)
-        advantages = advantages / (batch_std + STD_EPS)
-    elif scale_rewards != "none":
-        raise ValueError(f"scale_rewards must be 'group', 'batch' or 'none', got {scale_rewards!r}")
+        spread = centred if estimator == "reinforce_plus_plus" else flat
+        advantages = advantages / (_std(spread) + STD_EPS)
     return advantages, group_std
 
 
@@ -103,3 +181,31 @@ def select_groups(has_signal: torch.Tensor, needed: int) -> list[int]:
     with_signal = [i for i, s in enumerate(flags) if s]
     without = [i for i, s in enumerate(flags) if not s]
     return (with_signal + without)[:needed]
+
+
+def teacher_token_advantages(advantages: torch.Tensor, teacher_logps: torch.Tensor, old_logps: torch.Tensor,
+                             mask: torch.Tensor, teacher_kl_coef: float) -> torch.Tensor:
+    """On-policy distillation inside GRPO (OPD-RL, ms-swift's `--teacher_model` with `--rlhf_type grpo`): the
+    per-sequence advantage broadcast to each completion token, plus `teacher_kl_coef * (teacher_logp - old_logp)`
+    there. (batch, seq), 0 off the mask.
+
+    The teacher's log-ratio on the token the student sampled is the single-sample reverse-KL estimate (k1)
+    with its sign flipped: used as a per-token reward it is the policy gradient of `-KL(student || teacher)`,
+    so tokens the teacher finds likelier than the student are pushed up, one by one, where a sequence reward
+    could only say the whole answer was good. With no reward functions the base advantage is 0 and this is
+    pure distillation. k1 rather than k3: k3 is never negative, so as a reward it would only ever push down."""
+    mask = mask.bool()
+    if advantages.dim() == 1:
+        advantages = advantages.unsqueeze(-1)
+    signal = teacher_logps.detach().float() - old_logps.detach().float()
+    per_token = advantages.float() + teacher_kl_coef * torch.where(mask, signal, torch.zeros_like(signal))
+    return torch.where(mask, per_token, torch.zeros_like(per_token))
+
+
+def teacher_kl(teacher_logps: torch.Tensor, old_logps: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean k3 estimate of KL(student || teacher) over the completion tokens: the `teacher_kl` metric, a
+    distance that falls as the student nears the teacher (k3: never negative, lower variance than k1)."""
+    mask = mask.bool()
+    d = torch.where(mask, teacher_logps.detach().float() - old_logps.detach().float(), torch.zeros(()))
+    k3 = torch.exp(d) - d - 1
+    return torch.where(mask, k3, torch.zeros_like(k3)).sum() / mask.sum().clamp(min=1)

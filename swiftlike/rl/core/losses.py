@@ -1,8 +1,8 @@
-"""The GRPO-family policy loss: clipped surrogate, KL to the reference, and the loss normalisations.
+"""The GRPO-family policy loss: clipped surrogate, CISPO, SAPO, KL to the reference, and the loss normalisations.
 
 Definitions follow ms-swift's GRPO trainer (`--loss_type`, `--epsilon`, `--epsilon_high`,
-`--importance_sampling_level`, `--beta`) and TRL's `GRPOTrainer.compute_loss`, which ms-swift
-builds on. Shapes: per-token tensors are (batch, seq) with `mask` marking completion tokens;
+`--importance_sampling_level`, `--beta`, `--tau_pos`, `--tau_neg`) and TRL's `GRPOTrainer.compute_loss`,
+which ms-swift builds on. Shapes: per-token tensors are (batch, seq) with `mask` marking completion tokens;
 advantages are per sequence (batch,) or already per token (batch, seq).
 """
 from __future__ import annotations
@@ -11,10 +11,19 @@ from typing import Literal, get_args
 
 import torch
 
-LossType = Literal["grpo", "bnpo", "dr_grpo", "dapo"]
+LossType = Literal["grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "clip_cov", "kl_cov"]
 ImportanceSamplingLevel = Literal["token", "sequence", "sequence_token"]
 
 LOSS_TYPES = get_args(LossType)
+# The normalisation each surrogate is reduced with (ms-swift's and TRL's pairing): CISPO's per-token REINFORCE
+# weights every token of the step alike, as DAPO does; SAPO's soft gate replaces GRPO's clip, and keeps its
+# per-sequence mean; verl's Clip-Cov and KL-Cov use its default token mean, dapo's here.
+_AGGREGATION = {"cispo": "dapo", "sapo": "grpo", "clip_cov": "dapo", "kl_cov": "dapo"}
+
+
+def aggregation_of(loss_type: LossType) -> LossType:
+    """The loss type whose normalisation `loss_type` uses (itself for the four that define one)."""
+    return _AGGREGATION.get(loss_type, loss_type)
 IMPORTANCE_SAMPLING_LEVELS = get_args(ImportanceSamplingLevel)
 
 # ms-swift clamps the reference log-ratio and the k3 value for numerical safety: exp(20) is
@@ -101,6 +110,7 @@ def aggregate(per_token_loss: torch.Tensor, mask: torch.Tensor, loss_type: LossT
     """
     mask = mask.bool()
     summed = _masked_fill_zero(per_token_loss, mask)
+    loss_type = aggregation_of(loss_type)
     if loss_type == "grpo":
         return (summed.sum(-1) / mask.sum(-1).clamp(min=1)).mean()
     if loss_type == "dr_grpo":
@@ -121,9 +131,32 @@ def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return _masked_fill_zero(x, mask).sum() / mask.sum().clamp(min=1)
 
 
+def surrogate_loss(ratio: torch.Tensor, logps: torch.Tensor, advantages: torch.Tensor, loss_type: LossType, *,
+                   epsilon_low: float, epsilon_high: float, tau_pos: float = 1.0, tau_neg: float = 1.05,
+                   old_logps: torch.Tensor | None = None, kl_cov_tokens: torch.Tensor | None = None,
+                   ppo_kl_coef: float = 1.0) -> torch.Tensor:
+    """The per-token policy term of each loss type, before the KL, the rollout correction and the reduction
+    (see `policy_loss` for what each is and why)."""
+    if loss_type == "kl_cov":
+        if old_logps is None or kl_cov_tokens is None:
+            raise ValueError("loss_type='kl_cov' needs old_logps and the selected tokens (selection.kl_cov_mask)")
+        penalty = ppo_kl_coef * (logps - old_logps).abs() * kl_cov_tokens.to(logps.dtype)
+        return -advantages * ratio + penalty
+    if loss_type == "cispo":
+        return -torch.clamp(ratio, max=epsilon_high).detach() * advantages * logps
+    if loss_type == "sapo":
+        tau = torch.where(advantages > 0, torch.full_like(advantages, tau_pos), torch.full_like(advantages, tau_neg))
+        return -torch.sigmoid(tau * (ratio - 1)) * (4.0 / tau) * advantages
+    clipped_ratio = torch.clamp(ratio, 1 - epsilon_low, 1 + epsilon_high)
+    return -torch.min(ratio * advantages, clipped_ratio * advantages)
+
+
 def policy_loss(logps: torch.Tensor, old_logps: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, *,
                 loss_type: LossType = "grpo", epsilon_low: float = 0.2, epsilon_high: float | None = None,
+                tau_pos: float = 1.0, tau_neg: float = 1.05,
                 importance_sampling_level: ImportanceSamplingLevel = "token",
+                token_mask: torch.Tensor | None = None, kl_cov_tokens: torch.Tensor | None = None,
+                ppo_kl_coef: float = 1.0,
                 ref_logps: torch.Tensor | None = None, beta: float = 0.0,
                 kl_logps: torch.Tensor | None = None,
                 max_completion_length: int | None = None,
@@ -139,6 +172,17 @@ def policy_loss(logps: torch.Tensor, old_logps: torch.Tensor, advantages: torch.
     bounds are DAPO's clip-higher: a larger `epsilon_high` (e.g. 0.28) lets low-probability
     tokens with positive advantage grow, which keeps entropy from collapsing.
     `epsilon_high=None` means symmetric (ms-swift's `--epsilon_high` default).
+
+    The other surrogates (`surrogate_loss`): cispo, `-sg(min(r, epsilon_high)) * A * logp` (MiniMax-M1: the
+    weight is clipped, not the token, so every token keeps a gradient; ms-swift suggests epsilon_high 5.0);
+    sapo, `-sigmoid(tau * (r - 1)) * 4 / tau * A` with tau `tau_pos` where A > 0 and `tau_neg` elsewhere
+    (a soft trust region: the gradient fades smoothly as r leaves 1 instead of stopping at a clip edge);
+    clip_cov, GRPO's clipped surrogate with `token_mask` from `selection.clip_cov_mask`; kl_cov, the unclipped
+    `-r * A` plus `ppo_kl_coef * |logp - old_logp|` on `kl_cov_tokens` (`selection.kl_cov_mask`), verl's.
+
+    `token_mask` (entropy- or covariance-selected tokens, `selection.py`) zeroes the surrogate of the
+    tokens it leaves out while they still count in the normaliser, as TRL and ms-swift apply theirs: the
+    step stays the same size whatever share of tokens gets gradient.
 
     `beta > 0` adds `beta * k3_kl(kl_logps, ref_logps)` per token, keeping the policy near the
     reference model. `kl_logps` are the policy's log-probs on the reference's footing
@@ -178,8 +222,11 @@ def policy_loss(logps: torch.Tensor, old_logps: torch.Tensor, advantages: torch.
     advantages = advantages.to(logps.dtype)
 
     ratio = importance_ratio(logps, old_logps, mask, importance_sampling_level)
-    clipped_ratio = torch.clamp(ratio, 1 - epsilon_low, 1 + epsilon_high)
-    per_token_loss = -torch.min(ratio * advantages, clipped_ratio * advantages)
+    per_token_loss = surrogate_loss(ratio, logps, advantages, loss_type, epsilon_low=epsilon_low,
+                                    epsilon_high=epsilon_high, tau_pos=tau_pos, tau_neg=tau_neg, old_logps=old_logps,
+                                    kl_cov_tokens=kl_cov_tokens, ppo_kl_coef=ppo_kl_coef)
+    if token_mask is not None:
+        per_token_loss = per_token_loss * token_mask.to(per_token_loss.dtype)
 
     metrics: dict[str, torch.Tensor] = {}
     if beta != 0.0:
@@ -196,6 +243,8 @@ def policy_loss(logps: torch.Tensor, old_logps: torch.Tensor, advantages: torch.
 
     with torch.no_grad():
         r = ratio.detach()
+        if loss_type == "cispo":
+            metrics["cispo_clip_ratio"] = _masked_mean(((r > epsilon_high) & (advantages > 0)).to(r.dtype), mask)
         low = (r < 1 - epsilon_low) & (advantages < 0)
         high = (r > 1 + epsilon_high) & (advantages > 0)
         metrics["clip_ratio/low_mean"] = _masked_mean(low.to(r.dtype), mask)

@@ -1,0 +1,94 @@
+"""Which completion tokens get a policy gradient: entropy-selected (`--top_entropy_quantile`) and
+covariance-selected (`--loss_type clip_cov` / `kl_cov`, verl's Clip-Cov and KL-Cov).
+
+Both come from one observation about RL on reasoning: a small share of tokens decides where a solution
+goes. "Beyond the 80/20 rule" (Wang et al., 2025) finds the high-entropy "forking" tokens carry the useful
+gradient, so training only the top 20% by entropy matches or beats training all; "The Entropy Mechanism of RL
+for Reasoning LMs" (Cui et al., 2025) traces entropy collapse to the few tokens whose log-prob and advantage
+covary most, and either stops their gradient (Clip-Cov) or pulls them back with a KL term (KL-Cov).
+
+Every function here returns a mask over the (batch, seq) completion positions; the loss multiplies its
+per-token surrogate by it and keeps its normaliser (`losses.policy_loss`'s `token_mask`), as TRL, ms-swift and
+verl do. The entropy threshold is a quantile over the tokens of every rank (the caller gathers them), as TRL
+computes it, so two processes select what one process would.
+"""
+from __future__ import annotations
+
+import torch
+
+
+def entropy_threshold(valid_entropies: torch.Tensor, top_quantile: float) -> torch.Tensor:
+    """The entropy at or above which a token is in the top `top_quantile` share: the (1 - q) quantile of the
+    completion tokens' entropies (linear interpolation, torch.quantile's and TRL's). `valid_entropies` is 1-D:
+    every completion token of the micro-batch, gathered over ranks."""
+    if not 0.0 < top_quantile <= 1.0:
+        raise ValueError(f"top_entropy_quantile must be in (0, 1], got {top_quantile}")
+    if valid_entropies.numel() == 0:
+        return torch.tensor(float("inf"))
+    return torch.quantile(valid_entropies.detach().float(), 1.0 - top_quantile)
+
+
+def top_entropy_mask(entropies: torch.Tensor, mask: torch.Tensor, threshold: torch.Tensor) -> torch.Tensor:
+    """Completion tokens whose entropy is at least `threshold` (`entropy_threshold`); bool (batch, seq)."""
+    return (entropies.detach() >= threshold.to(entropies.device)) & mask.bool()
+
+
+def _per_token(advantages: torch.Tensor, logps: torch.Tensor) -> torch.Tensor:
+    """Per-sequence (batch,) or per-token (batch, seq) advantages as a (batch, seq) float tensor."""
+    if advantages.dim() == 1:
+        advantages = advantages.unsqueeze(-1)
+    return advantages.expand_as(logps).detach().float()
+
+
+def _centred_covariance(advantages: torch.Tensor, logps: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Each token's term of cov(A, logp) over the micro-batch's completion tokens: (A - mean A)(logp - mean logp).
+    Per micro-batch, as verl computes it (the means are of the tokens the step sees together)."""
+    mask = mask.bool()
+    adv = _per_token(advantages, logps)
+    lp = logps.detach().float()
+    count = mask.sum().clamp(min=1)
+    adv_mean = torch.where(mask, adv, 0.0).sum() / count
+    lp_mean = torch.where(mask, lp, 0.0).sum() / count
+    return (adv - adv_mean) * (lp - lp_mean)
+
+
+def clip_cov_mask(advantages: torch.Tensor, logps: torch.Tensor, old_logps: torch.Tensor, mask: torch.Tensor, *,
+                  clip_ratio: float, lower: float, upper: float, epsilon_low: float, epsilon_high: float,
+                  generator: torch.Generator | None = None) -> torch.Tensor:
+    """Clip-Cov: 0 on a random `clip_ratio` share of the completion tokens (at least one) among those whose
+    covariance term lies strictly between `lower` and `upper` and that PPO's clip has not already cut; 1
+    elsewhere. Float (batch, seq): the surrogate is multiplied by it, so those tokens lose their gradient.
+
+    Random rather than the top of the covariance: stopping exactly the largest terms every step would bias
+    the update; a random share of the high-covariance band slows the collapse without picking a side.
+    """
+    mask = mask.bool()
+    cov = _centred_covariance(advantages, logps, mask)
+    ratio = torch.exp(logps.detach() - old_logps.detach())
+    adv = _per_token(advantages, logps)
+    already_clipped = -adv * torch.clamp(ratio, 1 - epsilon_low, 1 + epsilon_high) > -adv * ratio
+    band = (cov > lower) & (cov < upper) & mask & ~already_clipped
+    keep = torch.ones_like(logps, dtype=torch.float32)
+    candidates = band.nonzero()
+    n = max(int(clip_ratio * int(mask.sum())), 1)
+    if len(candidates):
+        picked = candidates[torch.randperm(len(candidates), generator=generator)[:n]]
+        keep[picked[:, 0], picked[:, 1]] = 0.0
+    return keep
+
+
+def kl_cov_mask(advantages: torch.Tensor, logps: torch.Tensor, mask: torch.Tensor, *,
+                kl_ratio: float) -> torch.Tensor:
+    """KL-Cov: the `kl_ratio` share of completion tokens (at least one) with the largest covariance terms;
+    bool (batch, seq). The loss adds `ppo_kl_coef * |logp - old_logp|` on exactly these, pulling back the
+    tokens that drive entropy down fastest while leaving the rest unclipped."""
+    mask = mask.bool()
+    cov = _centred_covariance(advantages, logps, mask).masked_fill(~mask, float("-inf"))
+    selected = torch.zeros_like(mask)
+    valid = int(mask.sum())
+    if valid == 0:
+        return selected
+    k = max(int(kl_ratio * valid), 1)
+    flat = selected.view(-1)
+    flat[torch.topk(cov.view(-1), k).indices] = True
+    return selected & mask
