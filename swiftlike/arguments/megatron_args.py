@@ -17,7 +17,6 @@ from ..utils import get_logger
 from ..utils.errors import NotBuiltError
 from ..utils.launch_env import LaunchEnv
 from .base import arg
-from ..rl.core.advantages import AdvantageEstimator
 from .rlhf_args import RlhfArguments
 
 logger = get_logger("swiftlike.arguments")
@@ -58,8 +57,6 @@ class MegatronArguments:
     lr_warmup_iters: int | None = arg(None, "Warm-up steps (--warmup_steps).")
     train_iters: int | None = arg(None, "Optimizer steps to run (--max_steps).")
     no_save_optim: bool = arg(False, "Checkpoints without the optimizer state (--save_only_model).")
-    advantage_estimator: AdvantageEstimator = arg(
-        "grpo", "GRPO's advantage estimator; grpo (group-normalised rewards) is built.")
     cross_entropy_loss_fusion: bool = arg(False, "Megatron-LM's fused cross entropy (GPU kernel; no effect here).")
     gradient_accumulation_fusion: bool = arg(False, "Megatron-LM's fused weight-gradient accumulation (GPU kernel; "
                                              "no effect here).")
@@ -145,5 +142,3 @@ class MegatronRlhfArguments(RlhfArguments, MegatronArguments):
             raise NotBuiltError(f"--tensor_model_parallel_size {self.tensor_model_parallel_size}: training on the "
                                 "Megatron backend is built for TP 1 (the data-parallel ranks take the devices); the "
                                 "model and its HF conversion handle TP > 1 (docs/megatron.md)")
-        if self.advantage_estimator != "grpo":
-            raise NotBuiltError(f"--advantage_estimator {self.advantage_estimator}: only grpo is built")

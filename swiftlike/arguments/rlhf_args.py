@@ -152,6 +152,8 @@ class RlhfArguments(TrainArguments, PreferenceArguments, GkdArguments, MultiTurn
                                                   env_reward=multi_turn.use_gym_env)
             groups[GrpoOptions] = grpo = GrpoOptions(**flag_values(self, GrpoOptions), loss_type=self.loss_type[0],
                                                      beta=self.beta)
+            # the per-estimator defaults the group settled, so args.json records what ran
+            self.scale_rewards, self.kl_in_reward = grpo.scale_rewards, grpo.kl_in_reward
             self._check_generation_batch(grpo)
         else:
             groups[GkdOptions] = GkdOptions(**flag_values(self, GkdOptions), beta=self.beta)

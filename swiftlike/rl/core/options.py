@@ -22,7 +22,7 @@ from typing import Literal, get_args
 
 from ...utils.errors import NotBuiltError
 from ...utils.fields import arg
-from .advantages import ScaleRewards
+from .advantages import AdvantageEstimator, ScaleRewards, default_kl_in_reward, default_scale_rewards
 from .correction import RolloutISMode
 from .losses import LOSS_TYPES, ImportanceSamplingLevel, LossType
 
@@ -105,7 +105,33 @@ class GrpoOptions:
     epsilon_high: float | None = arg(None, "Upper clip range (DAPO clip-higher, e.g. 0.28); default --epsilon.")
     importance_sampling_level: ImportanceSamplingLevel = arg(
         "token", "token: PPO/GRPO ratio per token; sequence: GSPO's length-normalised sequence ratio.")
-    scale_rewards: ScaleRewards = arg("group", "Advantage denominator: group std, batch std, or none (Dr. GRPO).")
+    advantage_estimator: AdvantageEstimator = arg(
+        "grpo", "Each completion's baseline: grpo (its group's mean reward), rloo (the mean of the group's other "
+        "completions: unbiased), reinforce_plus_plus (the group mean, whitened over the batch by --scale_rewards "
+        "batch).")
+    kl_in_reward: bool | None = arg(
+        None, "Subtract --beta x each sequence's KL to the reference (summed old - ref log-probs) from its reward "
+        "before the advantage, instead of a KL term in the loss; default false for grpo, true for rloo and "
+        "reinforce_plus_plus (ms-swift's).", only=GRPO)
+    scale_rewards: ScaleRewards | None = arg(
+        None, "Advantage denominator: group (the group's std), batch (the batch's), none (Dr. GRPO), or gdpo (each "
+        "reward function z-scored in its group, their weighted sum z-scored over the batch); default group for "
+        "grpo, none for rloo, batch for reinforce_plus_plus.")
+    tau_pos: float = arg(1.0, "--loss_type sapo: temperature of the soft gate where the advantage is positive; larger "
+                         "is sharper (closer to a hard clip).")
+    tau_neg: float = arg(1.05, "--loss_type sapo: the gate's temperature where the advantage is negative (usually "
+                         "above --tau_pos, a tighter bound on pushing tokens down).")
+    top_entropy_quantile: float = arg(
+        1.0, "Only the top share of completion tokens by the policy's entropy get a policy gradient (0.2: the 80/20 "
+        "result); the threshold is over the micro-batch's tokens on every rank. 1.0 trains every token.")
+    clip_cov_ratio: float = arg(0.0002, "--loss_type clip_cov: share of completion tokens whose gradient is stopped, "
+                                "drawn from those whose advantage-logp covariance is in (--clip_cov_lb, "
+                                "--clip_cov_ub).")
+    clip_cov_lb: float = arg(1.0, "--loss_type clip_cov: lower bound of the covariance band.")
+    clip_cov_ub: float = arg(5.0, "--loss_type clip_cov: upper bound of the covariance band.")
+    kl_cov_ratio: float = arg(0.0002, "--loss_type kl_cov: share of completion tokens with the largest "
+                              "advantage-logp covariance that get the |logp - old_logp| penalty.")
+    ppo_kl_coef: float = arg(1.0, "--loss_type kl_cov: coefficient of that penalty.")
     num_iterations: int = arg(1, "Policy updates per generated batch (mu in the GRPO paper).")
     steps_per_generation: int | None = arg(None, "Micro-batches generated at once; default "
                                            "--gradient_accumulation_steps.")
@@ -138,6 +164,36 @@ class GrpoOptions:
             raise ValueError(f"--beta must be >= 0, got {self.beta}")
         if self.max_resample_times < 0:
             raise ValueError(f"--max_resample_times must be >= 0, got {self.max_resample_times}")
+        # ms-swift's per-estimator defaults, settled here so the trainer reads plain values
+        if self.scale_rewards is None:
+            object.__setattr__(self, "scale_rewards", default_scale_rewards(self.advantage_estimator))
+        if self.kl_in_reward is None:
+            object.__setattr__(self, "kl_in_reward", default_kl_in_reward(self.advantage_estimator))
+        self._check_algorithm_set()
+
+    def _check_algorithm_set(self) -> None:
+        """The 2026 options' own ranges, and the pairs that cannot work, named by both flags."""
+        if self.scale_rewards == "gdpo" and self.advantage_estimator != "grpo":
+            raise ValueError(f"--scale_rewards gdpo with --advantage_estimator {self.advantage_estimator}: gdpo "
+                             "normalises each reward function itself and replaces the estimator's baseline; use "
+                             "--advantage_estimator grpo")
+        if self.scale_rewards == "gdpo" and self.kl_in_reward:
+            raise ValueError("--scale_rewards gdpo with --kl_in_reward true: gdpo z-scores each reward function, so "
+                             "there is no summed reward to subtract the KL from; set --kl_in_reward false (the KL "
+                             "stays a loss term)")
+        if not 0.0 < self.top_entropy_quantile <= 1.0:
+            raise ValueError(f"--top_entropy_quantile must be in (0, 1], got {self.top_entropy_quantile}")
+        if self.tau_pos <= 0 or self.tau_neg <= 0:
+            raise ValueError(f"--tau_pos and --tau_neg must be > 0, got {self.tau_pos} and {self.tau_neg}")
+        for name in ("clip_cov_ratio", "kl_cov_ratio"):
+            if not 0.0 < getattr(self, name) <= 1.0:
+                raise ValueError(f"--{name} must be in (0, 1], got {getattr(self, name)}")
+        if self.clip_cov_lb >= self.clip_cov_ub:
+            raise ValueError(f"--clip_cov_lb ({self.clip_cov_lb}) must be below --clip_cov_ub ({self.clip_cov_ub})")
+        if self.loss_type in ("clip_cov", "kl_cov") and self.importance_sampling_level != "token":
+            raise ValueError(f"--loss_type {self.loss_type} with --importance_sampling_level "
+                             f"{self.importance_sampling_level}: its covariance and penalty are per token; use "
+                             "--importance_sampling_level token")
 
     @property
     def micro_steps(self) -> int:

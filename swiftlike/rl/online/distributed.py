@@ -108,3 +108,28 @@ def reduce_metrics(local: dict[str, float]) -> dict[str, float]:
         how = metric_reduction(key)
         out[key] = max(values) if how == "max" else min(values) if how == "min" else sum(values) / len(values)
     return out
+
+
+def gather_ragged(values: torch.Tensor) -> torch.Tensor:
+    """Every process's 1-D `values`, of any length each, concatenated in rank order (on every rank).
+
+    For a threshold over the global micro-batch's tokens, such as `--top_entropy_quantile`'s, whose token
+    count differs between ranks.
+    """
+    if _world_size() == 1:
+        return values
+    import torch.distributed as dist
+    lengths = counts_of_each_process(values.numel(), values.device)
+    padded = torch.zeros(max(lengths), dtype=values.dtype, device=values.device)
+    padded[:values.numel()] = values
+    parts = [torch.empty_like(padded) for _ in lengths]
+    dist.all_gather(parts, padded)
+    return torch.cat([part[:n] for part, n in zip(parts, lengths)])
+
+
+def counts_of_each_process(count: int, device: torch.device | str = "cpu") -> list[int]:
+    """Each process's `count`, in rank order (called by all ranks together)."""
+    import torch.distributed as dist
+    counts = [torch.zeros(1, dtype=torch.long, device=device) for _ in range(_world_size())]
+    dist.all_gather(counts, torch.tensor([count], dtype=torch.long, device=device))
+    return [int(c) for c in counts]

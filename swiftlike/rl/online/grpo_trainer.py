@@ -28,13 +28,14 @@ from torch.utils.data import DataLoader, Sampler
 
 from ...train.outputs import PLOTTED
 from ...utils import get_logger
-from ..core.advantages import group_advantages, groups_with_signal, select_groups
+from ..core.advantages import group_advantages, groups_with_signal, select_groups, sequence_kl
 from ..core.staleness import prefetch_depth, stale_groups, steps_left
 from .prefetch import EpochLoader, GenerationRows, LookaheadBatches, Prefetch, replace_groups
 from ..core.correction import mismatch_metrics, off_policy_sequence_mask, rollout_is_weights
-from .distributed import concat_across_processes, sum_across_processes
+from .distributed import concat_across_processes, gather_ragged, sum_across_processes
 from .grpo_batch import completion_logps, tensorize
-from ..core.losses import policy_loss
+from ..core.losses import aggregation_of, policy_loss
+from ..core.selection import clip_cov_mask, entropy_threshold, kl_cov_mask, top_entropy_mask
 from ..rewards.functions import combine_rewards
 from .rollout_worker import Rollout, RolloutWorker
 from .trajectories import drop_failed_trajectories, multi_turn_metrics, trajectory_record
@@ -153,7 +154,7 @@ class GrpoTrainer(RolloutTrainer):
         rows, _ = super().get_batch_samples(epoch_iterator, num_batches, device)
         first = (self.state.global_step % self._updates_per_epoch) * self.args.gradient_accumulation_steps
         batches = [self._micro_batch(first + i, r) for i, r in enumerate(rows)]
-        if batches and self.grpo.loss_type == "dapo":
+        if batches and aggregation_of(self.grpo.loss_type) == "dapo":
             tokens = sum(sum_across_processes([int(b["completion_mask"].sum()) for b in batches], self.args.device))
             for b in batches:
                 b["num_items_in_batch"] = tokens
@@ -259,11 +260,6 @@ class GrpoTrainer(RolloutTrainer):
         rewards, per_func = self._timed_rewards(rollouts)
         if self.grpo.dynamic_sample:
             rollouts, rewards, per_func = self._dynamic_sample(rollouts, rewards, per_func)
-        advantages, group_std = self._advantages(rewards)
-        self._log_rollout_metrics(rollouts, rewards, per_func, group_std)
-        if self.grpo.log_completions and self.run_dir is not None and self.accelerator.is_main_process:
-            self._write_completions(rollouts, rewards, advantages)
-
         micro = self.args.per_device_train_batch_size
         t = time.time()
         batches = []
@@ -271,7 +267,6 @@ class GrpoTrainer(RolloutTrainer):
             part = rollouts[s * micro:(s + 1) * micro]
             batch = {k: v.to(self.args.device) if v is not None else None
                      for k, v in tensorize(part, self.processing_class.pad_token_id, self.grpo.overlong_filter).items()}
-            batch["advantages"] = advantages[s * micro:(s + 1) * micro].to(self.args.device)
             batch["policy_versions"] = [r.policy_version for r in part]
             # The policy's own log-probs at sampling time, without dropout: the PPO "old" policy when the batch
             # is reused (otherwise the loss uses the current log-probs detached), and the training side of
@@ -285,6 +280,12 @@ class GrpoTrainer(RolloutTrainer):
                 model.train()
             batches.append(batch)
         self._timed("logps", t)
+        advantages, group_std = self._advantages(rewards, per_func, batches)
+        for s, batch in enumerate(batches):
+            batch["advantages"] = advantages[s * micro:(s + 1) * micro].to(self.args.device)
+        self._log_rollout_metrics(rollouts, rewards, per_func, group_std)
+        if self.grpo.log_completions and self.run_dir is not None and self.accelerator.is_main_process:
+            self._write_completions(rollouts, rewards, advantages)
         # bnpo's normaliser (see `aggregate`): the micro-batch's completion tokens on every rank. dapo's counts
         # the whole optimizer step, which may reach into the next generation batch (`get_batch_samples`).
         if self.grpo.loss_type == "bnpo":
@@ -293,20 +294,33 @@ class GrpoTrainer(RolloutTrainer):
                 b["num_items_in_batch"] = count
         return batches
 
-    def _advantages(self, rewards: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Group advantages of this rank's rows. Groups never straddle ranks, so only `--scale_rewards batch`
-        needs the others: its std is over the global batch's rewards, as in one process."""
-        if self.grpo.scale_rewards != "batch" or self.accelerator.num_processes == 1:
-            return group_advantages(rewards, self.grpo.num_generations, self.grpo.scale_rewards)
-        global_rewards, mine = concat_across_processes(rewards.to(self.args.device))
-        advantages, group_std = group_advantages(global_rewards.cpu(), self.grpo.num_generations, "batch")
-        groups = slice(mine.start // self.grpo.num_generations, mine.stop // self.grpo.num_generations)
+    def _advantages(self, rewards: torch.Tensor, per_func: dict[str, torch.Tensor],
+                    batches: list[dict]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Advantages of this rank's rows (`--advantage_estimator`, `--scale_rewards`), from rewards less
+        `--beta` x each sequence's KL under `--kl_in_reward`. Groups never straddle ranks, so only the batch-wide
+        statistics (`batch`'s std, `gdpo`'s z-score) need the others: they are taken over the global batch's
+        rows, as in one process."""
+        grpo = self.grpo
+        if grpo.kl_in_reward and grpo.beta > 0:
+            kl = torch.cat([sequence_kl(b["old_logps"], b["ref_logps"], b["completion_mask"]).cpu() for b in batches])
+            self._metrics["kl_in_reward/kl"].append(float(kl.mean()))
+            rewards = rewards - grpo.beta * kl
+        weights = torch.tensor(self.reward.weights() or [1.0] * len(per_func), dtype=torch.float32)
+        table = torch.stack(list(per_func.values()), dim=1)
+        if grpo.scale_rewards not in ("batch", "gdpo") or self.accelerator.num_processes == 1:
+            return group_advantages(rewards, grpo.num_generations, grpo.scale_rewards, grpo.advantage_estimator,
+                                    table, weights)
+        rows, mine = concat_across_processes(torch.cat([rewards.unsqueeze(1), table], 1).to(self.args.device))
+        rows = rows.cpu()
+        advantages, group_std = group_advantages(rows[:, 0], grpo.num_generations, grpo.scale_rewards,
+                                                 grpo.advantage_estimator, rows[:, 1:], weights)
+        groups = slice(mine.start // grpo.num_generations, mine.stop // grpo.num_generations)
         return advantages[mine], group_std[groups]
 
     def _needs_old_logps(self, batch: dict) -> bool:
         rollout = self.rollout
         has_rollout_lp = batch["rollout_logps"] is not None
-        return (self._reuses_batches()
+        return (self._reuses_batches() or (self.grpo.kl_in_reward and self.grpo.beta > 0)
                 or (has_rollout_lp and (rollout.rollout_importance_sampling_mode is not None
                                         or rollout.log_rollout_offpolicy_metrics))
                 or (not has_rollout_lp and rollout.off_policy_sequence_mask_delta is not None))
@@ -402,11 +416,14 @@ class GrpoTrainer(RolloutTrainer):
         tokens = mask.sum().clamp(min=1)
         metrics = {"entropy": torch.where(mask, scored.entropy, 0.0).sum() / tokens,
                    "sampling/forced_keep_frac": (scored.forced & mask).sum() / tokens}
+        if self.grpo.top_entropy_quantile < 1.0:
+            threshold = entropy_threshold(gather_ragged(scored.entropy.detach()[mask]), self.grpo.top_entropy_quantile)
+            inputs = {**inputs, "entropy_mask": top_entropy_mask(scored.entropy, mask, threshold)}
         loss, loss_metrics = corrected_policy_loss(scored.logps, inputs, self.grpo, self.rollout, self.sampling,
                                                    reused=self._reuses_batches(),
                                                    num_processes=self.accelerator.num_processes,
                                                    kl_logps=scored.unfiltered)
-        if self.grpo.loss_type == "dapo":  # its normaliser already covers the whole step
+        if aggregation_of(self.grpo.loss_type) == "dapo":  # its normaliser already covers the whole step
             loss = loss * self.current_gradient_accumulation_steps
         self.nonfinite.check_loss(self.state.global_step + 1, loss)
         self._record({**metrics, **loss_metrics})
@@ -489,13 +506,37 @@ def corrected_policy_loss(logps: torch.Tensor, inputs: dict, grpo: GrpoOptions, 
         rows = mask.any(-1)
         metrics["off_policy_sequence_mask/masked_frac"] = (~keep & rows).sum() / rows.sum().clamp(min=1)
         mask = mask & keep.unsqueeze(-1)
+    token_mask, kl_cov_tokens, selection_metrics = selected_tokens(logps, old, inputs, mask, grpo)
     loss, loss_metrics = policy_loss(
         logps, old, inputs["advantages"], mask, loss_type=grpo.loss_type, epsilon_low=grpo.epsilon,
-        epsilon_high=grpo.epsilon_high, importance_sampling_level=grpo.importance_sampling_level,
-        ref_logps=inputs.get("ref_logps"), beta=grpo.beta, kl_logps=kl_logps, max_completion_length=sampling.max_completion_length,
+        epsilon_high=grpo.epsilon_high, tau_pos=grpo.tau_pos, tau_neg=grpo.tau_neg,
+        importance_sampling_level=grpo.importance_sampling_level, token_mask=token_mask,
+        kl_cov_tokens=kl_cov_tokens, ppo_kl_coef=grpo.ppo_kl_coef,
+        ref_logps=inputs.get("ref_logps"), beta=0.0 if grpo.kl_in_reward else grpo.beta, kl_logps=kl_logps,
+        max_completion_length=sampling.max_completion_length,
         rollout_is_weights=is_weights, num_items_in_batch=inputs.get("num_items_in_batch"),
         num_processes=num_processes)
-    return loss, {**metrics, **loss_metrics}
+    return loss, {**metrics, **selection_metrics, **loss_metrics}
+
+
+def selected_tokens(logps: torch.Tensor, old: torch.Tensor, inputs: dict, mask: torch.Tensor, grpo: GrpoOptions
+                    ) -> tuple[torch.Tensor | None, torch.Tensor | None, dict[str, torch.Tensor]]:
+    """The tokens that get a policy gradient (`--top_entropy_quantile`, `--loss_type clip_cov`) and those that
+    get KL-Cov's penalty, with the share of each among the completion tokens."""
+    tokens = mask.sum().clamp(min=1)
+    token_mask, kl_cov_tokens, metrics = inputs.get("entropy_mask"), None, {}
+    if grpo.loss_type == "clip_cov":
+        keep = clip_cov_mask(inputs["advantages"], logps, old, mask, clip_ratio=grpo.clip_cov_ratio,
+                             lower=grpo.clip_cov_lb, upper=grpo.clip_cov_ub, epsilon_low=grpo.epsilon,
+                             epsilon_high=grpo.epsilon if grpo.epsilon_high is None else grpo.epsilon_high)
+        metrics["clip_cov/stopped_frac"] = ((keep == 0) & mask).sum() / tokens
+        token_mask = keep.bool() if token_mask is None else token_mask & keep.bool()
+    if grpo.loss_type == "kl_cov":
+        kl_cov_tokens = kl_cov_mask(inputs["advantages"], logps, mask, kl_ratio=grpo.kl_cov_ratio)
+        metrics["kl_cov/selected_frac"] = kl_cov_tokens.sum() / tokens
+    if token_mask is not None:
+        metrics["token_selection/gradient_frac"] = (token_mask & mask).sum() / tokens
+    return token_mask, kl_cov_tokens, metrics
 
 
 def make_ref_model(model, beta: float, tuner_type: str):
