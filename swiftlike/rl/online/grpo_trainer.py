@@ -32,6 +32,7 @@ from ..core.advantages import group_advantages, groups_with_signal, select_group
 from ..core.staleness import prefetch_depth, stale_groups, steps_left
 from .prefetch import EpochLoader, GenerationRows, LookaheadBatches, Prefetch, replace_groups
 from ..core.correction import mismatch_metrics, off_policy_sequence_mask, rollout_is_weights
+from ..core.rejection import rollout_rejection_mask
 from .distributed import concat_across_processes, gather_ragged, sum_across_processes
 from .grpo_batch import completion_logps, tensorize
 from ..core.losses import aggregation_of, policy_loss
@@ -273,7 +274,10 @@ class GrpoTrainer(RolloutTrainer):
             # the mismatch metrics. A whole forward pass, so it is skipped when nothing reads it.
             model.eval()
             try:
-                batch["old_logps"] = self._logps(model, batch).logps if self._needs_old_logps(batch) else None
+                if self.rollout.rollout_bypass_mode:  # the engine's log-probs are the old policy: no forward
+                    batch["old_logps"] = batch["rollout_logps"]
+                else:
+                    batch["old_logps"] = self._logps(model, batch).logps if self._needs_old_logps(batch) else None
                 if self.grpo.beta > 0:
                     batch["ref_logps"] = self._ref_logps(batch)
             finally:
@@ -485,21 +489,32 @@ def corrected_policy_loss(logps: torch.Tensor, inputs: dict, grpo: GrpoOptions, 
     is reduced over. `reused`: the batch serves more than one optimizer step, so the ratio's
     denominator is the sampling-time log-probs rather than the current ones detached. `kl_logps`: the
     policy's unfiltered log-probs for the KL to the reference (see `policy_loss`).
+
+    `--rollout_rs` rejection (rl/core/rejection.py) multiplies the weights by its keep mask. Under
+    `--rollout_bypass_mode` the old log-probs are the engine's (set by the trainer), the ratio's denominator
+    always, and the mismatch and rejection compare the current log-probs with them.
     """
     mask = inputs["completion_mask"]
     # Without a stored copy (the trainer skips that pass when nothing needs it) the weights have not moved
     # since sampling, so the current log-probs are the sampling-time ones.
     at_rollout = inputs["old_logps"] if inputs.get("old_logps") is not None else logps.detach()
-    old = at_rollout if reused else logps.detach()
+    bypass = rollout.rollout_bypass_mode
+    old = at_rollout if reused or bypass else logps.detach()
+    train_side = logps.detach() if bypass else at_rollout
     metrics: dict[str, torch.Tensor] = {}
     is_weights = None
     rollout_lp = inputs["rollout_logps"]
     mode, thr = rollout.rollout_importance_sampling_mode, rollout.rollout_importance_sampling_threshold
     if rollout_lp is not None and (mode is not None or rollout.log_rollout_offpolicy_metrics):
-        for k, v in mismatch_metrics(at_rollout, rollout_lp, mask, mode=mode, threshold=thr).items():
+        for k, v in mismatch_metrics(train_side, rollout_lp, mask, mode=mode, threshold=thr).items():
             metrics[f"rollout_correction/{k}"] = v
     if rollout_lp is not None and mode is not None:
-        is_weights, _, _ = rollout_is_weights(at_rollout, rollout_lp, mask, mode=mode, threshold=thr)
+        is_weights, _, _ = rollout_is_weights(train_side, rollout_lp, mask, mode=mode, threshold=thr)
+    rules = rollout.rejection()
+    if rollout_lp is not None and rules:
+        keep, rejection_metrics = rollout_rejection_mask(train_side, rollout_lp, mask, rules)
+        metrics.update({f"rollout_rs/{k}": v for k, v in rejection_metrics.items()})
+        is_weights = keep.float() if is_weights is None else is_weights * keep
     if rollout.off_policy_sequence_mask_delta is not None:
         behaviour = rollout_lp if rollout_lp is not None else at_rollout
         keep = off_policy_sequence_mask(logps, behaviour, mask, inputs["advantages"], rollout.off_policy_sequence_mask_delta)
