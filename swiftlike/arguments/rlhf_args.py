@@ -156,7 +156,10 @@ class RlhfArguments(TrainArguments, PreferenceArguments, GkdArguments, MultiTurn
             self.scale_rewards, self.kl_in_reward = grpo.scale_rewards, grpo.kl_in_reward
             self._check_generation_batch(grpo)
         else:
-            groups[GkdOptions] = GkdOptions(**flag_values(self, GkdOptions), beta=self.beta)
+            groups[GkdOptions] = gkd = GkdOptions(**flag_values(self, GkdOptions), beta=self.beta)
+            if multi_turn.enabled and gkd.lmbda == 0:
+                raise ValueError("--multi_turn_scheduler with --lmbda 0: the student never samples, so no "
+                                 "trajectory is rolled out; set --lmbda > 0 (1: train on trajectories only)")
         groups[SamplingOptions] = SamplingOptions(
             **flag_values(self, SamplingOptions), temperature=self.temperature, top_p=self.top_p, top_k=self.top_k,
             repetition_penalty=self.repetition_penalty)
@@ -177,15 +180,19 @@ class RlhfArguments(TrainArguments, PreferenceArguments, GkdArguments, MultiTurn
                                 "runs colocated (--vllm_mode colocate) or on the pt engine (--use_vllm false)")
         if not multi_turn.enabled:
             return
-        placements = {"--rlhf_type gkd": self.rlhf_type == "gkd",
-                      "--vllm_mode server": self.use_vllm and self.vllm_mode == "server",
-                      "--async_generate true": self.async_generate, "--use_ray true": self.use_ray,
+        if self.use_ray and self.use_vllm and self.vllm_mode == "server":
+            raise NotBuiltError("--multi_turn_scheduler with --use_ray true and a separate `rollout:` group: not "
+                                "built yet; it waits for multi-turn on rollout servers (the replicas would run the "
+                                "scheduler). On Ray, multi-turn runs with the rollout colocated "
+                                "(colocate_groups: [[train, rollout]]) or on the training model (use_vllm: false)")
+        placements = {"--vllm_mode server": self.use_vllm and self.vllm_mode == "server",
+                      "--async_generate true": self.async_generate,
                       "--train_backend megatron": self.train_backend == "megatron"}
         given = [name for name, value in placements.items() if value]
         if given:
             raise NotBuiltError(f"--multi_turn_scheduler with {', '.join(given)}: not built yet; multi-turn "
-                                "GRPO runs colocated (--use_vllm true --vllm_mode colocate) or on the pt engine "
-                                "(--use_vllm false), on transformers, in one process")
+                                "GRPO and GKD run colocated (--use_vllm true --vllm_mode colocate) or on the pt "
+                                "engine (--use_vllm false), on transformers")
 
     def _check_generation_batch(self, grpo: GrpoOptions) -> None:
         spg = grpo.steps_per_generation

@@ -314,3 +314,126 @@ def test_cli_relaunches_under_torchrun_and_rank_0_writes_the_run(tmp_path):
     state = json.loads((ckpt / "trainer_state.json").read_text())
     # a step is 2 ranks x 2 prompts (8 completions each): 2 steps covered 8 of the 16 prompts
     assert state["global_step"] == 2 and state["log_history"][-1]["epoch"] == pytest.approx(0.5)
+
+
+# ---------------------------------------------------------------- multi-turn trajectories over two processes
+# Trajectories of 1-3 turns (the row says how many), a user observation inserted as ids between turns, and one
+# whose environment raises in turn 2 (dropped: no loss, no tokens counted). The trainers run in multi-turn mode
+# (a scheduler flag); the recorded trajectories stand in for its rollouts, as the one-turn rollouts do above.
+MULTI_TURN = ["--multi_turn_scheduler", "math_tip_trick", "--max_turns", "3"]
+MULTI_TURN_RUNS = {"mt_dapo": ["--loss_type", "dapo", "--beta", "0.04", *MULTI_TURN],
+                   "mt_bnpo": ["--loss_type", "bnpo", "--beta", "0", *MULTI_TURN]}
+FAILING = (4, 1)  # (prompt, generation) whose environment raises
+
+
+def record_trajectories(path: Path) -> None:
+    """NUM_GENERATIONS real pt-engine trajectories per prompt, rolled out by the multi-turn loop."""
+    import torch
+
+    from swiftlike.arguments import RlhfArguments
+    from swiftlike.model import load_model, load_tokenizer, resolve_model
+    from swiftlike.rl.online.rollout_worker import RolloutWorker
+    from swiftlike.rollout.multi_turn import MultiTurnScheduler
+    from swiftlike.rollout.multi_turn.scheduler import EnvFailure
+    from swiftlike.template import get_template
+
+    class TurnsFromRow(MultiTurnScheduler):
+        def check_finished(self, request, choice, current_turn):
+            return current_turn >= request.data_dict["turns"]
+
+        def step(self, request, choice, current_turn):
+            if request.data_dict["fail"] and current_turn == 2:
+                raise EnvFailure("the probe environment broke on purpose")
+            request.messages.append({"role": "user", "content": f"Observation {current_turn}: go on."})
+            return {"infer_request": request}
+
+    resolved = resolve_model(TINY)
+    template = get_template(resolved.meta.template, load_tokenizer(resolved))
+    args = RlhfArguments(rlhf_type="grpo", model=TINY, dataset=["unused"], reward_funcs=["format"],
+                         num_generations=NUM_GENERATIONS, per_device_train_batch_size=NUM_GENERATIONS,
+                         max_completion_length=12, use_vllm=False, multi_turn_scheduler="math_tip_trick",
+                         max_turns=3)
+    worker = RolloutWorker(args.rollout_options(), args.sampling_options(), args.vllm_options(), resolved, template,
+                           load_model(resolved, "float32", "cpu"), multi_turn=args.multi_turn_options(),
+                           scheduler=TurnsFromRow(template, max_turns=3))
+    rows = [{"messages": [{"role": "user", "content": p}], "turns": 1 + (i + g) % 3, "fail": (i, g) == FAILING}
+            for i, p in enumerate(PROMPTS) for g in range(NUM_GENERATIONS)]
+    torch.manual_seed(0)
+    recorded: dict[str, list[dict]] = {p: [] for p in PROMPTS}
+    for rollout in worker.generate(rows):
+        record = asdict(rollout)
+        del record["row"]
+        recorded[rollout.row["messages"][0]["content"]].append(record)
+    path.write_text(json.dumps(recorded))
+
+
+@pytest.fixture(scope="module")
+def multi_turn_runs(tmp_path_factory):
+    """(the recorded trajectories, {processes: directory of the worker's results})."""
+    base = tmp_path_factory.mktemp("multi_turn")
+    rollouts, dataset = base / "trajectories.json", base / "prompts.jsonl"
+    record_trajectories(rollouts)
+    dataset.write_text("".join(json.dumps({"messages": [{"role": "user", "content": p}]}) + "\n" for p in PROMPTS))
+    out = {}
+    for processes in (1, 2):  # bnpo's normaliser is checked on two processes only (one run less)
+        out[processes] = base / f"p{processes}"
+        out[processes].mkdir()
+        launch(out[processes], rollouts, dataset, processes,
+               MULTI_TURN_RUNS if processes == 2 else {"mt_dapo": MULTI_TURN_RUNS["mt_dapo"]})
+    return json.loads(rollouts.read_text()), out
+
+
+def sampled_tokens(trajectory: dict) -> int:
+    return 0 if trajectory["env_error"] else sum(trajectory["loss_mask"])
+
+
+def test_multi_turn_trajectories_are_what_the_test_says(multi_turn_runs):
+    """The recording itself: 1-3 turns as the rows say, observations inserted with mask 0, one dropped."""
+    recorded, _ = multi_turn_runs
+    for i, prompt in enumerate(PROMPTS):
+        for g, t in enumerate(recorded[prompt]):
+            turns = 1 + (i + g) % 3
+            assert (t["turns"], bool(t["env_error"])) == ((2, True) if (i, g) == FAILING else (turns, False))
+            assert 0 < sum(t["loss_mask"]) < len(t["completion_ids"]) or t["turns"] == 1
+
+
+def test_multi_turn_two_processes_match_one_process(multi_turn_runs):
+    """Each rank trains on its own trajectories: the same losses, gradient norms and parameter update as one
+    process on the same global batch."""
+    import torch
+    _, runs = multi_turn_runs
+    name = "mt_dapo"
+    one, two = train_logs(runs[1], name), train_logs(runs[2], name)
+    assert [e["step"] for e in one] == [e["step"] for e in two] == [1, 2]
+    for a, b in zip(one, two):
+        # the first step's loss is a near-cancelling sum (every ratio 1, a group's advantages summing to 0):
+        # ~1e-4 from terms of ~1, so fp32 rounding of the two summation orders shows in it at ~1e-8 absolute
+        assert abs(a["loss"] - b["loss"]) <= RTOL * max(abs(a["loss"]), abs(b["loss"])) + 1e-7, (name, a, b)
+        assert rel_diff(a["grad_norm"], b["grad_norm"]) < RTOL, (name, a["step"], a["grad_norm"], b["grad_norm"])
+    assert one[0]["grad_norm"] > 0
+    p1, p2 = torch.load(runs[1] / f"{name}.params.pt"), torch.load(runs[2] / f"{name}.params.pt")
+    updates = [(p1["after"][n] - p1["before"][n], p2["after"][n] - p2["before"][n]) for n in p1["after"]]
+    worst = max(float((d1 - d2).norm() / d1.norm()) for d1, d2 in updates if d1.any())
+    assert worst < RTOL, (name, worst)
+
+
+def test_dapo_counts_the_sampled_tokens_of_the_whole_step_across_ranks(multi_turn_runs):
+    """Two ranks, one prompt group per micro-batch: each micro-batch counts its trajectories' loss-mask-1 ids (the
+    dropped trajectory none), and every micro-batch of an optimizer step on either rank divides by the sum over
+    both ranks' micro-batches of that step, the single process's count of the same step."""
+    recorded, runs = multi_turn_runs
+    ranks = [json.loads((runs[2] / f"mt_dapo.rank{r}.json").read_text()) for r in (0, 1)]
+    step_tokens: dict[int, int] = {}
+    for rank in ranks:
+        assert len(rank["micro_steps"]) == len(rank["prompts"]) == 4
+        for prompt, micro in zip(rank["prompts"], rank["micro_steps"]):
+            expected = sum(sampled_tokens(t) for t in recorded[prompt])
+            assert micro["tokens"] == expected < sum(len(t["completion_ids"]) for t in recorded[prompt])
+            step_tokens[micro["step"]] = step_tokens.get(micro["step"], 0) + expected
+    for rank in ranks:
+        assert [m["normaliser"] for m in rank["micro_steps"]] == [step_tokens[m["step"]] for m in rank["micro_steps"]]
+    one = json.loads((runs[1] / "mt_dapo.rank0.json").read_text())["micro_steps"]
+    assert sorted({m["step"]: m["normaliser"] for m in one}.items()) == sorted(step_tokens.items())
+    # bnpo: the micro-batch's tokens over both ranks
+    bnpo = [json.loads((runs[2] / f"mt_bnpo.rank{r}.json").read_text())["micro_steps"] for r in (0, 1)]
+    assert [a["normaliser"] for a in bnpo[0]] == [a["tokens"] + b["tokens"] for a, b in zip(*bnpo)]

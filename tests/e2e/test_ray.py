@@ -337,3 +337,53 @@ def test_two_ray_train_workers_match_one_process(head, tmp_path):
     assert worst < RTOL, worst
     ranks = [json.loads((two / f"ray.rank{r}.json").read_text())["prompts"] for r in (0, 1)]
     assert sorted(ranks[0] + ranks[1]) == sorted(PROMPTS) and not set(ranks[0]) & set(ranks[1])
+
+
+# A scheduler that answers every turn with an observation, so each trajectory has --max_turns sampled turns with
+# inserted ids between them (a random model's turns hit the token limit, which ends the built-in ones).
+MULTI_TURN_PLUGIN = '''
+from swiftlike.rollout.multi_turn import MultiTurnScheduler, register_scheduler
+
+
+@register_scheduler("ray_observe_every_turn")
+class ObserveEveryTurn(MultiTurnScheduler):
+    def check_finished(self, request, choice, current_turn):
+        return current_turn >= self.max_turns
+
+    def step(self, request, choice, current_turn):
+        request.messages.append({"role": "user", "content": f"Observation {current_turn}: carry on."})
+        return {"infer_request": request}
+'''
+
+
+def test_multi_turn_grpo_on_a_colocated_ray_train_worker(head, tmp_path):
+    """The scheduler, registered by an --external_plugins file that every actor loads, rolls out 3-turn
+    trajectories on the train worker's own vLLM engine; the trainer scores the sampled ids of all turns as the
+    engine did after each sync."""
+    plugin = tmp_path / "scheduler.py"
+    plugin.write_text(MULTI_TURN_PLUGIN)
+    config = write_job(tmp_path, GRPO, f"""
+        external_plugins: [{plugin}]
+        multi_turn_scheduler: ray_observe_every_turn
+        max_turns: 3
+        colocate_groups: [[train, rollout]]
+        train: {{gpus: 1}}
+        rollout: {{gpus: 1, vllm_max_model_len: 512}}
+        """)
+    result = run_job(config, "--ray_address", head)
+    logged = finished_log(result, tmp_path)
+    check_synced(logged)
+    assert all(e["multi_turn/turns_mean"] == e["multi_turn/turns_max"] == 3 for e in logged), logged
+    assert "colocated vLLM engines" in result.stderr
+
+
+def test_multi_turn_with_a_separate_rollout_group_is_refused_before_ray_starts(tmp_path):
+    config = write_job(tmp_path, GRPO, """
+        multi_turn_scheduler: tool_call_scheduler
+        train: {gpus: 1}
+        rollout: {gpus: 1}
+        """)
+    result = run_job(config, timeout=120)
+    assert result.returncode == 3, result.stderr[-2000:]
+    assert "--use_ray true and a separate `rollout:` group: not built yet" in result.stderr
+    assert "colocate_groups: [[train, rollout]]" in result.stderr and "starting" not in result.stderr

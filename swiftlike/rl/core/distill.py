@@ -42,7 +42,7 @@ def _jsd_from_logps(student_logps: torch.Tensor, teacher_logps: torch.Tensor, be
     return beta * kl_teacher + (1 - beta) * kl_student
 
 
-def _masked_mean(values: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+def masked_mean(values: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
     if mask is None:  # an empty selection (no completion token) is 0, not the NaN of an empty mean
         return values.sum() / max(values.numel(), 1)
     mask = mask.to(values.dtype)
@@ -64,7 +64,7 @@ def generalized_jsd(student_logits: torch.Tensor, teacher_logits: torch.Tensor, 
     _check_beta(beta)
     student = F.log_softmax(student_logits.float() / temperature, dim=-1)
     teacher = F.log_softmax(teacher_logits.float() / temperature, dim=-1)
-    return _masked_mean(_jsd_from_logps(student, teacher, beta), mask)
+    return masked_mean(_jsd_from_logps(student, teacher, beta), mask)
 
 
 def teacher_topk(teacher_logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -86,7 +86,7 @@ def topk_generalized_jsd(student_logits: torch.Tensor, teacher_topk_logps: torch
     _check_beta(beta)
     student = F.log_softmax(torch.gather(student_logits.float() / temperature, -1, teacher_topk_ids), dim=-1)
     teacher = F.log_softmax(teacher_topk_logps.float() / temperature, dim=-1)
-    return _masked_mean(_jsd_from_logps(student, teacher, beta), mask)
+    return masked_mean(_jsd_from_logps(student, teacher, beta), mask)
 
 
 def forward_kl_per_token(student_logits: torch.Tensor, teacher_logits: torch.Tensor,

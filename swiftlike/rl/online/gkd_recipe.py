@@ -1,4 +1,8 @@
-"""`swiftlike rlhf --rlhf_type gkd`: arguments -> student, teacher, rollout worker -> GkdTrainer -> run dir."""
+"""`swiftlike rlhf --rlhf_type gkd`: arguments -> student, teacher, rollout worker -> GkdTrainer -> run dir.
+
+With --multi_turn_scheduler the student's samples are trajectories rolled out by the same scheduler loop as
+GRPO's (rollout/multi_turn): the teacher scores each trajectory's ids whole, and the divergence counts only the
+ids the student sampled (gkd_trainer.py)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -10,6 +14,7 @@ from ...train.run import TrainResult, checkpoint_args_writer, load_train_val_row
 from ...utils import get_logger
 from ..core.options import GkdOptions
 from ..preference.data import PreferenceEncoder
+from .grpo_recipe import build_multi_turn_scheduler
 
 logger = get_logger("swiftlike.rl")
 
@@ -113,7 +118,8 @@ def train_gkd(args: RlhfArguments) -> TrainResult:
     resolved, tokenizer, template = run.resolved, run.tokenizer, run.template
     train_rows, val_rows = load_train_val_rows(args)
     encoder = PreferenceEncoder(template, args.max_length, args.max_completion_length, args.truncation_strategy)
-    gkd, sampling = args.gkd_options(), args.sampling_options()
+    gkd, sampling, multi_turn = args.gkd_options(), args.sampling_options(), args.multi_turn_options()
+    scheduler = build_multi_turn_scheduler(multi_turn, template)  # a bad name stops the run before any model loads
     rows, stats = gkd_rows(train_rows, encoder, needs_answers=gkd.lmbda < 1)
     logger.info("train data: %s", stats.describe(args.max_length, args.truncation_strategy))
     val = validation_rows(val_rows, encoder)
@@ -132,7 +138,7 @@ def train_gkd(args: RlhfArguments) -> TrainResult:
         teacher = build_teacher(gkd, args, resolved, tokenizer, model, device)
         if gkd.lmbda > 0:
             worker = RolloutWorker(args.rollout_options(), sampling, args.vllm_options(), resolved, template, model,
-                                   args.max_length)
+                                   args.max_length, multi_turn=multi_turn, scheduler=scheduler)
         trainer = GkdTrainer(model=model, args=training_args, train_dataset=ListDataset(rows),
                              eval_dataset=ListDataset(val) if val else None,
                              data_collator=lambda batch: batch, processing_class=tokenizer, callbacks=run.callbacks,

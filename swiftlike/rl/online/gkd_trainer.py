@@ -7,6 +7,12 @@ student samples through the same rollout worker as GRPO (the training model, a c
 in-process, the student with its adapter disabled, or a server answering top-k prompt log-probs (`teacher.py`).
 The divergence itself agrees with TRL's `generalized_jsd_loss` (tests/e2e/test_gkd.py).
 
+Multi-turn (--multi_turn_scheduler): an on-policy micro-batch is the student's trajectories, rolled out by the
+scheduler loop GRPO uses. The teacher scores each trajectory's ids whole, so it sees the tool results and
+observations as context, and the divergence (and the --sft_alpha term) counts only the ids the student sampled
+(loss mask 1), the mean over those: the teacher's distribution where a tool result follows says nothing about
+the student.
+
 On-policy or not is drawn once per micro-batch from a generator seeded with --seed, the same draw on every
 process, so all ranks generate (and sync) together.
 """
@@ -17,15 +23,17 @@ import time
 import torch
 
 from ...train.outputs import PLOTTED
-from ..core.distill import generalized_jsd, topk_generalized_jsd
+from ..core.distill import generalized_jsd, masked_mean, topk_generalized_jsd
 from ..core.options import GkdOptions, PolicyTrainingOptions, SamplingOptions
-from .rollout_worker import RolloutWorker
+from .rollout_worker import Rollout, RolloutWorker
 from .distributed import reduce_metrics
 from .online_trainer import RolloutTrainer
 from .teacher import PackedSequences, TeacherOutput, completion_logits
+from .trajectories import multi_turn_metrics
 
 # The curves a GKD run draws into images/.
-GKD_PLOTTED = (*PLOTTED, "jsd", "teacher_kl", "eval_teacher_kl", "sft_loss", "on_policy", "completions/mean_length", "timing/*")
+GKD_PLOTTED = (*PLOTTED, "jsd", "teacher_kl", "eval_teacher_kl", "sft_loss", "on_policy", "completions/mean_length",
+               "multi_turn/turns_mean", "timing/*")
 
 
 def prompt_only(row: dict) -> dict:
@@ -34,6 +42,14 @@ def prompt_only(row: dict) -> dict:
     while messages and messages[-1].get("role") == "assistant":
         messages.pop()
     return {**row, "messages": messages}
+
+
+def trajectory_loss_mask(rollout: Rollout) -> list[int]:
+    """What the divergence counts of a trajectory: its sampled ids; none at all when its environment raised
+    (the trajectory is dropped, as GRPO drops it, and its failure is counted in multi_turn/env_errors)."""
+    if rollout.env_error is not None:
+        return [0] * len(rollout.completion_ids)
+    return list(rollout.loss_mask) if rollout.loss_mask is not None else [1] * len(rollout.completion_ids)
 
 
 def teacher_kl(student_logits: torch.Tensor, teacher: TeacherOutput, mask: torch.Tensor | None) -> torch.Tensor:
@@ -52,6 +68,23 @@ def gkd_loss(student_logits: torch.Tensor, teacher: TeacherOutput, mask: torch.T
     return topk_generalized_jsd(student_logits, teacher.topk_logps, teacher.topk_ids, mask, beta, temperature)
 
 
+def micro_batch_loss(logits: torch.Tensor, batch: PackedSequences, teacher: TeacherOutput, gkd: GkdOptions,
+                     temperature: float) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The training loss of one micro-batch (the divergence, plus --sft_alpha x the NLL of its tokens) and its
+    metrics, over the completion tokens the batch's loss mask keeps: a trajectory's inserted ids (tool results,
+    observations) are context only."""
+    mask = batch.loss_mask
+    jsd = gkd_loss(logits, teacher, mask, gkd.beta, temperature)
+    loss, metrics = jsd, {"jsd": jsd.detach()}
+    if gkd.sft_alpha > 0:
+        nll = masked_mean(-logits.float().log_softmax(-1).gather(-1, batch.targets[:, None])[:, 0], mask)
+        loss = loss + gkd.sft_alpha * nll
+        metrics["sft_loss"] = nll.detach()
+    with torch.no_grad():
+        metrics["teacher_kl"] = teacher_kl(logits.detach(), teacher, mask)
+    return loss, metrics
+
+
 class GkdTrainer(RolloutTrainer):
     def __init__(self, *a, gkd: GkdOptions, sampling: SamplingOptions, policy_training: PolicyTrainingOptions,
                  worker: RolloutWorker | None, teacher, **kw):
@@ -65,27 +98,35 @@ class GkdTrainer(RolloutTrainer):
     def _prepare_inputs(self, rows: list[dict]) -> dict:
         on_policy = self.worker is not None and self._coin.random() < self.gkd.lmbda
         if on_policy:
-            sequences = self._generate(rows)
+            sequences, loss_masks = self._generate(rows)
         else:
-            sequences = [(r["prompt_ids"], r["answer_ids"]) for r in rows]
+            sequences, loss_masks = [(r["prompt_ids"], r["answer_ids"]) for r in rows], None
         t = time.time()
-        inputs = self._scored(sequences)
+        inputs = self._scored(sequences, loss_masks)
         self._metrics["timing/teacher"].append(time.time() - t)
         self._metrics["on_policy"].append(float(on_policy))
-        self._metrics["completions/mean_length"].append(sum(len(c) for _, c in sequences) / len(sequences))
+        sampled = [len(c) for _, c in sequences] if loss_masks is None else [sum(m) for m in loss_masks]
+        self._metrics["completions/mean_length"].append(sum(sampled) / len(sequences))
         return inputs
 
-    def _scored(self, sequences: list[tuple[list[int], list[int]]]) -> dict:
-        batch = PackedSequences.pack(sequences).to(self.args.device)
+    def _scored(self, sequences: list[tuple[list[int], list[int]]],
+                loss_masks: list[list[int]] | None = None) -> dict:
+        batch = PackedSequences.pack(sequences, loss_masks).to(self.args.device)
         return {"batch": batch, "teacher": self.teacher(self.accelerator.unwrap_model(self.model), batch)}
 
-    def _generate(self, rows: list[dict]) -> list[tuple[list[int], list[int]]]:
+    def _generate(self, rows: list[dict]) -> tuple[list[tuple[list[int], list[int]]], list[list[int]] | None]:
+        """The student's samples and, for multi-turn trajectories, their loss masks (None for one turn each)."""
         self._sync_weights()
         t = time.time()
         with self.worker.memory.offloaded(self.model, self.optimizer):
             rollouts = self.worker.generate([prompt_only(r) for r in rows], self.model)
         self._metrics["timing/generate"].append(time.time() - t)
-        return [(r.prompt_ids, r.completion_ids) for r in rollouts]
+        sequences = [(r.prompt_ids, r.completion_ids) for r in rollouts]
+        if self.worker.scheduler is None:
+            return sequences, None
+        for key, value in multi_turn_metrics(rollouts).items():
+            self._metrics[key].append(value)
+        return sequences, [trajectory_loss_mask(r) for r in rollouts]
 
     # ------------------------------------------------------------------ loss
     def training_step(self, model, inputs, num_items_in_batch=None):
@@ -115,15 +156,7 @@ class GkdTrainer(RolloutTrainer):
         batch, teacher = inputs["batch"], inputs["teacher"]
         # (completion tokens, vocab): the divergence is over the completion tokens only, so only they are normalised
         logits = completion_logits(model, batch)
-        jsd = gkd_loss(logits, teacher, None, self.gkd.beta, self.sampling.temperature)
-        loss = jsd
-        metrics = {"jsd": jsd.detach()}
-        if self.gkd.sft_alpha > 0:
-            nll = -logits.float().log_softmax(-1).gather(-1, batch.targets[:, None]).mean()
-            loss = loss + self.gkd.sft_alpha * nll
-            metrics["sft_loss"] = nll.detach()
-        with torch.no_grad():
-            metrics["teacher_kl"] = teacher_kl(logits.detach(), teacher, None)
+        loss, metrics = micro_batch_loss(logits, batch, teacher, self.gkd, self.sampling.temperature)
         self.nonfinite.check_loss(self.state.global_step + 1, loss)
         self._record(metrics)
         return loss

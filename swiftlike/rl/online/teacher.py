@@ -32,16 +32,23 @@ class PackedSequences:
     Packed rather than padded: the student's forward and backward, most of a GKD step on a CPU, then run on the
     real tokens only (prompts of different lengths padded to the longest cost a third more on the alpaca
     prompts of bench-gkd), and the LM head (a small model's largest matmul) only where a completion token is
-    predicted."""
+    predicted.
+
+    A multi-turn trajectory's completion holds ids the student did not sample (tool results, observations,
+    next-turn headers): `loss_mask` says which completion tokens the divergence counts. They stay in
+    `predict_at` all the same, so a served teacher's per-position answer lines up with the sequence as sent."""
 
     input_ids: torch.Tensor  # (1, total tokens)
     position_ids: torch.Tensor  # (1, total tokens)
     predict_at: torch.Tensor  # (completion tokens,) flat position t predicts the completion token at t + 1
     prompt_lengths: list[int]
     lengths: list[int]
+    loss_mask: torch.Tensor | None = None  # (completion tokens,) bool, true where sampled; None: every one is
 
     @classmethod
-    def pack(cls, sequences: list[tuple[list[int], list[int]]]) -> PackedSequences:
+    def pack(cls, sequences: list[tuple[list[int], list[int]]],
+             loss_masks: list[list[int] | None] | None = None) -> PackedSequences:
+        """`loss_masks`, one per sequence (1 = sampled, per completion id; None = all sampled), or None for all."""
         ids, positions, predict_at, offset = [], [], [], 0
         for prompt, answer in sequences:
             n = len(prompt) + len(answer)
@@ -50,7 +57,8 @@ class PackedSequences:
             predict_at += range(offset + len(prompt) - 1, offset + n - 1)
             offset += n
         return cls(torch.tensor([ids]), torch.tensor([positions]), torch.tensor(predict_at, dtype=torch.long),
-                   [len(p) for p, _ in sequences], [len(p) + len(a) for p, a in sequences])
+                   [len(p) for p, _ in sequences], [len(p) + len(a) for p, a in sequences],
+                   _flat_loss_mask(sequences, loss_masks))
 
     @property
     def targets(self) -> torch.Tensor:
@@ -66,7 +74,23 @@ class PackedSequences:
 
     def to(self, device) -> PackedSequences:
         return PackedSequences(self.input_ids.to(device), self.position_ids.to(device), self.predict_at.to(device),
-                               self.prompt_lengths, self.lengths)
+                               self.prompt_lengths, self.lengths,
+                               None if self.loss_mask is None else self.loss_mask.to(device))
+
+
+def _flat_loss_mask(sequences: list[tuple[list[int], list[int]]],
+                    loss_masks: list[list[int] | None] | None) -> torch.Tensor | None:
+    """The completion tokens' loss masks end to end (predict_at order), or None when every token is sampled."""
+    if loss_masks is None or all(mask is None for mask in loss_masks):
+        return None
+    if len(loss_masks) != len(sequences):
+        raise ValueError(f"{len(loss_masks)} loss masks for {len(sequences)} sequences")
+    flat = []
+    for (_, answer), mask in zip(sequences, loss_masks):
+        if mask is not None and len(mask) != len(answer):
+            raise ValueError(f"a loss mask has {len(mask)} entries for a completion of {len(answer)} ids")
+        flat += [1] * len(answer) if mask is None else mask
+    return torch.tensor(flat, dtype=torch.bool)
 
 
 @dataclass

@@ -217,7 +217,6 @@ def vars_of(argv: list[str]) -> dict:
     (["--use_vllm", "true", "--vllm_mode", "server"], "--vllm_mode server"),
     (["--use_vllm", "true", "--vllm_mode", "server", "--async_generate", "true"],
      "--vllm_mode server, --async_generate true"),
-    (["--use_ray", "true"], "--use_ray true"),
     (["--train_backend", "megatron", "--use_vllm", "true"], "--train_backend megatron"),
 ])
 def test_multi_turn_placements_not_built_exit_3_naming_them(flags, named):
@@ -225,9 +224,7 @@ def test_multi_turn_placements_not_built_exit_3_naming_them(flags, named):
         grpo("--multi_turn_scheduler", "tool_call_scheduler", *flags)
 
 
-def test_multi_turn_gkd_and_passing_the_dataset_to_servers_are_not_built():
-    with pytest.raises(NotBuiltError, match="--multi_turn_scheduler with --rlhf_type gkd: not built yet"):
-        gkd("--multi_turn_scheduler", "tool_call_scheduler")
+def test_passing_the_dataset_to_servers_is_not_built():
     with pytest.raises(NotBuiltError, match="--vllm_server_pass_dataset true: rollout servers do not run"):
         grpo("--use_vllm", "true", "--vllm_mode", "server", "--vllm_server_pass_dataset", "true")
 
