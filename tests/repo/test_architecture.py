@@ -225,3 +225,10 @@ def test_a_main_takes_the_arguments_object_or_a_cli_list(tmp_path):
         export_main({"adapters": []})
     with pytest.raises(ValueError, match="no-such-checkpoint"):
         export_main(ExportArguments(adapters=[str(tmp_path / "no-such-checkpoint")], merge_lora=True))
+
+
+def test_test_file_names_are_unique():
+    """tests/ has no __init__.py files, so pytest imports each test file by its base name: two files of one
+    name in different folders fail collection when they run in one session."""
+    names = [p.name for p in (REPO / "tests").rglob("test_*.py")]
+    assert sorted({n for n in names if names.count(n) > 1}) == []

@@ -177,8 +177,9 @@ def test_type_only_flags_are_derived_from_the_groups():
     assert sorted(n for names in refused_by_grpo.values() for n in names) == sorted(OLD_PREFERENCE_ONLY + OLD_GKD_ONLY)
     refused_by_gkd = flags_not_read_by("gkd")
     # gkd refuses what it did by hand, --external_plugins (reward plugins), which it never read, and
-    # --kl_in_reward, added since (the other new GRPO flags have defaults that are not "unset")
-    assert sorted(refused_by_gkd[options.GRPO]) == sorted(OLD_GKD_REFUSES_OF_GRPO + ("external_plugins", "kl_in_reward"))
+    # the GRPO-only flags added since whose default reads "unset" (the others' defaults cannot tell)
+    added = ("external_plugins", "kl_in_reward", "rollout_rs", "rollout_rs_threshold", "rollout_bypass_mode")
+    assert sorted(refused_by_gkd[options.GRPO]) == sorted(OLD_GKD_REFUSES_OF_GRPO + added)
     assert sorted(refused_by_gkd[options.PREFERENCE_TYPES]) == sorted(OLD_PREFERENCE_ONLY)
     refused_by_dpo = flags_not_read_by("dpo")
     assert sorted(refused_by_dpo[options.GKD]) == sorted(OLD_GKD_ONLY)
