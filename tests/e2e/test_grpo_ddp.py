@@ -38,6 +38,12 @@ RUNS = {
     "gspo": ["--loss_type", "grpo", "--importance_sampling_level", "sequence", "--beta", "0.04"],
     # the reward std of the whole global batch, not of each rank's half
     "batch_std": ["--loss_type", "grpo", "--scale_rewards", "batch", "--beta", "0"],
+    # the 2026 set: KL folded into the reward, the entropy threshold and KL-Cov's covariance over both ranks'
+    # tokens, REINFORCE++'s and GDPO's statistics over the global batch (Clip-Cov draws at random: not here)
+    "rloo_cispo_entropy": ["--advantage_estimator", "rloo", "--loss_type", "cispo", "--epsilon_high", "5.0",
+                           "--top_entropy_quantile", "0.3", "--beta", "0.04"],
+    "reinforce_pp_sapo": ["--advantage_estimator", "reinforce_plus_plus", "--loss_type", "sapo", "--beta", "0.04"],
+    "gdpo_kl_cov": ["--scale_rewards", "gdpo", "--loss_type", "kl_cov", "--kl_cov_ratio", "0.1", "--beta", "0"],
 }
 RTOL = 1e-5
 
@@ -165,7 +171,8 @@ def test_two_processes_match_one_process(runs, name):
         for key in ("loss", "grad_norm"):
             assert rel_diff(a[key], b[key]) < RTOL, (name, a["step"], key, a[key], b[key])
     assert one[0]["grad_norm"] > 0 and one[1]["loss"] != one[0]["loss"]
-    if "--beta" in RUNS[name] and RUNS[name][RUNS[name].index("--beta") + 1] != "0":
+    kl_in_loss = "--advantage_estimator" not in RUNS[name]  # rloo and reinforce_plus_plus fold it into the reward
+    if kl_in_loss and "--beta" in RUNS[name] and RUNS[name][RUNS[name].index("--beta") + 1] != "0":
         assert one[1]["kl"] > 0  # the second step's policy has moved away from the reference
 
     p1, p2 = torch.load(runs[1] / f"{name}.params.pt"), torch.load(runs[2] / f"{name}.params.pt")

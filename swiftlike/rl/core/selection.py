@@ -14,7 +14,15 @@ computes it, so two processes select what one process would.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
+
+Gather = Callable[[torch.Tensor], torch.Tensor]
+
+
+def _same(values: torch.Tensor) -> torch.Tensor:
+    return values
 
 
 def entropy_threshold(valid_entropies: torch.Tensor, top_quantile: float) -> torch.Tensor:
@@ -40,30 +48,35 @@ def _per_token(advantages: torch.Tensor, logps: torch.Tensor) -> torch.Tensor:
     return advantages.expand_as(logps).detach().float()
 
 
-def _centred_covariance(advantages: torch.Tensor, logps: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Each token's term of cov(A, logp) over the micro-batch's completion tokens: (A - mean A)(logp - mean logp).
-    Per micro-batch, as verl computes it (the means are of the tokens the step sees together)."""
+def _centred_covariance(advantages: torch.Tensor, logps: torch.Tensor, mask: torch.Tensor,
+                        gather: Gather) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each token's term of cov(A, logp), (A - mean A)(logp - mean logp), with the means over the completion
+    tokens of the micro-batch on every rank (`gather` concatenates a 1-D tensor over ranks; identity in one
+    process), as one process holding the whole micro-batch computes them. Returns the local terms (batch, seq)
+    and every rank's valid terms (1-D)."""
     mask = mask.bool()
     adv = _per_token(advantages, logps)
     lp = logps.detach().float()
-    count = mask.sum().clamp(min=1)
-    adv_mean = torch.where(mask, adv, 0.0).sum() / count
-    lp_mean = torch.where(mask, lp, 0.0).sum() / count
-    return (adv - adv_mean) * (lp - lp_mean)
+    all_adv, all_lp = gather(adv[mask]), gather(lp[mask])
+    adv_mean = all_adv.mean() if all_adv.numel() else adv.new_zeros(())
+    lp_mean = all_lp.mean() if all_lp.numel() else lp.new_zeros(())
+    return (adv - adv_mean) * (lp - lp_mean), (all_adv - adv_mean) * (all_lp - lp_mean)
 
 
 def clip_cov_mask(advantages: torch.Tensor, logps: torch.Tensor, old_logps: torch.Tensor, mask: torch.Tensor, *,
                   clip_ratio: float, lower: float, upper: float, epsilon_low: float, epsilon_high: float,
-                  generator: torch.Generator | None = None) -> torch.Tensor:
+                  generator: torch.Generator | None = None, gather: Gather = _same) -> torch.Tensor:
     """Clip-Cov: 0 on a random `clip_ratio` share of the completion tokens (at least one) among those whose
     covariance term lies strictly between `lower` and `upper` and that PPO's clip has not already cut; 1
     elsewhere. Float (batch, seq): the surrogate is multiplied by it, so those tokens lose their gradient.
 
     Random rather than the top of the covariance: stopping exactly the largest terms every step would bias
-    the update; a random share of the high-covariance band slows the collapse without picking a side.
+    the update; a random share of the high-covariance band slows the collapse without picking a side. Each
+    rank draws from its own tokens (the share of its own count), so two processes stop as many tokens as one,
+    but not the same ones.
     """
     mask = mask.bool()
-    cov = _centred_covariance(advantages, logps, mask)
+    cov, _ = _centred_covariance(advantages, logps, mask, gather)
     ratio = torch.exp(logps.detach() - old_logps.detach())
     adv = _per_token(advantages, logps)
     already_clipped = -adv * torch.clamp(ratio, 1 - epsilon_low, 1 + epsilon_high) > -adv * ratio
@@ -78,17 +91,15 @@ def clip_cov_mask(advantages: torch.Tensor, logps: torch.Tensor, old_logps: torc
 
 
 def kl_cov_mask(advantages: torch.Tensor, logps: torch.Tensor, mask: torch.Tensor, *,
-                kl_ratio: float) -> torch.Tensor:
+                kl_ratio: float, gather: Gather = _same) -> torch.Tensor:
     """KL-Cov: the `kl_ratio` share of completion tokens (at least one) with the largest covariance terms;
     bool (batch, seq). The loss adds `ppo_kl_coef * |logp - old_logp|` on exactly these, pulling back the
-    tokens that drive entropy down fastest while leaving the rest unclipped."""
+    tokens that drive entropy down fastest while leaving the rest unclipped. The share and its threshold are
+    over every rank's tokens, so two processes select what one would (a tie at the threshold keeps all tied)."""
     mask = mask.bool()
-    cov = _centred_covariance(advantages, logps, mask).masked_fill(~mask, float("-inf"))
-    selected = torch.zeros_like(mask)
-    valid = int(mask.sum())
-    if valid == 0:
-        return selected
-    k = max(int(kl_ratio * valid), 1)
-    flat = selected.view(-1)
-    flat[torch.topk(cov.view(-1), k).indices] = True
-    return selected & mask
+    cov, every = _centred_covariance(advantages, logps, mask, gather)
+    if every.numel() == 0:
+        return torch.zeros_like(mask)
+    k = max(int(kl_ratio * every.numel()), 1)
+    threshold = torch.topk(every, k).values[-1]
+    return (cov >= threshold) & mask

@@ -543,11 +543,12 @@ def selected_tokens(logps: torch.Tensor, old: torch.Tensor, inputs: dict, mask: 
     if grpo.loss_type == "clip_cov":
         keep = clip_cov_mask(inputs["advantages"], logps, old, mask, clip_ratio=grpo.clip_cov_ratio,
                              lower=grpo.clip_cov_lb, upper=grpo.clip_cov_ub, epsilon_low=grpo.epsilon,
-                             epsilon_high=grpo.epsilon if grpo.epsilon_high is None else grpo.epsilon_high)
+                             epsilon_high=grpo.epsilon if grpo.epsilon_high is None else grpo.epsilon_high,
+                             gather=gather_ragged)
         metrics["clip_cov/stopped_frac"] = ((keep == 0) & mask).sum() / tokens
         token_mask = keep.bool() if token_mask is None else token_mask & keep.bool()
     if grpo.loss_type == "kl_cov":
-        kl_cov_tokens = kl_cov_mask(inputs["advantages"], logps, mask, kl_ratio=grpo.kl_cov_ratio)
+        kl_cov_tokens = kl_cov_mask(inputs["advantages"], logps, mask, kl_ratio=grpo.kl_cov_ratio, gather=gather_ragged)
         metrics["kl_cov/selected_frac"] = kl_cov_tokens.sum() / tokens
     if token_mask is not None:
         metrics["token_selection/gradient_frac"] = (token_mask & mask).sum() / tokens
