@@ -41,7 +41,7 @@ RayArguments = option_flags(RayOptions, "", "RayArguments", module=__name__, doc
 NOT_BUILT_TYPES = {"ppo": "PPO (a value model and GAE) is not built; for RL with rewards use --rlhf_type grpo"}
 # What the flags only some types read are, by those types (their `only=`), for the refusal message.
 READERS_NAMES = {PREFERENCE_TYPES: "preference-training arguments", GKD: "GKD's teacher arguments",
-                 GRPO: "GRPO's rollout and reward arguments", ONLINE: "the rollout arguments of grpo and gkd"}
+                 GRPO: "GRPO's rollout and reward arguments", ONLINE: "rollout and teacher arguments of grpo and gkd"}
 # ms-swift's defaults per --rlhf_type (swift/arguments/rlhf_args.py): beta, then loss_type.
 DEFAULT_BETA = {"grpo": 0.04, "simpo": 2.0, "gkd": 0.5}
 DEFAULT_TEMPERATURE = {"gkd": 0.9}
@@ -148,10 +148,12 @@ class RlhfArguments(TrainArguments, PreferenceArguments, GkdArguments, MultiTurn
         groups[MultiTurnOptions] = multi_turn = MultiTurnOptions(**flag_values(self, MultiTurnOptions))
         self._refuse_multi_turn_not_built(multi_turn)
         if self.rlhf_type == "grpo":
-            groups[RewardOptions] = RewardOptions(**flag_values(self, RewardOptions),
-                                                  env_reward=multi_turn.use_gym_env)
+            opd = self.teacher_model is not None
+            groups[RewardOptions] = reward = RewardOptions(**flag_values(self, RewardOptions),
+                                                           env_reward=multi_turn.use_gym_env, distill=opd)
             groups[GrpoOptions] = grpo = GrpoOptions(**flag_values(self, GrpoOptions), loss_type=self.loss_type[0],
-                                                     beta=self.beta)
+                                                     beta=self.beta, opd=opd)
+            self._check_opd(grpo, reward)
             # the per-estimator defaults the group settled, so args.json records what ran
             self.scale_rewards, self.kl_in_reward = grpo.scale_rewards, grpo.kl_in_reward
             self._check_generation_batch(grpo)
@@ -193,6 +195,25 @@ class RlhfArguments(TrainArguments, PreferenceArguments, GkdArguments, MultiTurn
             raise NotBuiltError(f"--multi_turn_scheduler with {', '.join(given)}: not built yet; multi-turn "
                                 "GRPO and GKD run colocated (--use_vllm true --vllm_mode colocate) or on the pt "
                                 "engine (--use_vllm false), on transformers")
+
+    def _check_opd(self, grpo: GrpoOptions, reward: RewardOptions) -> None:
+        """OPD-RL's per-token teacher advantage against what needs a per-sequence one or reward variance
+        (ms-swift's list), before any model loads."""
+        if not grpo.opd:
+            return
+        if self.off_policy_sequence_mask_delta is not None:
+            raise ValueError("--teacher_model with --off_policy_sequence_mask_delta: the off-policy sequence mask "
+                             "judges a sequence by the sign of its advantage, which OPD-RL makes per token; drop one")
+        if self.use_vllm and self.vllm_mode == "server" or self.use_ray or self.train_backend == "megatron":
+            raise NotBuiltError("--teacher_model with --rlhf_type grpo (OPD-RL) runs in the trainer's process "
+                                "(pt or colocated vLLM, transformers); server mode, Ray and Megatron are not built")
+        if not (reward.reward_funcs or reward.reward_model or reward.env_reward):
+            given = [f for f, on in (("--dynamic_sample true", grpo.dynamic_sample),
+                                     ("--scale_rewards gdpo", grpo.scale_rewards == "gdpo")) if on]
+            if given:
+                raise ValueError(f"{', '.join(given)} with --teacher_model and no --reward_funcs: pure "
+                                 "distillation has no reward variance for them to act on; add --reward_funcs or "
+                                 "drop them")
 
     def _check_generation_batch(self, grpo: GrpoOptions) -> None:
         spg = grpo.steps_per_generation

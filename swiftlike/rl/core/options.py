@@ -147,7 +147,11 @@ class GrpoOptions:
                                     "of once per completion: the same loss up to float rounding, about half the "
                                     "tokens. Off under --gradient_checkpointing, which drops the cache in training.")
     log_completions: bool = arg(False, "Write prompts, completions and rewards to completions.jsonl in the run dir.")
+    teacher_kl_coef: float = arg(1.0, "OPD-RL (--teacher_model with grpo): weight of the teacher's per-token "
+                                 "log-ratio (teacher - old log-prob of the sampled token) added to each token's "
+                                 "advantage.")
     loss_type: LossType = "grpo"  # --loss_type, which grpo takes exactly one of
+    opd: bool = False  # a --teacher_model is given: on-policy distillation inside GRPO
     beta: float = 0.04  # --beta: the KL coefficient to the reference
 
     def __post_init__(self) -> None:
@@ -157,8 +161,9 @@ class GrpoOptions:
         for name in ("num_generations", "num_iterations"):
             if getattr(self, name) < 1:
                 raise ValueError(f"--{name} must be >= 1, got {getattr(self, name)}")
-        if self.num_generations < 2:
-            raise ValueError("--num_generations must be >= 2: advantages compare completions of the same prompt")
+        if self.num_generations < 2 and not self.opd:
+            raise ValueError("--num_generations must be >= 2: advantages compare completions of the same prompt "
+                             "(1 is allowed with a --teacher_model, whose per-token signal needs no group)")
         if self.steps_per_generation is not None and self.steps_per_generation < 1:
             raise ValueError(f"--steps_per_generation must be >= 1, got {self.steps_per_generation}")
         if self.beta < 0:
@@ -226,11 +231,13 @@ class RewardOptions:
     soft_cache_length: int | None = arg(None, "soft_overlong reward: L_cache, the punished interval's length.")
     # --use_gym_env (MultiTurnOptions): the environment's return is one more reward column, `env`, after the others
     env_reward: bool = False
+    distill: bool = False  # a --teacher_model gives the signal: rewards may be left out (pure OPD-RL distillation)
 
     def __post_init__(self) -> None:
-        if not self.reward_funcs and not self.reward_model and not self.env_reward:
+        if not self.reward_funcs and not self.reward_model and not self.env_reward and not self.distill:
             raise ValueError("--reward_funcs is required for grpo, e.g. --reward_funcs accuracy format "
-                             "(or a --reward_model, or an environment's reward with --use_gym_env)")
+                             "(or a --reward_model, an environment's reward with --use_gym_env, or a --teacher_model "
+                             "for on-policy distillation)")
         n_rewards = len(self.reward_funcs) + len(self.reward_model)
         allowed = (n_rewards, n_rewards + 1) if self.env_reward else (n_rewards,)
         if self.reward_weights is not None and len(self.reward_weights) not in allowed:
@@ -468,12 +475,14 @@ class MultiTurnOptions:
 class GkdOptions:
     """GKD: on-policy distillation from a teacher, in-process or served (ms-swift's names and defaults)."""
 
-    teacher_model: str | None = arg(None, "gkd: the teacher (local dir or model id, resolved like --model). Equal to "
-                                    "--model with --tuner_type lora: the teacher is the model with its adapter "
-                                    "disabled (no second copy).", only=GKD)
-    teacher_adapters: list[str] = arg([], "gkd: LoRA adapters merged into the teacher (e.g. the SFT adapter that "
-                                      "made it the teacher).", only=GKD)
-    teacher_model_type: str | None = arg(None, "gkd: model type of --teacher_model; default detected.", only=GKD)
+    teacher_model: str | None = arg(None, "gkd, and grpo's on-policy distillation (OPD-RL): the teacher (local dir "
+                                    "or model id, resolved like --model). Equal to --model with --tuner_type lora: "
+                                    "the teacher is the model with its adapter disabled (no second copy).",
+                                    only=ONLINE)
+    teacher_adapters: list[str] = arg([], "gkd / OPD-RL: LoRA adapters merged into the teacher (e.g. the SFT "
+                                      "adapter that made it the teacher).", only=ONLINE)
+    teacher_model_type: str | None = arg(None, "gkd / OPD-RL: model type of --teacher_model; default detected.",
+                                         only=ONLINE)
     teacher_model_revision: str | None = arg(None, "gkd: hub revision of --teacher_model.")
     teacher_model_server: list[str] = arg([], "gkd: URL(s) of a served teacher (`swiftlike deploy ... --max_logprobs "
                                           "K` or `swiftlike rollout`, or vLLM's server) that answers top-k prompt "

@@ -38,7 +38,7 @@ def build_multi_turn_scheduler(multi_turn: MultiTurnOptions, template):
 
 def train_grpo(args: RlhfArguments) -> TrainResult:
     from ...train.tuner import parameter_summary
-    from .grpo_trainer import GRPO_PLOTTED, GrpoTrainer, make_ref_model
+    from .grpo_trainer import ADAPTER_DISABLED, GRPO_PLOTTED, GrpoTrainer, make_ref_model
     from .online_trainer import load_policy, release_policy
     from ..rewards.plugins import load_external_plugins
     from ..rewards.reward_model import load_reward_models
@@ -82,13 +82,21 @@ def train_grpo(args: RlhfArguments) -> TrainResult:
     try:
         logger.info("%s (%s); run directory %s", parameter_summary(model), args.tuner_type, run_dir)
         ref_model = make_ref_model(model, grpo.beta, args.tuner_type)
+        teacher = None
+        if grpo.opd:
+            from .gkd_recipe import load_teacher_model
+            device = default_device()
+            teacher = load_teacher_model(args.teacher_model, args.teacher_model_type, args.teacher_model_revision,
+                                         args.teacher_adapters, args, resolved, tokenizer, device, device)
+            teacher = ADAPTER_DISABLED if teacher is None else teacher.to(device)
         worker = RolloutWorker(rollout, sampling, args.vllm_options(), resolved, template, model, args.max_length,
                                multi_turn=multi_turn, scheduler=scheduler)
         trainer = GrpoTrainer(model=model, args=training_args, train_dataset=ListDataset(rows),
                               processing_class=tokenizer, callbacks=run.callbacks,
                               checkpoint_extras=checkpoint_args_writer(saved_args), grpo=grpo, sampling=sampling,
                               rollout=rollout, reward=reward, policy_training=args.policy_training_options(),
-                              worker=worker, reward_funcs=reward_funcs, ref_model=ref_model, run_dir=run_dir)
+                              worker=worker, reward_funcs=reward_funcs, ref_model=ref_model, teacher=teacher,
+                              run_dir=run_dir)
         try:
             trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
         finally:

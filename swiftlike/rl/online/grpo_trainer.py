@@ -28,7 +28,8 @@ from torch.utils.data import DataLoader, Sampler
 
 from ...train.outputs import PLOTTED
 from ...utils import get_logger
-from ..core.advantages import group_advantages, groups_with_signal, select_groups, sequence_kl
+from ..core.advantages import (group_advantages, groups_with_signal, select_groups, sequence_kl, teacher_kl,
+                               teacher_token_advantages)
 from ..core.staleness import prefetch_depth, stale_groups, steps_left
 from .prefetch import EpochLoader, GenerationRows, LookaheadBatches, Prefetch, replace_groups
 from ..core.correction import mismatch_metrics, off_policy_sequence_mask, rollout_is_weights
@@ -101,11 +102,13 @@ class RepeatSampler(Sampler):
 class GrpoTrainer(RolloutTrainer):
     def __init__(self, *a, grpo: GrpoOptions, sampling: SamplingOptions, rollout: RolloutOptions,
                  reward: RewardOptions, policy_training: PolicyTrainingOptions, worker: RolloutWorker,
-                 reward_funcs: dict, ref_model=None, run_dir: Path | None = None, **kw):
+                 reward_funcs: dict, ref_model=None, teacher=None, run_dir: Path | None = None, **kw):
         super().__init__(*a, policy_training=policy_training, worker=worker, **kw)
         self.grpo, self.sampling, self.rollout, self.reward = grpo, sampling, rollout, reward
         self.reward_funcs = reward_funcs
         self.ref_model = ref_model
+        # OPD-RL's teacher (--teacher_model): a frozen model, or ADAPTER_DISABLED for the student's own base
+        self.teacher = teacher
         self.run_dir = run_dir
         self.loss_is_scaled_for_ga = False  # the Trainer divides by accumulation steps (dapo undoes it)
         self._buffer: list[dict] = []  # the micro-batches of the generation batch being served
@@ -280,6 +283,8 @@ class GrpoTrainer(RolloutTrainer):
                     batch["old_logps"] = self._logps(model, batch).logps if self._needs_old_logps(batch) else None
                 if self.grpo.beta > 0:
                     batch["ref_logps"] = self._ref_logps(batch)
+                if self.teacher is not None:
+                    batch["teacher_logps"] = self._teacher_logps(batch)
             finally:
                 model.train()
             batches.append(batch)
@@ -287,6 +292,12 @@ class GrpoTrainer(RolloutTrainer):
         advantages, group_std = self._advantages(rewards, per_func, batches)
         for s, batch in enumerate(batches):
             batch["advantages"] = advantages[s * micro:(s + 1) * micro].to(self.args.device)
+            if self.teacher is not None:
+                self._metrics["teacher_kl"].append(float(teacher_kl(batch["teacher_logps"], batch["old_logps"],
+                                                                    batch["completion_mask"])))
+                batch["advantages"] = teacher_token_advantages(batch["advantages"], batch["teacher_logps"],
+                                                               batch["old_logps"], batch["completion_mask"],
+                                                               self.grpo.teacher_kl_coef)
         self._log_rollout_metrics(rollouts, rewards, per_func, group_std)
         if self.grpo.log_completions and self.run_dir is not None and self.accelerator.is_main_process:
             self._write_completions(rollouts, rewards, advantages)
@@ -310,7 +321,8 @@ class GrpoTrainer(RolloutTrainer):
             self._metrics["kl_in_reward/kl"].append(float(kl.mean()))
             rewards = rewards - grpo.beta * kl
         weights = torch.tensor(self.reward.weights() or [1.0] * len(per_func), dtype=torch.float32)
-        table = torch.stack(list(per_func.values()), dim=1)
+        table = (torch.stack(list(per_func.values()), dim=1) if per_func
+                 else torch.zeros(len(rewards), 0))
         if grpo.scale_rewards not in ("batch", "gdpo") or self.accelerator.num_processes == 1:
             return group_advantages(rewards, grpo.num_generations, grpo.scale_rewards, grpo.advantage_estimator,
                                     table, weights)
@@ -324,7 +336,7 @@ class GrpoTrainer(RolloutTrainer):
     def _needs_old_logps(self, batch: dict) -> bool:
         rollout = self.rollout
         has_rollout_lp = batch["rollout_logps"] is not None
-        return (self._reuses_batches() or (self.grpo.kl_in_reward and self.grpo.beta > 0)
+        return (self._reuses_batches() or (self.grpo.kl_in_reward and self.grpo.beta > 0) or self.teacher is not None
                 or (has_rollout_lp and (rollout.rollout_importance_sampling_mode is not None
                                         or rollout.log_rollout_offpolicy_metrics))
                 or (not has_rollout_lp and rollout.off_policy_sequence_mask_delta is not None))
@@ -393,6 +405,8 @@ class GrpoTrainer(RolloutTrainer):
             columns["messages"] = [r.messages for r in rollouts]
             columns["rollout_infos"] = [r.infos for r in rollouts]
             columns["step_rewards"] = [r.step_rewards for r in rollouts]
+        if not self.reward_funcs:  # pure OPD-RL distillation: the teacher's per-token term is the whole signal
+            return torch.zeros(len(rollouts)), {}
         total, per_func = combine_rewards(self.reward_funcs, self.reward.weights(), [r.answer for r in rollouts],
                                           **columns)
         return drop_failed_trajectories(rollouts, total, per_func)
@@ -411,6 +425,14 @@ class GrpoTrainer(RolloutTrainer):
             return self._logps(self.ref_model, batch, with_unfiltered=True).unfiltered
         with self.accelerator.unwrap_model(self.model).disable_adapter():
             return self._logps(self.model, batch, with_unfiltered=True).unfiltered
+
+    def _teacher_logps(self, batch: dict) -> torch.Tensor:
+        """OPD-RL: the teacher's log-probs of the sampled tokens, temperature-scaled without top-k/top-p (the
+        reference's rule: the teacher's own distribution, not the student's sampling set)."""
+        if self.teacher is ADAPTER_DISABLED:
+            with self.accelerator.unwrap_model(self.model).disable_adapter():
+                return self._logps(self.model, batch, with_unfiltered=True).unfiltered
+        return self._logps(self.teacher, batch, with_unfiltered=True).unfiltered
 
     # ------------------------------------------------------------------ loss
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
@@ -553,6 +575,10 @@ def selected_tokens(logps: torch.Tensor, old: torch.Tensor, inputs: dict, mask: 
     if token_mask is not None:
         metrics["token_selection/gradient_frac"] = (token_mask & mask).sum() / tokens
     return token_mask, kl_cov_tokens, metrics
+
+
+# The OPD-RL teacher that is the student's own base: scored with the LoRA adapter disabled, no second copy.
+ADAPTER_DISABLED = "adapter-disabled"
 
 
 def make_ref_model(model, beta: float, tuner_type: str):

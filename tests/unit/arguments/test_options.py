@@ -172,9 +172,12 @@ def args_groups(args) -> set[str]:
 def test_type_only_flags_are_derived_from_the_groups():
     """The lists once kept by hand, now read off the fields' only= metadata."""
     assert sorted(flags_only_for(options.PREFERENCE_TYPES)) == sorted(OLD_PREFERENCE_ONLY)
-    assert sorted(flags_only_for(options.GKD)) == sorted(OLD_GKD_ONLY)
+    # the in-process teacher's flags are grpo's too now (OPD-RL)
+    opd = ("teacher_model", "teacher_adapters", "teacher_model_type")
+    gkd_only = tuple(n for n in OLD_GKD_ONLY if n not in opd)
+    assert sorted(flags_only_for(options.GKD)) == sorted(gkd_only)
     refused_by_grpo = flags_not_read_by("grpo")
-    assert sorted(n for names in refused_by_grpo.values() for n in names) == sorted(OLD_PREFERENCE_ONLY + OLD_GKD_ONLY)
+    assert sorted(n for names in refused_by_grpo.values() for n in names) == sorted(OLD_PREFERENCE_ONLY + gkd_only)
     refused_by_gkd = flags_not_read_by("gkd")
     # gkd refuses what it did by hand, --external_plugins (reward plugins), which it never read, and
     # the GRPO-only flags added since whose default reads "unset" (the others' defaults cannot tell)
@@ -182,21 +185,22 @@ def test_type_only_flags_are_derived_from_the_groups():
     assert sorted(refused_by_gkd[options.GRPO]) == sorted(OLD_GKD_REFUSES_OF_GRPO + added)
     assert sorted(refused_by_gkd[options.PREFERENCE_TYPES]) == sorted(OLD_PREFERENCE_ONLY)
     refused_by_dpo = flags_not_read_by("dpo")
-    assert sorted(refused_by_dpo[options.GKD]) == sorted(OLD_GKD_ONLY)
-    assert refused_by_dpo[options.ONLINE] == ("use_vllm", *MULTI_TURN_ONLINE)
+    assert sorted(refused_by_dpo[options.GKD]) == sorted(gkd_only)
+    assert sorted(refused_by_dpo[options.ONLINE]) == sorted(("use_vllm", *MULTI_TURN_ONLINE, *opd))
     # dpo refused --reward_funcs, --reward_model, --external_plugins by hand; now every GRPO-only flag
     assert {"reward_funcs", "reward_model", "external_plugins"} <= set(refused_by_dpo[options.GRPO])
 
 
 @pytest.mark.parametrize("kind, flags, message", [
-    ("grpo", ["--teacher_model", TINY], "--teacher_model: GKD's teacher arguments, not used by --rlhf_type grpo"),
+    ("grpo", ["--teacher_model_server", "http://127.0.0.1:1"], "--teacher_model_server: GKD's teacher arguments, "
+                                                                "not used by --rlhf_type grpo"),
     ("grpo", ["--rpo_alpha", "1"], "--rpo_alpha: preference-training arguments, not used by --rlhf_type grpo"),
     ("gkd", ["--teacher_model", TINY, "--dynamic_sample", "true"], "--dynamic_sample: GRPO's rollout and reward "
                                                                    "arguments, not used by --rlhf_type gkd"),
     ("dpo", ["--use_vllm", "true"], "dpo learns from the answers in the dataset"),
     ("kto", ["--gkd_logits_topk", "4"], "--gkd_logits_topk: GKD's teacher arguments, not used by --rlhf_type kto"),
-    ("dpo", ["--multi_turn_scheduler", "tool_call_scheduler"], "--multi_turn_scheduler: the rollout arguments of "
-                                                               "grpo and gkd, not used by --rlhf_type dpo"),
+    ("dpo", ["--multi_turn_scheduler", "tool_call_scheduler"], "--multi_turn_scheduler: rollout and teacher "
+                                                               "arguments of grpo and gkd, not used by --rlhf_type dpo"),
 ])
 def test_unread_flags_are_refused_naming_them(kind, flags, message):
     argv = ["--rlhf_type", kind, "--model", TINY, "--dataset", "d", *flags]
