@@ -169,21 +169,20 @@ class RlhfArguments(TrainArguments, PreferenceArguments, GkdArguments, MultiTurn
 
     def _refuse_multi_turn_not_built(self, multi_turn: MultiTurnOptions) -> None:
         """The placements multi-turn rollouts do not run in yet: exit 3, naming each one given."""
-        if self.vllm_server_pass_dataset:
-            raise NotBuiltError("--vllm_server_pass_dataset true: rollout servers do not run multi-turn "
-                                "schedulers yet, so there is no one to send the rows' columns to; multi-turn GRPO "
-                                "runs colocated (--vllm_mode colocate) or on the pt engine (--use_vllm false)")
+        if self.vllm_server_pass_dataset and not (multi_turn.enabled and self.use_vllm and self.vllm_mode == "server"):
+            raise ValueError("--vllm_server_pass_dataset true sends the rows' other columns to the rollout servers' "
+                             "multi-turn scheduler; it needs --use_vllm true --vllm_mode server and "
+                             "--multi_turn_scheduler (the server's)")
         if not multi_turn.enabled:
             return
         placements = {"--rlhf_type gkd": self.rlhf_type == "gkd",
-                      "--vllm_mode server": self.use_vllm and self.vllm_mode == "server",
-                      "--async_generate true": self.async_generate, "--use_ray true": self.use_ray,
+                      "--use_ray true": self.use_ray,
                       "--train_backend megatron": self.train_backend == "megatron"}
         given = [name for name, value in placements.items() if value]
         if given:
             raise NotBuiltError(f"--multi_turn_scheduler with {', '.join(given)}: not built yet; multi-turn "
-                                "GRPO runs colocated (--use_vllm true --vllm_mode colocate) or on the pt engine "
-                                "(--use_vllm false), on transformers, in one process")
+                                "GRPO runs colocated (--use_vllm true --vllm_mode colocate), on rollout servers "
+                                "(--vllm_mode server) or on the pt engine (--use_vllm false), on transformers")
 
     def _check_generation_batch(self, grpo: GrpoOptions) -> None:
         spg = grpo.steps_per_generation
