@@ -109,6 +109,18 @@ def test_server_mode_grpo_trains_on_the_servers_trajectories(server, plugin, tmp
         assert all("Observation" in s["text"] for s in inserted)
 
 
+def test_async_generate_keeps_trajectories_within_max_staleness_by_their_oldest_token(server, plugin, tmp_path):
+    """The server generates the next batch of trajectories while the trainer learns; every trajectory trained on
+    is at most --max_staleness steps old by its oldest token (the versions per token come from the server)."""
+    steps, run_dir = rlhf(tmp_path, server, plugin, "--multi_turn_scheduler", "observe_every_turn",
+                          "--async_generate", "true", "--max_staleness", "1", "--max_steps", "3")
+    assert [e["step"] for e in steps] == [1, 2, 3]
+    assert all(e["staleness/max"] <= 1 and e["multi_turn/turns_mean"] == TURNS for e in steps), steps
+    assert any(e["staleness/max"] == 1 for e in steps), "nothing was generated ahead"
+    lines = completions(run_dir)
+    assert len(lines) == 3 * 4 and all(0 <= line["trainer_version"] - line["policy_version"] <= 1 for line in lines)
+
+
 def test_trainer_whose_scheduler_disagrees_with_the_servers_is_refused_by_name(server, plugin, tmp_path):
     done = rlhf(tmp_path, server, plugin, "--multi_turn_scheduler", "math_tip_trick", check=False)
     assert done.returncode != 0

@@ -8,6 +8,10 @@ or, with `--vllm_enable_lora`, only the LoRA adapter, saved and loaded under a n
 dtype (rollout/delta.py): `RemoteEngine` sends those to the servers; colocated, this worker patches its copy
 of the engine's weights and the engine reloads from it.
 
+With --multi_turn_scheduler the colocated and pt placements run the scheduler here (rollout/multi_turn); in
+server mode the servers run theirs (`POST /rollout`, rollout/server/trajectories.py) and this worker only checks
+that its flags name the server's scheduler and turns the finished trajectories into Rollouts.
+
 Every rollout records the policy version that produced it, counted in optimizer steps: the trainer's step
 whose weights the engine held (per token span when a rollout server continued a request across a weight
 update, partial rollout), so the trainer can bound how stale a sample is when `--async_generate` generates
