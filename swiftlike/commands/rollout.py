@@ -18,10 +18,8 @@ def rollout_main(args: RolloutServerArguments | list[str] | None = None) -> None
     args = arguments_of(RolloutServerArguments, args)
     load_external_plugins(args.external_plugins)  # a plugin that fails to import stops here, naming its file
     multi_turn = args.multi_turn_options()
-    if multi_turn.enabled and multi_turn.multi_turn_scheduler not in multi_turns:
-        raise ValueError(f"unknown --multi_turn_scheduler {multi_turn.multi_turn_scheduler!r}; registered: "
-                         f"{', '.join(sorted(multi_turns))}. A plugin registers its own with register_scheduler(name) "
-                         "in a file passed to --external_plugins")
+    if multi_turn.enabled:
+        multi_turns.lookup(multi_turn.multi_turn_scheduler)  # an unknown name stops here, before the model loads
     spec = args.engine_spec()
     spec.logprobs_mode = "processed_logprobs"  # RL trainers score tokens after temperature / top-k / top-p
     service = RolloutService(args, lambda: build_engine(spec))

@@ -280,7 +280,7 @@ def test_rollout_server_with_an_unknown_scheduler_stops_before_the_model_loads(c
     broken = tmp_path / "broken_plugin.py"
     broken.write_text("import not_a_module_anywhere\n")
     assert cli_main(["rollout", "--model", TINY, "--multi_turn_scheduler", "nope"]) != 0
-    assert "unknown --multi_turn_scheduler 'nope'" in capsys.readouterr().err
+    assert "unknown --multi_turn_scheduler 'nope'; valid values: gym_scheduler" in capsys.readouterr().err
     assert cli_main(["rollout", "--model", TINY, "--multi_turn_scheduler", "nope", "--external_plugins",
                      str(broken)]) != 0
     assert "broken_plugin.py" in capsys.readouterr().err
