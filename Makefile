@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.setup-stamp
 
-.PHONY: setup test test-fast demo demo-dpo demo-gkd demo-agent-sft examples bench bench-train bench-grpo bench-rollout bench-async bench-deploy bench-dpo bench-gkd bench-ray bench-delta lint clean
+.PHONY: setup test test-fast demo demo-dpo demo-gkd demo-agent-sft examples bench bench-train bench-grpo bench-rollout bench-async bench-deploy bench-dpo bench-gkd bench-ray bench-delta bench-agent lint clean
 
 setup: $(STAMP)
 
@@ -63,6 +63,9 @@ bench-ray: setup
 
 bench-delta: setup
 	$(PY) benchmarks/bench_delta_sync.py
+
+bench-agent: setup
+	$(PY) benchmarks/bench_agent.py
 
 lint: setup
 	$(VENV)/bin/ruff check swiftlike tests benchmarks scripts

@@ -176,25 +176,26 @@ class RlhfArguments(TrainArguments, PreferenceArguments, GkdArguments, MultiTurn
 
     def _refuse_multi_turn_not_built(self, multi_turn: MultiTurnOptions) -> None:
         """The placements multi-turn rollouts do not run in yet: exit 3, naming each one given."""
-        if self.vllm_server_pass_dataset:
-            raise NotBuiltError("--vllm_server_pass_dataset true: rollout servers do not run multi-turn "
-                                "schedulers yet, so there is no one to send the rows' columns to; multi-turn GRPO "
-                                "runs colocated (--vllm_mode colocate) or on the pt engine (--use_vllm false)")
+        if self.vllm_server_pass_dataset and not (multi_turn.enabled and self.use_vllm and self.vllm_mode == "server"):
+            raise ValueError("--vllm_server_pass_dataset true sends the rows' other columns to the rollout servers' "
+                             "multi-turn scheduler; it needs --use_vllm true --vllm_mode server and "
+                             "--multi_turn_scheduler (the server's)")
         if not multi_turn.enabled:
             return
         if self.use_ray and self.use_vllm and self.vllm_mode == "server":
             raise NotBuiltError("--multi_turn_scheduler with --use_ray true and a separate `rollout:` group: not "
-                                "built yet; it waits for multi-turn on rollout servers (the replicas would run the "
-                                "scheduler). On Ray, multi-turn runs with the rollout colocated "
-                                "(colocate_groups: [[train, rollout]]) or on the training model (use_vllm: false)")
-        placements = {"--vllm_mode server": self.use_vllm and self.vllm_mode == "server",
-                      "--async_generate true": self.async_generate,
+                                "built yet; the Ray rollout replicas do not start with the scheduler. On Ray, "
+                                "multi-turn runs with the rollout colocated (colocate_groups: [[train, rollout]]) or "
+                                "on the training model (use_vllm: false)")
+        placements = {"--rlhf_type gkd with --vllm_mode server": (self.rlhf_type == "gkd" and self.use_vllm
+                                                                  and self.vllm_mode == "server"),
                       "--train_backend megatron": self.train_backend == "megatron"}
         given = [name for name, value in placements.items() if value]
         if given:
             raise NotBuiltError(f"--multi_turn_scheduler with {', '.join(given)}: not built yet; multi-turn "
-                                "GRPO and GKD run colocated (--use_vllm true --vllm_mode colocate) or on the pt "
-                                "engine (--use_vllm false), on transformers")
+                                "GRPO runs colocated (--use_vllm true --vllm_mode colocate), on rollout servers "
+                                "(--vllm_mode server) or on the pt engine (--use_vllm false), GKD colocated or on "
+                                "the pt engine, on transformers")
 
     def _check_opd(self, grpo: GrpoOptions, reward: RewardOptions) -> None:
         """OPD-RL's per-token teacher advantage against what needs a per-sequence one or reward variance

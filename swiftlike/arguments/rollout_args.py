@@ -4,17 +4,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..rl.core.options import MultiTurnOptions
-from ..utils.errors import NotBuiltError
 from .base import BaseArguments, arg
 from .infer_args import LogprobLimitArguments, VllmArguments
 from .option_flags import flag_values, option_flags
 
 # The multi-turn settings a rollout server reads (ms-swift's `swift rollout` has these; the length-limit scope
-# and --vllm_server_pass_dataset are the trainer's).
+# and --vllm_server_pass_dataset are the trainer's, sent with each /rollout request).
 SERVER_MULTI_TURN = ("multi_turn_scheduler", "max_turns", "use_gym_env", "gym_env", "context_manager")
 MultiTurnServerArguments = option_flags(
     MultiTurnOptions, "", "MultiTurnServerArguments", module=__name__, names=SERVER_MULTI_TURN,
-    doc="Multi-turn rollouts run on the server (where ms-swift runs its schedulers); not built yet.")
+    doc="Multi-turn rollouts run on the server (where ms-swift runs its schedulers): POST /rollout answers "
+    "finished trajectories.")
 
 
 @dataclass
@@ -32,6 +32,8 @@ class RolloutServerArguments(BaseArguments, VllmArguments, LogprobLimitArguments
     max_bucket_mb: int = arg(4096, "Largest weight bucket accepted over HTTP, in MiB (bigger gets 413).")
     max_prompts: int = arg(4096, "Most prompts x n one /generate request may ask for (more gets 413).")
     default_max_tokens: int = arg(512, "max_tokens of an OpenAI request that does not set it.")
+    external_plugins: list[str] = arg([], "Python files imported before the engine loads, e.g. to register a "
+                                      "--multi_turn_scheduler or the environments and reward functions it uses.")
 
     def engine_spec(self):
         """The vLLM engine this server holds (a rollout server is vLLM only)."""
@@ -41,12 +43,15 @@ class RolloutServerArguments(BaseArguments, VllmArguments, LogprobLimitArguments
         """The multi-turn group these flags describe (validated there)."""
         return MultiTurnOptions(**flag_values(self, MultiTurnOptions, names=SERVER_MULTI_TURN))
 
+    def _agent_template_unread(self) -> str | None:
+        """The server's tool scheduler parses the model's calls with --agent_template; nothing else here does."""
+        if self.multi_turn_scheduler is not None:
+            return None
+        return "a rollout server reads it only for its --multi_turn_scheduler (tool_call_scheduler)"
+
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.multi_turn_options().enabled:
-            raise NotBuiltError("--multi_turn_scheduler on swiftlike rollout: rollout servers do not run multi-turn "
-                                "schedulers yet; run multi-turn GRPO colocated (swiftlike rlhf --use_vllm true "
-                                "--vllm_mode colocate --multi_turn_scheduler ...)")
+        self.multi_turn_options()  # its own checks, named by flag
         if self.model is None:
             raise ValueError("--model is required: the model the rollout server generates with")
         if not 0 < self.port < 65536:

@@ -26,10 +26,10 @@ def _prompt_rows(rows: list[dict]) -> list[dict]:
     return out
 
 
-def build_multi_turn_scheduler(multi_turn: MultiTurnOptions, template):
+def build_multi_turn_scheduler(multi_turn: MultiTurnOptions, template, server_mode: bool = False):
     """The --multi_turn_scheduler (after the --external_plugins files registered theirs), or None for one turn
-    per prompt."""
-    if not multi_turn.enabled:
+    per prompt, or in server mode, where the rollout servers run theirs (the worker checks its name)."""
+    if not multi_turn.enabled or server_mode:
         return None
     from ...rollout.multi_turn import build_scheduler
     return build_scheduler(multi_turn.multi_turn_scheduler, max_turns=multi_turn.max_turns,
@@ -51,7 +51,7 @@ def train_grpo(args: RlhfArguments) -> TrainResult:
                                        args.reward_options())
     multi_turn = args.multi_turn_options()
     load_external_plugins(reward.external_plugins)
-    scheduler = build_multi_turn_scheduler(multi_turn, template)  # a bad name stops the run before any model loads
+    scheduler = build_multi_turn_scheduler(multi_turn, template, rollout.server_mode)  # a bad name stops the run before any model loads
     reward_funcs = build_reward_funcs(reward.reward_funcs, **reward.function_params(sampling.max_completion_length))
     for name, reward_model in load_reward_models(reward.reward_model, args.use_hf, args.torch_dtype).items():
         if name in reward_funcs:

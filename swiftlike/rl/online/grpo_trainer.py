@@ -401,7 +401,7 @@ class GrpoTrainer(RolloutTrainer):
         columns["completion_ids"] = [r.completion_ids for r in rollouts]
         columns["completion_lengths"] = [len(r.completion_ids) for r in rollouts]
         columns["prompts"] = [r.row["messages"] for r in rollouts]
-        if self.worker.scheduler is not None:
+        if self.worker.multi_turn.enabled:
             columns["messages"] = [r.messages for r in rollouts]
             columns["rollout_infos"] = [r.infos for r in rollouts]
             columns["step_rewards"] = [r.step_rewards for r in rollouts]
@@ -483,7 +483,7 @@ class GrpoTrainer(RolloutTrainer):
         m["completions/max_length"].append(float(lengths.max()))
         clipped = [bool(r.truncated) for r in rollouts]
         m["completions/clipped_ratio"].append(sum(clipped) / len(clipped))
-        if self.worker.scheduler is not None:
+        if self.worker.multi_turn.enabled:
             for key, value in multi_turn_metrics(rollouts).items():
                 m[key].append(value)
 

@@ -8,6 +8,10 @@ or, with `--vllm_enable_lora`, only the LoRA adapter, saved and loaded under a n
 dtype (rollout/delta.py): `RemoteEngine` sends those to the servers; colocated, this worker patches its copy
 of the engine's weights and the engine reloads from it.
 
+With --multi_turn_scheduler the colocated and pt placements run the scheduler here (rollout/multi_turn); in
+server mode the servers run theirs (`POST /rollout`, rollout/server/trajectories.py) and this worker only checks
+that its flags name the server's scheduler and turns the finished trajectories into Rollouts.
+
 Every rollout records the policy version that produced it, counted in optimizer steps: the trainer's step
 whose weights the engine held (per token span when a rollout server continued a request across a weight
 update, partial rollout), so the trainer can bound how stale a sample is when `--async_generate` generates
@@ -22,6 +26,7 @@ import shutil
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -110,10 +115,11 @@ class RolloutWorker:
         self.sampling = sampling
         self.multi_turn = multi_turn if multi_turn is not None else MultiTurnOptions()
         # Built once by the caller from --multi_turn_scheduler (rollout/multi_turn), before any model loads;
-        # None: one turn per prompt.
+        # None: one turn per prompt, or server mode (the servers run the scheduler).
         self.scheduler = scheduler
-        if (scheduler is None) == self.multi_turn.enabled:
-            raise ValueError("a RolloutWorker takes a scheduler exactly when --multi_turn_scheduler is set")
+        if (scheduler is not None) != (self.multi_turn.enabled and not rollout.server_mode):
+            raise ValueError("a RolloutWorker takes a scheduler exactly when --multi_turn_scheduler is set and the "
+                             "rollout is not on servers")
         self.model_id = resolved.model_id
         self.template = template
         self.lora_sync = rollout.lora_sync
@@ -141,6 +147,7 @@ class RolloutWorker:
             mine, self.owns_servers = server_shares(len(addresses), rank, world)
             self.shares_servers = len(addresses) < world
             self.engine = _remote_engine(rollout, vllm, template, [addresses[i] for i in mine])
+            self._check_server_scheduler()
         elif rollout.use_vllm:
             from ...infer.engine import EngineSpec, build_engine
             opts = dataclasses.replace(
@@ -155,6 +162,16 @@ class RolloutWorker:
             # Processed log-probs (after temperature / top-k / top-p), as vLLM reports them to the trainer.
             spec = EngineSpec("pt", max_batch_size=64, logprobs_mode="processed_logprobs")
             self.engine = build_engine(spec, resolved=resolved, template=template, model=model)
+
+    def _check_server_scheduler(self) -> None:
+        """Server mode: the servers run the scheduler (ms-swift's placement); this trainer's --multi_turn_scheduler
+        and --max_turns must say what they run, so the run trains what its flags say."""
+        from ...rollout.server.trajectories import check_trainer
+        try:
+            check_trainer(self.engine.multi_turn, self.multi_turn.multi_turn_scheduler, self.multi_turn.max_turns)
+        except ValueError:
+            self.engine.close()
+            raise
 
     def _completion_budget(self) -> int:
         """Context a colocated engine leaves after the prompt when --vllm_max_model_len is unset: one completion,
@@ -191,7 +208,7 @@ class RolloutWorker:
     def generate(self, rows: list[dict], model=None) -> list[Rollout]:
         """One completion per row (rows already repeated num_generations times); with a multi-turn scheduler,
         one trajectory per row."""
-        if self.scheduler is not None:
+        if self.multi_turn.enabled:
             return self._generate_trajectories(rows, model)
         config = request_config(self.sampling)
         requests = [InferRequest(messages=_prompt_messages(r), adapter=self._adapter()) for r in rows]
@@ -213,28 +230,27 @@ class RolloutWorker:
 
     def _generate_trajectories(self, rows: list[dict], model) -> list[Rollout]:
         """Each row rolled out by the scheduler (rollout/multi_turn): its `tools` column offered to the model,
-        its other columns in the request's data_dict for the scheduler and the environment."""
-        from ...rollout.multi_turn import RolloutRequest, run_trajectories_sync
+        its other columns in the request's data_dict for the scheduler and the environment. In server mode the
+        servers run their scheduler (POST /rollout) and the columns go only with --vllm_server_pass_dataset."""
+        from ...rollout.multi_turn import RolloutRequest, Trajectory, run_trajectories_sync
         options = self.multi_turn
-        requests = [RolloutRequest(messages=copy.deepcopy(_prompt_messages(r)), tools=r.get("tools"),
-                                   data_dict={k: v for k, v in r.items() if k not in ("messages", "tools")})
-                    for r in rows]  # each gets its own uuid, the repeats of a row included
         with self._sampling(model) as start:
-            trajectories = run_trajectories_sync(
-                self.engine, self.template, self.scheduler, requests, request_config(self.sampling),
-                max_turns=options.max_turns, max_completion_length=self.sampling.max_completion_length,
-                limit_scope=options.completion_length_limit_scope, adapter=self._adapter())
+            if self.options.server_mode:
+                sent = [{"messages": _prompt_messages(r), "tools": r.get("tools"),
+                         "data_dict": _extra_columns(r) if options.vllm_server_pass_dataset else {}} for r in rows]
+                trajectories = [Trajectory(**t) for t in self.engine.run_trajectories(
+                    sent, request_config(self.sampling), options.completion_length_limit_scope, self._adapter())]
+            else:
+                requests = [RolloutRequest(messages=copy.deepcopy(_prompt_messages(r)), tools=r.get("tools"),
+                                           data_dict=_extra_columns(r))
+                            for r in rows]  # each gets its own uuid, the repeats of a row included
+                trajectories = run_trajectories_sync(
+                    self.engine, self.template, self.scheduler, requests, request_config(self.sampling),
+                    max_turns=options.max_turns, max_completion_length=self.sampling.max_completion_length,
+                    limit_scope=options.completion_length_limit_scope, adapter=self._adapter())
         self._record_generation(start, len(rows), sum(sum(t.loss_mask) for t in trajectories))
         local_version = self.policy_version
-        out = []
-        for row, t in zip(rows, trajectories, strict=True):
-            spans = [(self._step(v), n) for v, n in t.version_spans] if t.version_spans else None
-            out.append(Rollout(
-                list(t.prompt_ids), list(t.completion_ids), t.text, t.finish_reason, list(t.logprobs), row,
-                min(v for v, _ in spans) if spans else local_version, spans, loss_mask=list(t.loss_mask),
-                truncated=t.truncated, turns=t.turns, messages=t.messages, step_rewards=list(t.step_rewards),
-                tool_calls=t.tool_calls, tool_errors=t.tool_errors, env_error=t.env_error, infos=dict(t.infos)))
-        return out
+        return [trajectory_rollout(row, t, self._step, local_version) for row, t in zip(rows, trajectories, strict=True)]
 
     def _adapter(self) -> str | None:
         return POLICY_ADAPTER if self.lora_sync and POLICY_ADAPTER in self.engine.adapters else None
@@ -376,6 +392,23 @@ def _remote_engine(rollout: RolloutOptions, vllm: VllmOptions, template, address
                          "without LoRA; restart it with `swiftlike rollout ... --vllm_enable_lora true "
                          f"--vllm_max_lora_rank {vllm.max_lora_rank}`")
     return engine
+
+
+def trajectory_rollout(row: dict, trajectory, step_of: Callable[[int], int], current: int | None) -> Rollout:
+    """A finished trajectory as the trainer's Rollout: its engine versions mapped to optimizer steps (`step_of`),
+    and its policy version the step of its OLDEST token (a trajectory continued across weight updates is as
+    stale as its first turn), or `current` when the engine reports no versions."""
+    t = trajectory
+    spans = [(step_of(v), n) for v, n in t.version_spans] if t.version_spans else None
+    return Rollout(list(t.prompt_ids), list(t.completion_ids), t.text, t.finish_reason, list(t.logprobs), row,
+                   min(v for v, _ in spans) if spans else current, spans, loss_mask=list(t.loss_mask),
+                   truncated=t.truncated, turns=t.turns, messages=t.messages, step_rewards=list(t.step_rewards),
+                   tool_calls=t.tool_calls, tool_errors=t.tool_errors, env_error=t.env_error, infos=dict(t.infos))
+
+
+def _extra_columns(row: dict) -> dict:
+    """A row's columns besides the prompt and its tools (solution, env_config, ...): the scheduler's data_dict."""
+    return {k: v for k, v in row.items() if k not in ("messages", "tools")}
 
 
 def _prompt_messages(row: dict) -> list[dict]:

@@ -124,6 +124,13 @@ class RemoteEngine(InferEngine):
             raise RolloutServerError(f"the rollout servers serve different models ({sorted(models)}); start them "
                                      "all with the trainer's --model")
         self._supports_lora = all(i["enable_lora"] for i in infos)
+        served = [(i.get("multi_turn") or {}) for i in infos]
+        if len({(m.get("scheduler"), m.get("max_turns")) for m in served}) > 1:
+            each = ", ".join(f"{c.url}: {m.get('scheduler')} (max_turns {m.get('max_turns')})"
+                             for c, m in zip(clients, served))
+            raise RolloutServerError(f"the rollout servers run different multi-turn schedulers ({each}); start them "
+                                     "all with the same --multi_turn_scheduler and --max_turns")
+        self.multi_turn: dict | None = infos[0].get("multi_turn")  # what the servers' scheduler is; None: no scheduler
         self._versions = [ServerVersions(i["policy_version"]) for i in infos]
         self.policy_version = 0
         self._adapters: dict[str, str] = {}
@@ -177,6 +184,27 @@ class RemoteEngine(InferEngine):
                 version = local(res["policy_version"])
                 out[i] = InferResponse(choices, usage, res["prompt_ids"], version)
         return out
+
+    def run_trajectories(self, rows: list[dict], config: RequestConfig, limit_scope: str,
+                         adapter: str | None = None) -> list[dict]:
+        """Multi-turn rollouts by the servers' scheduler (POST /rollout): one finished trajectory per row
+        (`messages`, `tools`, `data_dict`), as the server's Trajectory fields, with `version_spans` on this
+        engine's count. The rows are split across the servers like `infer`'s requests."""
+        if adapter is not None:
+            self.check_adapter(InferRequest(messages=rows[0]["messages"], adapter=adapter))
+        share = -(-len(rows) // len(self.clients))
+        chunks = [(i, rows[k:k + share]) for i, k in enumerate(range(0, len(rows), share))]
+        body = {"adapter": adapter, "config": asdict(config), "completion_length_limit_scope": limit_scope}
+        futures = [self._pool.submit(self._rollout, i, {**body, "rows": chunk}) for i, chunk in chunks]
+        return [t for f in futures for t in f.result()]
+
+    def _rollout(self, server: int, body: dict) -> list[dict]:
+        trajectories = self.clients[server].post("/rollout", json=body)["trajectories"]
+        local = self._versions[server].local
+        for t in trajectories:
+            if t["version_spans"] is not None:
+                t["version_spans"] = [(local(v), n) for v, n in t["version_spans"]]
+        return trajectories
 
     def stream(self, request: InferRequest, config: RequestConfig) -> Iterator[StreamDelta]:
         """The rollout server answers whole batches; a stream is the whole answer as one piece."""

@@ -8,6 +8,8 @@ Routes:
   POST /generate                    batched sampling: token ids, per-token log-probs, finish reason, and the
                                     policy version of each token (`version_spans`: [[version, count], ...];
                                     a request in flight at an update continues under the new weights)
+  POST /rollout                     multi-turn: rows (messages, tools, data_dict) -> finished trajectories of the
+                                    server's --multi_turn_scheduler (trajectories.py), with per-token versions
   POST /update_weights/begin        open a weight update -> update_id; `weight_sync: delta` keeps a copy of it for
                                     later deltas,
                                     `delta_base` (a weights id) opens a delta update: 409 if other weights serve
@@ -28,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
+from typing import Literal
 
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
@@ -58,6 +61,23 @@ class GenerateBody(BaseModel):
     prompts: list[Prompt] = Field(min_length=1)
     adapter: str | None = None
     config: RequestConfig = Field(default_factory=RequestConfig)
+
+
+class RolloutRow(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    messages: list[dict] = Field(min_length=1)
+    tools: list[dict] | None = None
+    data_dict: dict = Field(default_factory=dict)  # the row's other columns (--vllm_server_pass_dataset)
+
+
+class RolloutBody(BaseModel):
+    """The trainer's rows for the server's scheduler; `config.max_tokens` is --max_completion_length, bounding
+    each turn or the whole trajectory as `completion_length_limit_scope` says."""
+    model_config = ConfigDict(extra="forbid")
+    rows: list[RolloutRow] = Field(min_length=1)
+    adapter: str | None = None
+    config: RequestConfig = Field(default_factory=RequestConfig)
+    completion_length_limit_scope: Literal["total", "per_round"] = "per_round"
 
 
 class UpdateId(BaseModel):
@@ -132,6 +152,12 @@ def create_app(service: RolloutService) -> FastAPI:
                           "logprobs": [t.logprob for t in c.logprobs] if c.logprobs is not None else None,
                           "version_spans": c.version_spans or [[r.policy_version, len(c.token_ids)]]}
                          for c in r.choices]} for r in responses]}
+
+    @app.post("/rollout")
+    async def rollout(body: RolloutBody):
+        trajectories = await service.rollout([row.model_dump() for row in body.rows], body.config, body.adapter,
+                                             body.completion_length_limit_scope)
+        return {"policy_version": service.version, "trajectories": trajectories}
 
     @app.post("/update_weights/begin")
     async def begin(body: BeginUpdate | None = None):

@@ -32,6 +32,7 @@ from ...utils import get_logger
 from ..wire.delta import DeltaError, SyncedWeights
 from ..wire.fingerprint import checkpoint_fingerprint
 from .partial import UpdateGate, generate_resumable, resumable
+from .trajectories import MultiTurnServing
 from ..wire.buckets import WeightStager, WeightUpdateError, checkpoint_shapes
 
 logger = get_logger("swiftlike.rollout")
@@ -69,6 +70,9 @@ class RolloutService:
         self._adapter_dirs: dict[str, list[Path]] = {}
         self._collective = None
         self._gate: UpdateGate | None = None  # made on the serving event loop, at its first use
+        multi_turn = args.multi_turn_options()
+        # --multi_turn_scheduler: POST /rollout runs it here (trajectories.py); None: one turn per prompt
+        self.multi_turn = MultiTurnServing(multi_turn, self.engine.template) if multi_turn.enabled else None
 
     async def on_engine(self, fn, *args):
         return await asyncio.get_running_loop().run_in_executor(self._engine_thread, fn, *args)
@@ -102,6 +106,7 @@ class RolloutService:
                 "partial_rollouts": self.gate.interrupted if self._gate is not None else 0,
                 "tokens_generated": self.gate.tokens if self._gate is not None else 0,
                 "max_model_len": self.max_model_len, "enable_lora": self.engine.supports_lora,
+                "multi_turn": self.multi_turn.info() if self.multi_turn is not None else None,
                 "weights": {"fingerprint": self.weights.fingerprint, "layout": self.weights.layout,
                             "id": self.weights_id, "delta_base": self.synced is not None,
                             "tensors": len(self.weights.digests), "full_update_version": self.full_update_version},
@@ -142,6 +147,16 @@ class RolloutService:
             responses = await self.gate.run(whole)
         self.samples_generated += sum(len(r.choices) for r in responses)
         return responses
+
+    async def rollout(self, rows: list[dict], config: RequestConfig, adapter: str | None, limit_scope) -> list[dict]:
+        """Finished multi-turn trajectories, one per row (trajectories.py)."""
+        if self.multi_turn is None:
+            raise ValueError("POST /rollout runs a multi-turn scheduler, and this server has none; start it with "
+                             "--multi_turn_scheduler NAME, or use POST /generate for one turn per prompt")
+        if len(rows) > self.args.max_prompts:
+            raise RequestTooLarge(f"{len(rows)} rows exceeds the server's --max_prompts {self.args.max_prompts}; "
+                                  "split the batch")
+        return await self.multi_turn.run(self, rows, config, adapter, limit_scope)
 
     # ------------------------------------------------------------------ weights
     def begin(self, delta_base: str | None, weight_sync: WeightSync) -> str:

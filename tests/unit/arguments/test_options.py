@@ -219,9 +219,6 @@ def vars_of(argv: list[str]) -> dict:
 
 
 @pytest.mark.parametrize("flags, named", [
-    (["--use_vllm", "true", "--vllm_mode", "server"], "--vllm_mode server"),
-    (["--use_vllm", "true", "--vllm_mode", "server", "--async_generate", "true"],
-     "--vllm_mode server, --async_generate true"),
     (["--train_backend", "megatron", "--use_vllm", "true"], "--train_backend megatron"),
 ])
 def test_multi_turn_placements_not_built_exit_3_naming_them(flags, named):
@@ -229,9 +226,22 @@ def test_multi_turn_placements_not_built_exit_3_naming_them(flags, named):
         grpo("--multi_turn_scheduler", "tool_call_scheduler", *flags)
 
 
-def test_passing_the_dataset_to_servers_is_not_built():
-    with pytest.raises(NotBuiltError, match="--vllm_server_pass_dataset true: rollout servers do not run"):
-        grpo("--use_vllm", "true", "--vllm_mode", "server", "--vllm_server_pass_dataset", "true")
+def test_multi_turn_gkd_on_rollout_servers_is_not_built():
+    with pytest.raises(NotBuiltError, match="--multi_turn_scheduler with --rlhf_type gkd with --vllm_mode server"):
+        gkd("--multi_turn_scheduler", "tool_call_scheduler", "--use_vllm", "true", "--vllm_mode", "server")
+
+
+def test_multi_turn_on_servers_with_async_generate_and_the_dataset_passed(capsys):
+    server = ("--use_vllm", "true", "--vllm_mode", "server")
+    args = grpo("--multi_turn_scheduler", "gym_scheduler", "--gym_env", "math_env", *server, "--async_generate",
+                "true", "--vllm_server_pass_dataset", "true")
+    assert args.multi_turn_options().vllm_server_pass_dataset and args.rollout_options().async_generate
+    for flags in ([*server], ["--multi_turn_scheduler", "math_tip_trick"]):
+        with pytest.raises(SystemExit):
+            grpo(*flags, "--vllm_server_pass_dataset", "true")
+        assert ("--vllm_server_pass_dataset true sends the rows' other columns to the rollout servers' multi-turn "
+                "scheduler; it needs --use_vllm true --vllm_mode server and --multi_turn_scheduler"
+                in capsys.readouterr().err)
 
 
 def test_agent_template_is_read_by_multi_turn_rollouts_only():
@@ -243,17 +253,19 @@ def test_agent_template_is_read_by_multi_turn_rollouts_only():
         RlhfArguments(rlhf_type="dpo", model=TINY, dataset=["d"], agent_template="hermes")
 
 
-def test_rollout_server_has_the_servers_multi_turn_flags_and_refuses_a_scheduler():
-    """The group's flags ms-swift's `swift rollout` has, generated from the same fields; a scheduler there is not
-    built yet (exit 3), never silently ignored."""
+def test_rollout_server_has_the_servers_multi_turn_flags():
+    """The group's flags ms-swift's `swift rollout` has, generated from the same fields, checked by the group."""
     flags = {f.name: f for f in dataclasses.fields(MultiTurnServerArguments)}
     assert tuple(flags) == SERVER_MULTI_TURN
     options_fields = {f.name: f for f in dataclasses.fields(MultiTurnOptions)}
     assert all(dict(flags[n].metadata) == dict(options_fields[n].metadata) for n in SERVER_MULTI_TURN)
     server = parse_args(RolloutServerArguments, ["--model", TINY])
     assert not server.multi_turn_options().enabled
-    with pytest.raises(NotBuiltError, match="--multi_turn_scheduler on swiftlike rollout: rollout servers do not"):
-        RolloutServerArguments(model=TINY, multi_turn_scheduler="tool_call_scheduler")
+    served = RolloutServerArguments(model=TINY, multi_turn_scheduler="tool_call_scheduler", max_turns=3,
+                                    agent_template="hermes")
+    assert served.multi_turn_options().max_turns == 3 and served.agent_template == "hermes"
+    with pytest.raises(NotBuiltError, match="--agent_template with swiftlike rollout: not built yet .*scheduler"):
+        RolloutServerArguments(model=TINY, agent_template="hermes")
     with pytest.raises(ValueError, match="--context_manager was removed"):
         RolloutServerArguments(model=TINY, context_manager="summary")
     with pytest.raises(ValueError, match="--max_turns must be >= 1"):
@@ -262,9 +274,18 @@ def test_rollout_server_has_the_servers_multi_turn_flags_and_refuses_a_scheduler
 
 def test_cli_exits_3_for_multi_turn_not_built(capsys):
     from swiftlike.cli.main import main as cli_main
-    assert cli_main(["rollout", "--model", TINY, "--multi_turn_scheduler", "gym_scheduler"]) == 3
-    assert "not built" in capsys.readouterr().err
     assert cli_main(["rlhf", "--rlhf_type", "grpo", "--model", TINY, "--dataset", "d", "--reward_funcs", "format",
                      "--num_generations", "2", "--per_device_train_batch_size", "2", "--multi_turn_scheduler",
-                     "tool_call_scheduler", "--use_vllm", "true", "--vllm_mode", "server"]) == 3
-    assert "--multi_turn_scheduler with --vllm_mode server: not built yet" in capsys.readouterr().err
+                     "tool_call_scheduler", "--train_backend", "megatron", "--use_vllm", "true"]) == 3
+    assert "--multi_turn_scheduler with --train_backend megatron: not built yet" in capsys.readouterr().err
+
+
+def test_rollout_server_with_an_unknown_scheduler_stops_before_the_model_loads(capsys, tmp_path):
+    from swiftlike.cli.main import main as cli_main
+    broken = tmp_path / "broken_plugin.py"
+    broken.write_text("import not_a_module_anywhere\n")
+    assert cli_main(["rollout", "--model", TINY, "--multi_turn_scheduler", "nope"]) != 0
+    assert "unknown --multi_turn_scheduler 'nope'; valid values: gym_scheduler" in capsys.readouterr().err
+    assert cli_main(["rollout", "--model", TINY, "--multi_turn_scheduler", "nope", "--external_plugins",
+                     str(broken)]) != 0
+    assert "broken_plugin.py" in capsys.readouterr().err
