@@ -15,11 +15,13 @@ PY=${DEMO_PYTHON:-.venv/bin/python}
 SWIFTLIKE="$PY -m swiftlike.cli.main"
 if [ "${DEMO_QUICK:-0}" = 1 ]; then
   OUT=output/agent_demo_quick; MODEL=tiny-random/qwen2_5; SFT_DEMO=
-  N_HELD=4; N_PROMPTS=8; STEPS=2; BATCH=4; GENERATIONS=4; REPLY_TOKENS=24; SFT_ROWS=16; SFT_STEPS=2
+  N_HELD=4; N_PROMPTS=8; STEPS=2; MICRO=4; ACCUM=1; GENERATIONS=4; REPLY_TOKENS=24; SFT_ROWS=16; SFT_STEPS=2
 else
   OUT=output/agent_demo; MODEL=HuggingFaceTB/SmolLM2-135M-Instruct; SFT_DEMO=output/agent_sft_demo
   N_HELD=${AGENT_DEMO_HELD:-64}; N_PROMPTS=${AGENT_DEMO_PROMPTS:-256}; STEPS=${AGENT_DEMO_STEPS:-16}
-  BATCH=16; GENERATIONS=8; REPLY_TOKENS=128; SFT_ROWS=128; SFT_STEPS=-1
+  # 16 trajectories a step (2 questions x 8) in micro-batches of 4: one micro-batch of 16 whole trajectories
+  # (fp32 logits over a 49k vocabulary) took 17 GB and was killed on this 23 GB machine
+  MICRO=4; ACCUM=4; GENERATIONS=8; REPLY_TOKENS=128; SFT_ROWS=128; SFT_STEPS=-1
 fi
 rm -rf "$OUT" && mkdir -p "$OUT"
 START=$(date +%s)
@@ -48,14 +50,14 @@ else
   tool_loops before "$SFT_CKPT" "$REPLY_TOKENS"
 fi
 
-echo "=== 3/5 multi-turn GRPO: $STEPS steps, $BATCH trajectories each ($GENERATIONS per question), tools run in the sandbox ==="
+echo "=== 3/5 multi-turn GRPO: $STEPS steps, $((MICRO * ACCUM)) trajectories each ($GENERATIONS per question), tools run in the sandbox ==="
 $PY scripts/agent_demo.py prompts "$OUT/prompts.jsonl" "$N_PROMPTS"
 $SWIFTLIKE rlhf --rlhf_type grpo --model "$SFT_CKPT" --tuner_type lora --lora_rank 16 --lora_alpha 32 \
   --target_modules all-linear --dataset "$OUT/prompts.jsonl" \
   --multi_turn_scheduler tool_call_scheduler --agent_template hermes --max_turns 4 \
   --reward_funcs accuracy --use_vllm true --vllm_mode colocate --vllm_gpu_memory_utilization 0.3 \
   --vllm_max_model_len 2048 --torch_dtype float32 --num_generations "$GENERATIONS" \
-  --per_device_train_batch_size "$BATCH" --gradient_accumulation_steps 1 --max_completion_length "$REPLY_TOKENS" \
+  --per_device_train_batch_size "$MICRO" --gradient_accumulation_steps "$ACCUM" --max_completion_length "$REPLY_TOKENS" \
   --temperature 1.0 --beta 0.0 --learning_rate "${AGENT_RL_LR:-5e-5}" --max_steps "$STEPS" --logging_steps 1 \
   --save_steps "$STEPS" --gradient_checkpointing false --log_completions true --report_to none --seed 42 \
   --output_dir "$OUT/grpo"

@@ -25,8 +25,8 @@ swiftlike rlhf \
     --vllm_max_model_len 1024 \
     --torch_dtype float32 \
     --num_generations 4 \
-    --per_device_train_batch_size "$(smoke 4 16)" \
-    --gradient_accumulation_steps 1 \
+    --per_device_train_batch_size 4 \
+    --gradient_accumulation_steps "$(smoke 1 4)" \
     --max_completion_length "$(smoke 32 64)" \
     --temperature 1.0 \
     --beta 0.0 \

