@@ -18,7 +18,7 @@ if [ "${DEMO_QUICK:-0}" = 1 ]; then
   N_HELD=4; N_PROMPTS=8; STEPS=2; MICRO=4; ACCUM=1; GENERATIONS=4; REPLY_TOKENS=24; SFT_ROWS=16; SFT_STEPS=2
 else
   OUT=output/agent_demo; MODEL=HuggingFaceTB/SmolLM2-135M-Instruct; SFT_DEMO=output/agent_sft_demo
-  N_HELD=${AGENT_DEMO_HELD:-64}; N_PROMPTS=${AGENT_DEMO_PROMPTS:-256}; STEPS=${AGENT_DEMO_STEPS:-16}
+  N_HELD=${AGENT_DEMO_HELD:-64}; N_PROMPTS=${AGENT_DEMO_PROMPTS:-256}; STEPS=${AGENT_DEMO_STEPS:-8}
   # 16 trajectories a step (2 questions x 8) in micro-batches of 4: one micro-batch of 16 whole trajectories
   # (fp32 logits over a 49k vocabulary) took 17 GB and was killed on this 23 GB machine
   MICRO=4; ACCUM=4; GENERATIONS=8; REPLY_TOKENS=128; SFT_ROWS=128; SFT_STEPS=-1
