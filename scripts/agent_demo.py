@@ -1,12 +1,16 @@
-"""The agent SFT demo's tool loop and report (used by scripts/agent_sft_demo.sh).
+"""The agent demos' tool loop and report (scripts/agent_sft_demo.sh: base -> SFT; scripts/agent_demo.sh: SFT ->
+multi-turn GRPO), and the GRPO demo's prompts.
 
 - loop: every held-out question of swiftlike/calculator-agent-test is run as a real tool loop against a
   running `swiftlike deploy` with the `openai` client: the model's parsed `tool_calls` are executed by the
   built-in tools (`swiftlike.tools.call_tool`), their results go back as `tool` messages, until the model
   answers without a call or the round limit is reached. One JSON line per question is written.
-- report: base against trained, on the same questions: the share answered right (the `accuracy` reward on
-  the final answer's '#### N' line, as GRPO would score it), each with a percentile-bootstrap 95% interval
-  and the paired interval of the difference; the share of attempted calls that were well formed; per task.
+- report: before against after, on the same questions: the share answered right (the `accuracy` reward on
+  the final answer's '#### N' line, as GRPO scores it), each with a percentile-bootstrap 95% interval and the
+  paired interval of the difference; assistant turns per question; the share of attempted calls that were well
+  formed; per task.
+- prompts: GRPO prompts from swiftlike/calculator-agent, whose rows are whole tool traces: each row cut to its
+  question (the first user message), with its tools and solution, so the model writes the calls itself.
 
 A call is *attempted* when the reply parses into `tool_calls` or its text holds the agent template's call
 opening (a call the template could not parse comes back as text). It is *well formed* when it was parsed,
@@ -90,21 +94,27 @@ def describe(name: str, rows: list[dict], right: list[float]) -> None:
     attempted = sum(r["attempted"] for r in rows)
     well = sum(r["well_formed"] for r in rows)
     share = f"{well / attempted:.3f}" if attempted else "n/a"
+    turns = [r["rounds"] for r in rows]
     print(f"{name:<8} right {int(sum(right)):>3}/{len(rows)} = {sum(right) / len(rows):.3f}  95% CI [{lo:.3f}, {hi:.3f}]"
+          f"  | turns per question {sum(turns) / len(turns):.2f} (max {max(turns)})"
           f"  | calls attempted {attempted}, well formed {well} ({share})"
           f"  | questions with a well-formed call {sum(r['well_formed'] > 0 for r in rows)}/{len(rows)}")
 
 
-def report(out_dir: str) -> bool:
+def report(out_dir: str, before: str = "base", after: str = "sft") -> bool:
+    """`before` and `after` name the stages whose `<stage>_loops.jsonl` are compared, question by question."""
     out = Path(out_dir)
-    base_rows, base_right = scores(out / "base_loops.jsonl")
-    sft_rows, sft_right = scores(out / "sft_loops.jsonl")
+    base_rows, base_right = scores(out / f"{before}_loops.jsonl")
+    sft_rows, sft_right = scores(out / f"{after}_loops.jsonl")
+    if [r["solution"] for r in base_rows] != [r["solution"] for r in sft_rows]:
+        raise SystemExit(f"{before}_loops.jsonl and {after}_loops.jsonl hold different questions; a paired "
+                         "comparison needs the same ones in the same order")
     print(f"held-out questions: {len(base_rows)} (swiftlike/calculator-agent-test), tool loops through "
           f"swiftlike deploy (vLLM) and the openai client, greedy, at most {MAX_ROUNDS} rounds")
-    describe("base", base_rows, base_right)
-    describe("after", sft_rows, sft_right)
+    describe(before, base_rows, base_right)
+    describe(after, sft_rows, sft_right)
     diff, lo, hi = paired_bootstrap_diff(base_right, sft_right)
-    print(f"after - base: {diff:+.3f}  paired 95% CI [{lo:+.3f}, {hi:+.3f}]")
+    print(f"{after} - {before}: {diff:+.3f}  paired 95% CI [{lo:+.3f}, {hi:+.3f}]")
     for task in sorted({r["task"] for r in base_rows}):
         picks = [i for i, r in enumerate(base_rows) if r["task"] == task]
         print(f"  {task:<16} {len(picks):>3} questions: right {int(sum(base_right[i] for i in picks))} -> "
@@ -120,11 +130,27 @@ def report(out_dir: str) -> bool:
     return beyond
 
 
+def prompts(out_path: str, n: int, seed: int = 1) -> None:
+    """n questions of swiftlike/calculator-agent (shuffled with `seed`) as GRPO prompt rows."""
+    import random
+
+    from swiftlike.dataset import load_dataset
+    rows = load_dataset(["swiftlike/calculator-agent"])
+    random.Random(seed).shuffle(rows)
+    with Path(out_path).open("w", encoding="utf-8") as f:
+        for row in rows[:n]:
+            question = next(m for m in row["messages"] if m["role"] == "user")
+            f.write(json.dumps({"messages": [question], "tools": row["tools"], "solution": row["solution"],
+                                "task": row["task"]}, ensure_ascii=False) + "\n")
+
+
 if __name__ == "__main__":
     command, *rest = sys.argv[1:]
     if command == "loop":
-        loop(rest[0], rest[1], rest[2], int(rest[3]))
+        loop(rest[0], rest[1], rest[2], int(rest[3]), *(int(x) for x in rest[4:5]))
     elif command == "report":
-        sys.exit(0 if report(rest[0]) else 1)
+        sys.exit(0 if report(*rest[:3]) else 1)
+    elif command == "prompts":
+        prompts(rest[0], int(rest[1]))
     else:
-        sys.exit(f"unknown command {command!r}: use loop or report")
+        sys.exit(f"unknown command {command!r}: use loop, report or prompts")

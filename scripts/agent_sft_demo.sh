@@ -17,47 +17,16 @@ N_TRAIN=${AGENT_DEMO_TRAIN:-128}
 rm -rf "$OUT" && mkdir -p "$OUT"
 START=$(date +%s)
 PORT=$($PY -c 'from swiftlike.utils.net import free_port; print(free_port())')
-DEPLOY_PID=
-
-stop_deploy() {
-  [ -n "$DEPLOY_PID" ] || return 0
-  kill -TERM "$DEPLOY_PID" 2>/dev/null || true
-  for _ in $(seq 60); do kill -0 "$DEPLOY_PID" 2>/dev/null || break; sleep 1; done
-  kill -KILL "$DEPLOY_PID" 2>/dev/null || true
-  wait "$DEPLOY_PID" 2>/dev/null || true
-  DEPLOY_PID=
-}
-trap stop_deploy EXIT
-
-tool_loops() {  # tool_loops <stage> <model>: the held-out questions as tool loops against a fresh deploy
-  local stage=$1 model=$2
-  $SWIFTLIKE deploy --model "$model" --infer_backend vllm --agent_template hermes --torch_dtype float32 \
-    --vllm_max_model_len 2048 --vllm_max_num_seqs 8 --port "$PORT" >"$OUT/${stage}_deploy.log" 2>&1 &
-  DEPLOY_PID=$!
-  for _ in $(seq 600); do
-    curl -sf -o /dev/null "http://127.0.0.1:$PORT/health" && break
-    kill -0 "$DEPLOY_PID" 2>/dev/null || { tail -30 "$OUT/${stage}_deploy.log"; exit 1; }
-    sleep 1
-  done
-  $PY scripts/agent_demo.py loop "http://127.0.0.1:$PORT/v1" "$model" "$OUT/${stage}_loops.jsonl" "$N_HELD"
-  stop_deploy
-}
+source scripts/agent_demo_common.sh
 
 echo "=== 1/4 base model: $N_HELD held-out questions as tool loops ==="
 tool_loops base "$MODEL"
 
 echo "=== 2/4 LoRA SFT on $N_TRAIN tool traces (hermes calls; loss on calls and answers only) ==="
-$SWIFTLIKE sft --model "$MODEL" --dataset "swiftlike/calculator-agent#$N_TRAIN" --agent_template hermes \
-  --tuner_type lora --lora_rank 16 --lora_alpha 32 --target_modules all-linear --torch_dtype float32 \
-  --num_train_epochs 1 --per_device_train_batch_size 4 --gradient_accumulation_steps 1 \
-  --learning_rate ${AGENT_DEMO_LR:-5e-4} --warmup_ratio 0.05 --max_length 1024 --gradient_checkpointing false \
-  --logging_steps 5 --save_steps 100000 --report_to none --seed 42 --output_dir "$OUT/sft"
-RUN_DIR=$(ls -d "$OUT"/sft/v*-* | tail -n 1)
-CKPT=$(ls -d "$RUN_DIR"/checkpoint-* | sort -V | tail -n 1)
-$SWIFTLIKE export --adapters "$CKPT" --merge_lora true
+agent_sft_warmup "$OUT/sft" "$MODEL" "$N_TRAIN"
 
 echo "=== 3/4 after SFT: the same questions as tool loops ==="
-tool_loops sft "$CKPT-merged"
+tool_loops sft "$SFT_CKPT"
 
 echo "=== 4/4 report ==="
 status=0

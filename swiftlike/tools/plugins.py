@@ -22,6 +22,7 @@ import inspect
 import sys
 from collections.abc import Callable
 
+from ..utils.registry import source_of
 from .builtin import TOOL_REGISTRY, Tool
 
 # Python annotation -> JSON schema type, for the schema written from a function's signature
@@ -52,9 +53,11 @@ def _source_file(name: str, fn: Callable) -> tuple[str, str]:
     return fn.__module__, path
 
 
-def register_tool(name: str, fn: Callable | None = None, schema: dict | None = None, description: str = ""):
+def register_tool(name: str, fn: Callable | None = None, schema: dict | None = None, description: str = "",
+                  override: bool = False):
     """Register `fn` as tool `name`; without `fn`, a decorator. `schema` is the JSON schema of the arguments
-    object (default: from the signature); `description` defaults to the docstring's first line."""
+    object (default: from the signature); `description` defaults to the docstring's first line. A name already
+    taken (a built-in too) is refused unless `override=True`, as for schedulers and environments."""
     def register(function: Callable) -> Callable:
         if not callable(function):
             raise TypeError(f"register_tool({name!r}): expected a function, got {type(function).__name__}")
@@ -63,6 +66,7 @@ def register_tool(name: str, fn: Callable | None = None, schema: dict | None = N
             raise ValueError(f"register_tool({name!r}): schema must be the JSON schema of the arguments object, "
                              "{'type': 'object', 'properties': {...}, 'required': [...]}")
         text = description or (inspect.getdoc(function) or "").split("\n")[0]
-        TOOL_REGISTRY.register(name, Tool(name, text, parameters, function, _source_file(name, function)))
+        TOOL_REGISTRY.register(name, Tool(name, text, parameters, function, _source_file(name, function)),
+                               override, origin=lambda tool: source_of(tool.function))
         return function
     return register if fn is None else register(fn)

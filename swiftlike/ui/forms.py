@@ -43,8 +43,17 @@ class FieldSpec:
     help: str = ""
     group: str = ""  # the argument class that declares it (the help section of `--help`)
 
+    @property
+    def unset_bool(self) -> bool:
+        """A bool whose default None means "decided from other flags" (--use_gym_env: true when --gym_env is
+        given). A checkbox has no third state, so such a field is a choice of '' (leave it to that rule), true
+        and false: unticking a checkbox could not pass the explicit false the rule would otherwise override."""
+        return self.kind == "bool" and self.default is None
+
     def widget_value(self, value: Any) -> Any:
         """What the form's widget shows for an argument value (a default, or a value from args.json)."""
+        if self.unset_bool:
+            return "" if value in (None, "") else ("true" if value in (True, "true") else "false")
         if self.kind == "bool":
             return bool(value)
         if value is None:
@@ -57,6 +66,8 @@ class FieldSpec:
 
     def flags(self, shown: Any) -> list[str]:
         """The argv words for a widget's value; none when it equals the default (the CLI fills it the same way)."""
+        if self.unset_bool:
+            return [] if shown in (None, "") else [f"--{self.name}", self.widget_value(shown)]
         if self.kind == "bool":
             return [] if bool(shown) == bool(self.default) else [f"--{self.name}", "true" if shown else "false"]
         text = "" if shown is None else str(shown).strip()

@@ -301,3 +301,41 @@ def test_sft_form_starts_an_agent_job_with_its_agent_template(tmp_path):
         rlhf_values[rlhf_names.index(name)] = value
     error = rlhf.show_command("rlhf", *rlhf_values)[1]
     assert "--agent_template with swiftlike rlhf: not built yet" in error
+
+
+def test_the_grpo_page_starts_a_multi_turn_job_with_an_explicit_false(tmp_path):
+    """The multi-turn flags reach a started job's argv from the GRPO page's generated form. --use_gym_env defaults
+    to None (true when --gym_env is given), so its widget offers '', true and false: false is passed as
+    `--use_gym_env false` (a checkbox left unticked passed nothing, and the rule turned it on); '' passes nothing."""
+    import gradio as gr
+
+    from swiftlike.ui.labels import LABELS
+    from swiftlike.ui.pages.training import build_grpo
+    ctx = UIContext(JobStore(tmp_path / "jobs", stop_grace_s=5), LABELS["en"])
+    with gr.Blocks() as demo:
+        page, _ = build_grpo(ctx)
+    box = page.widgets["use_gym_env"]
+    assert isinstance(box, gr.Dropdown) and [c[1] for c in box.choices] == ["", "true", "false"] and box.value == ""
+    advanced = next(b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "grpo-advanced")
+    assert not _contains(advanced, page.widgets["multi_turn_scheduler"]) and _contains(advanced, box)
+    names = list(page.widgets)
+    values = [page.widgets[n].value for n in names]
+    settings = {"model": TINY, "dataset": "swiftlike/arithmetic#8", "multi_turn_scheduler": "gym_scheduler",
+                "max_turns": "2", "gym_env": "math_env", "use_gym_env": "false", "reward_funcs": "accuracy",
+                "completion_length_limit_scope": "total", "max_steps": "1", "output_dir": str(tmp_path / "out")}
+    for name, value in settings.items():
+        values[names.index(name)] = value
+    try:
+        preview, status, *_ = page.start("rlhf", *values)
+        [job] = ctx.store.list()
+        argv = job.record["argv"]
+        assert job.id in status and job.record["command"] == "rlhf" and "--use_gym_env false" in preview
+        for flag in ("multi_turn_scheduler", "max_turns", "gym_env", "use_gym_env", "completion_length_limit_scope"):
+            assert flag_value(argv, f"--{flag}") == settings[flag], flag
+        assert parse_args(RlhfArguments, argv).multi_turn_options().use_gym_env is False
+    finally:
+        for job in ctx.store.list():
+            ctx.store.stop(job.id)
+    values[names.index("use_gym_env")] = ""  # left to the rule: nothing passed, and --gym_env turns it on
+    argv = page.argv("rlhf", tuple(values))
+    assert "--use_gym_env" not in argv and parse_args(RlhfArguments, argv).multi_turn_options().use_gym_env is True

@@ -45,13 +45,14 @@ def train_grpo(args: RlhfArguments) -> TrainResult:
     from ..rewards.functions import ENV_REWARD, build_reward_funcs, environment_return
     from .rollout_worker import RolloutWorker
 
-    run = prepare_run(args)
-    resolved, tokenizer, template = run.resolved, run.tokenizer, run.template
     grpo, sampling, rollout, reward = (args.grpo_options(), args.sampling_options(), args.rollout_options(),
                                        args.reward_options())
     multi_turn = args.multi_turn_options()
-    load_external_plugins(reward.external_plugins)
-    scheduler = build_multi_turn_scheduler(multi_turn, template, rollout.server_mode)  # a bad name stops the run before any model loads
+    load_external_plugins(reward.external_plugins)  # a broken plugin stops the run before the model is touched
+    run = prepare_run(args)
+    resolved, tokenizer, template = run.resolved, run.tokenizer, run.template
+    # a bad name stops the run before any model loads
+    scheduler = build_multi_turn_scheduler(multi_turn, template, rollout.server_mode)
     reward_funcs = build_reward_funcs(reward.reward_funcs, **reward.function_params(sampling.max_completion_length))
     for name, reward_model in load_reward_models(reward.reward_model, args.use_hf, args.torch_dtype).items():
         if name in reward_funcs:

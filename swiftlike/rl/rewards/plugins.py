@@ -1,4 +1,5 @@
-"""`--external_plugins file.py ...`: user Python files imported before training so they can register rewards.
+"""`--external_plugins file.py ...`: user Python files imported before any model loads, so they can register
+rewards, tools (`register_tool`), multi-turn schedulers (`register_scheduler`) and environments (`register_env`).
 
 A plugin file is ordinary Python; at import time it calls
 
@@ -9,7 +10,8 @@ A plugin file is ordinary Python; at import time it calls
         return [1.0 if s in c else 0.0 for c, s in zip(completions, solution)]
 
 and `--reward_funcs my_reward` then finds it. Each file is imported by path under its own module name
-(so two plugins both called `plugin.py` do not collide), once per process.
+(so two plugins both called `plugin.py` do not collide), once per process. A file that fails to import leaves
+no registration behind in any registry (utils/registry.py), so fixing it and loading it again works.
 """
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 
-from .functions import REWARD_REGISTRY
+from ...utils.registry import restore_registries, snapshot_registries
 
 # resolved path -> imported module; a file named twice (or loaded again in the same process) is imported once.
 _LOADED: dict[Path, ModuleType] = {}
@@ -55,14 +57,12 @@ def load_external_plugin(path: str | Path) -> ModuleType:
     # Plugins may import helper modules sitting next to them.
     if str(path.parent) not in sys.path:
         sys.path.append(str(path.parent))
-    before = set(REWARD_REGISTRY)
+    before = snapshot_registries()
     try:
         spec.loader.exec_module(module)
     except BaseException as e:
         sys.modules.pop(name, None)
-        # A failed plugin leaves nothing behind, so fixing the file and loading it again works.
-        for added in set(REWARD_REGISTRY) - before:
-            del REWARD_REGISTRY[added]
+        restore_registries(before)
         if not isinstance(e, Exception):
             raise
         raise RuntimeError(f"--external_plugins {given}: importing it failed: {type(e).__name__}: {e}") from e

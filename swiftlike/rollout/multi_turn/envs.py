@@ -17,7 +17,7 @@ from abc import ABC, abstractmethod
 from typing import Any
 
 from ...rl.rewards.functions import MathAccuracy
-from ...utils.registry import Registry
+from ...utils.registry import Registry, source_of
 from .trajectory import RolloutRequest
 
 
@@ -39,24 +39,20 @@ class Env(ABC):
         """Release what the episode holds (processes, connections); most environments hold nothing."""
 
 
-# ms-swift's registry name; plugins written for ms-swift (`envs["my_env"] = MyEnv`) work unchanged.
+# ms-swift's registry name, a dict: plugins written for ms-swift (`envs["my_env"] = MyEnv`) work unchanged, without
+# the checks of register_env.
 envs: Registry[type[Env]] = Registry("environment", "--gym_env")
 
 
-def _origin(cls: type) -> str:
-    try:
-        return inspect.getsourcefile(cls) or cls.__module__
-    except TypeError:
-        return cls.__module__
-
-
-def register_env(name: str, cls: type[Env] | None = None):
+def register_env(name: str, cls: type[Env] | None = None, override: bool = False):
     """Register an environment class under the name `--gym_env` or a row's `env_config["name"]` will use.
 
-    Without `cls` this is a decorator: `@register_env("my_env")` above `class MyEnv(Env)`.
+    Without `cls` this is a decorator: `@register_env("my_env")` above `class MyEnv(Env)`. A name registered
+    to another class is refused unless `override=True` (the same rule as register_scheduler); registering the
+    same class again does nothing.
     """
     if cls is None:
-        return lambda c: register_env(name, c)
+        return lambda c: register_env(name, c, override)
     if not isinstance(name, str) or not name.strip():
         raise ValueError(f"an environment name must be a non-empty string, got {name!r}")
     if not (inspect.isclass(cls) and issubclass(cls, Env)):
@@ -65,11 +61,7 @@ def register_env(name: str, cls: type[Env] | None = None):
     if inspect.isabstract(cls):
         missing = ", ".join(sorted(cls.__abstractmethods__))
         raise ValueError(f"environment {name!r} ({cls.__name__}) does not implement {missing}")
-    if name in envs and envs[name] is not cls:
-        raise ValueError(f"environment {name!r} is already registered ({_origin(envs[name])}); "
-                         f"register yours under another name")
-    envs[name] = cls
-    return cls
+    return envs.register(name, cls, override, origin=source_of)
 
 
 def get_env(name: str) -> type[Env]:

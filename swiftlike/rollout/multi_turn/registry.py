@@ -19,23 +19,24 @@ from __future__ import annotations
 import inspect
 
 from ...template import Template
-from ...utils.registry import Registry
+from ...utils.registry import Registry, source_of
 from .scheduler import MultiTurnScheduler
 from .schedulers import GymScheduler, MathTipScheduler, ToolCallScheduler
 
 multi_turns: Registry[type[MultiTurnScheduler]] = Registry("multi-turn scheduler", "--multi_turn_scheduler")
 
 
-def register_scheduler(name: str, cls: type[MultiTurnScheduler] | None = None):
-    """Register a scheduler class as `name`; without `cls`, a class decorator."""
+def register_scheduler(name: str, cls: type[MultiTurnScheduler] | None = None, override: bool = False):
+    """Register a scheduler class as `name`; without `cls`, a class decorator. A name registered to another
+    class (a built-in too) is refused unless `override=True`; registering the same class again does nothing."""
     if cls is None:
-        return lambda c: register_scheduler(name, c)
+        return lambda c: register_scheduler(name, c, override)
     if not isinstance(name, str) or not name.strip():
         raise ValueError(f"a scheduler name must be a non-empty string, got {name!r}")
     if not (inspect.isclass(cls) and issubclass(cls, MultiTurnScheduler)):
         raise ValueError(f"scheduler {name!r} must be a subclass of "
                          f"swiftlike.rollout.multi_turn.scheduler.MultiTurnScheduler, got {cls!r}")
-    return multi_turns.register(name, cls)
+    return multi_turns.register(name, cls, override, origin=source_of)
 
 
 def build_scheduler(name: str, *, max_turns: int | None, gym_env: str | None, template: Template,

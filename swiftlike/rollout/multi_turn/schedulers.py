@@ -145,7 +145,10 @@ class GymScheduler(MultiTurnScheduler):
     `--gym_env`. `reset` gives the first user message (and a system message, '' keeping the row's); after each
     turn `step` gives the next observation as a user message, the step's reward and whether it is done.
 
-    Environments are looked up in envs.py's registry (the built-ins, and `register_env` in plugin files)."""
+    Environments are looked up in envs.py's registry (the built-ins, and `register_env` in plugin files). The
+    `info` of reset and of every step is kept, in order, as the trajectory's `env_infos` (its rollout_infos,
+    which reward functions read and completions.jsonl shows), so an environment can explain its rewards; an
+    info must be a JSON object (a dict of JSON values) for that."""
 
     def __init__(self, template: Template, max_turns: int | None = None, gym_env: str | None = None):
         super().__init__(template, max_turns, gym_env)
@@ -153,6 +156,7 @@ class GymScheduler(MultiTurnScheduler):
         self._names: dict[str, str] = {}
         self._pending: dict[str, str] = {}
         self._totals: dict[str, float] = {}
+        self._infos: dict[str, list[dict]] = {}
 
     def _config(self, request: RolloutRequest) -> tuple[str, dict]:
         config = request.data_dict.get("env_config") or {}
@@ -173,10 +177,11 @@ class GymScheduler(MultiTurnScheduler):
             env = None
             try:
                 env = env_class(config)
-                observation, _info, system = await env.reset(request)
+                observation, info, system = await env.reset(request)
                 if not isinstance(observation, str) or not isinstance(system, str):
                     raise TypeError(f"reset must return (observation: str, info, system_message: str), got "
                                     f"({type(observation).__name__}, ..., {type(system).__name__})")
+                info = _json_info(info)
             except Exception as error:
                 await _close_quietly(env)
                 raise EnvFailure(f"environment {name!r} failed in reset: {type(error).__name__}: {error}") from error
@@ -185,23 +190,27 @@ class GymScheduler(MultiTurnScheduler):
                                 {"role": "user", "content": observation}]
             self._live[request.uuid], self._names[request.uuid] = env, name
             self._totals[request.uuid] = 0.0
+            self._infos[request.uuid] = [info]
 
     async def on_turn_end(self, request: RolloutRequest, choice: Choice, current_turn: int) -> dict:
         env = self._live[request.uuid]
         name = self._names[request.uuid]
         try:
-            observation, reward, done, _info = await env.step(copy.deepcopy(request.messages))
+            observation, reward, done, info = await env.step(copy.deepcopy(request.messages))
             reward = float(reward)
             if not done and not isinstance(observation, str):
                 raise TypeError(f"step returned an observation of type {type(observation).__name__}, not text")
+            info = _json_info(info)
         except Exception as error:
             raise EnvFailure(f"environment {name!r} failed in step {current_turn}: {type(error).__name__}: "
                              f"{error}") from error
         self._totals[request.uuid] += reward
+        self._infos[request.uuid].append(info)
         if not done:
             self._pending[request.uuid] = observation
         return {"done": bool(done), "reward": reward,
-                "rollout_infos": {"total_reward": self._totals[request.uuid], "gym_done": bool(done)}}
+                "rollout_infos": {"total_reward": self._totals[request.uuid], "gym_done": bool(done),
+                                  "env_infos": list(self._infos[request.uuid])}}
 
     def step(self, request: RolloutRequest, choice: Choice, current_turn: int) -> dict:
         request.messages.append({"role": "user", "content": self._pending.pop(request.uuid)})
@@ -210,8 +219,21 @@ class GymScheduler(MultiTurnScheduler):
     async def on_trajectory_end(self, request: RolloutRequest) -> None:
         self._pending.pop(request.uuid, None)
         self._totals.pop(request.uuid, None)
+        self._infos.pop(request.uuid, None)
         self._names.pop(request.uuid, None)
         await _close_quietly(self._live.pop(request.uuid, None))
+
+
+def _json_info(info) -> dict:
+    """An environment's `info` as it will be logged: a dict that JSON can write (None counts as empty)."""
+    if info is None:
+        return {}
+    if not isinstance(info, dict):
+        raise TypeError(f"info must be a dict, got {type(info).__name__}")
+    try:
+        return json.loads(json.dumps(info))
+    except (TypeError, ValueError) as error:
+        raise TypeError(f"info must hold JSON values only (it goes to completions.jsonl): {error}") from None
 
 
 async def _close_quietly(env) -> None:

@@ -53,6 +53,8 @@ def widget(spec: FieldSpec, value: Any, elem_id: str):
     import gradio as gr
     info = f"{spec.help} (default: {spec.default})"
     shown = spec.widget_value(value)
+    if spec.unset_bool:
+        return gr.Dropdown(["", "true", "false"], value=shown, label=spec.name, info=info, elem_id=elem_id)
     if spec.kind == "bool":
         return gr.Checkbox(value=shown, label=spec.name, info=info, elem_id=elem_id)
     if spec.kind == "choice":

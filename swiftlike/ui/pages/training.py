@@ -23,7 +23,7 @@ GRPO_COMMON = ["model", "dataset", "reward_funcs", "external_plugins", "reward_w
                "max_completion_length", "use_vllm", "vllm_mode", "vllm_server_host", "vllm_server_port",
                "tuner_type", "output_dir", "max_steps", "learning_rate", "per_device_train_batch_size",
                "gradient_accumulation_steps", "beta", "temperature", "loss_type", "logging_steps", "save_steps",
-               "torch_dtype"]
+               "torch_dtype", "multi_turn_scheduler", "max_turns", "agent_template"]
 ROLLOUT_COMMON = ["model", "port", "host", "torch_dtype", "vllm_max_model_len", "vllm_gpu_memory_utilization",
                   "vllm_enable_lora", "api_key", "adapters"]
 

@@ -345,5 +345,30 @@ def test_builtin_environments_play_whole_trajectories_on_the_tiny_model(pt_tiny,
     assert [m["role"] for m in maths.messages] == ["system", "user", "assistant", "user", "assistant"]
     assert maths.messages[0]["content"] == MATH_SYSTEM_PROMPT and maths.messages[3]["content"] == MATH_RETRY
     assert lake.turns == 1 and lake.step_rewards == [0.0]
+    # each environment's info, of reset then of every step, is the trajectory's env_infos (completions.jsonl)
+    assert maths.infos["env_infos"] == [{}, {"correct": False}, {"correct": False}]
+    assert lake.infos["env_infos"][0] == {"seed": 0, "size": 4} and lake.infos["env_infos"][1]["step"] == 1
     assert lake.messages[:2] == [{"role": "system", "content": SYSTEM_PROMPT},
                                  {"role": "user", "content": FrozenLakeEnv({"seed": 0, "max_steps": 1}).first_observation()}]
+
+
+class Unloggable(Env):
+    """An info that JSON cannot write (a set) would break completions.jsonl."""
+
+    async def reset(self, request):
+        return "Say anything.", {"seen": {1, 2}}, ""
+
+    async def step(self, action):
+        return "", 0.0, True, {}
+
+
+def test_an_info_json_cannot_write_drops_the_trajectory_with_the_reason(pt_tiny, tiny_template, registry_snapshot):
+    from swiftlike.infer.protocol import RequestConfig
+    from swiftlike.rollout.multi_turn import build_scheduler, run_trajectories_sync
+    register_env("test_unloggable", Unloggable)
+    scheduler = build_scheduler("gym_scheduler", max_turns=2, gym_env="test_unloggable", template=tiny_template)
+    [trajectory] = run_trajectories_sync(pt_tiny, tiny_template, scheduler, [RolloutRequest([])],
+                                         RequestConfig(temperature=0.0, max_tokens=4), max_turns=2,
+                                         max_completion_length=16)
+    assert "'test_unloggable' failed in reset" in trajectory.env_error
+    assert "info must hold JSON values only" in trajectory.env_error
