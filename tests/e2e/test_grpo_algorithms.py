@@ -7,20 +7,29 @@ import math
 import pytest
 
 from swiftlike.commands.rlhf import rlhf_main
+from swiftlike.rl.rewards.functions import register_reward
 from swiftlike.train.outputs import read_log
 
 TINY = "tiny-random/qwen2_5"
 
 
+@register_reward("algorithms_text_length")
+def text_length(completions, **kwargs):
+    """A reward with spread on a random model (format and accuracy are 0 for every completion there), so the
+    advantages, and the loss, are not all zero."""
+    return [len(c) / 100 for c in completions]
+
+
 def grpo(tmp_path, *extra):
     result = rlhf_main(["--rlhf_type", "grpo", "--model", TINY, "--dataset", "swiftlike/arithmetic#8",
-                        "--reward_funcs", "format", "cosine", "--num_generations", "4",
+                        "--reward_funcs", "algorithms_text_length", "format", "--num_generations", "4",
                         "--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "2",
                         "--max_completion_length", "12", "--max_steps", "2", "--logging_steps", "1",
                         "--learning_rate", "5e-3", "--gradient_checkpointing", "false", "--torch_dtype", "float32",
                         "--report_to", "none", "--save_steps", "100", "--output_dir", str(tmp_path), *extra])
     log = [e for e in read_log(result.run_dir) if "loss" in e]
     assert len(log) == 2 and all(math.isfinite(e["loss"]) for e in log), log
+    assert any(e["grad_norm"] > 0 for e in log), log  # a real signal, not all-zero advantages
     return log
 
 

@@ -18,11 +18,12 @@ from collections.abc import Callable
 
 import torch
 
-Gather = Callable[[torch.Tensor], torch.Tensor]
+# 1-D local values -> (every rank's, concatenated in rank order; this rank's slice of that)
+Gather = Callable[[torch.Tensor], tuple[torch.Tensor, slice]]
 
 
-def _same(values: torch.Tensor) -> torch.Tensor:
-    return values
+def _same(values: torch.Tensor) -> tuple[torch.Tensor, slice]:
+    return values, slice(0, values.numel())
 
 
 def entropy_threshold(valid_entropies: torch.Tensor, top_quantile: float) -> torch.Tensor:
@@ -49,18 +50,18 @@ def _per_token(advantages: torch.Tensor, logps: torch.Tensor) -> torch.Tensor:
 
 
 def _centred_covariance(advantages: torch.Tensor, logps: torch.Tensor, mask: torch.Tensor,
-                        gather: Gather) -> tuple[torch.Tensor, torch.Tensor]:
+                        gather: Gather) -> tuple[torch.Tensor, torch.Tensor, slice]:
     """Each token's term of cov(A, logp), (A - mean A)(logp - mean logp), with the means over the completion
-    tokens of the micro-batch on every rank (`gather` concatenates a 1-D tensor over ranks; identity in one
-    process), as one process holding the whole micro-batch computes them. Returns the local terms (batch, seq)
-    and every rank's valid terms (1-D)."""
+    tokens of the micro-batch on every rank (`gather`: see `Gather`; identity in one process), as one process
+    holding the whole micro-batch computes them. Returns the local terms (batch, seq), every rank's valid terms
+    (1-D, rank order) and this rank's slice of those."""
     mask = mask.bool()
     adv = _per_token(advantages, logps)
     lp = logps.detach().float()
-    all_adv, all_lp = gather(adv[mask]), gather(lp[mask])
+    (all_adv, mine), (all_lp, _) = gather(adv[mask]), gather(lp[mask])
     adv_mean = all_adv.mean() if all_adv.numel() else adv.new_zeros(())
     lp_mean = all_lp.mean() if all_lp.numel() else lp.new_zeros(())
-    return (adv - adv_mean) * (lp - lp_mean), (all_adv - adv_mean) * (all_lp - lp_mean)
+    return (adv - adv_mean) * (lp - lp_mean), (all_adv - adv_mean) * (all_lp - lp_mean), mine
 
 
 def clip_cov_mask(advantages: torch.Tensor, logps: torch.Tensor, old_logps: torch.Tensor, mask: torch.Tensor, *,
@@ -76,7 +77,7 @@ def clip_cov_mask(advantages: torch.Tensor, logps: torch.Tensor, old_logps: torc
     but not the same ones.
     """
     mask = mask.bool()
-    cov, _ = _centred_covariance(advantages, logps, mask, gather)
+    cov, _, _ = _centred_covariance(advantages, logps, mask, gather)
     ratio = torch.exp(logps.detach() - old_logps.detach())
     adv = _per_token(advantages, logps)
     already_clipped = -adv * torch.clamp(ratio, 1 - epsilon_low, 1 + epsilon_high) > -adv * ratio
@@ -94,12 +95,16 @@ def kl_cov_mask(advantages: torch.Tensor, logps: torch.Tensor, mask: torch.Tenso
                 kl_ratio: float, gather: Gather = _same) -> torch.Tensor:
     """KL-Cov: the `kl_ratio` share of completion tokens (at least one) with the largest covariance terms;
     bool (batch, seq). The loss adds `ppo_kl_coef * |logp - old_logp|` on exactly these, pulling back the
-    tokens that drive entropy down fastest while leaving the rest unclipped. The share and its threshold are
-    over every rank's tokens, so two processes select what one would (a tie at the threshold keeps all tied)."""
+    tokens that drive entropy down fastest while leaving the rest unclipped. The share is of every rank's
+    tokens, picked once from all of them (every rank picks the same), so two processes select what one would;
+    exactly that many even when terms tie (a group whose rewards are all equal has advantage 0, and so a term
+    of 0, on every token)."""
     mask = mask.bool()
-    cov, every = _centred_covariance(advantages, logps, mask, gather)
+    _, every, mine = _centred_covariance(advantages, logps, mask, gather)
+    selected = torch.zeros_like(mask)
     if every.numel() == 0:
-        return torch.zeros_like(mask)
-    k = max(int(kl_ratio * every.numel()), 1)
-    threshold = torch.topk(every, k).values[-1]
-    return (cov >= threshold) & mask
+        return selected
+    chosen = torch.zeros(every.numel(), dtype=torch.bool, device=every.device)
+    chosen[torch.topk(every, max(int(kl_ratio * every.numel()), 1)).indices] = True
+    selected[mask] = chosen[mine].to(mask.device)
+    return selected

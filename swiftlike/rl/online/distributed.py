@@ -110,21 +110,23 @@ def reduce_metrics(local: dict[str, float]) -> dict[str, float]:
     return out
 
 
-def gather_ragged(values: torch.Tensor) -> torch.Tensor:
-    """Every process's 1-D `values`, of any length each, concatenated in rank order (on every rank).
+def gather_ragged(values: torch.Tensor) -> tuple[torch.Tensor, slice]:
+    """Every process's 1-D `values`, of any length each, concatenated in rank order (on every rank), and this
+    rank's slice of it.
 
-    For a threshold over the global micro-batch's tokens, such as `--top_entropy_quantile`'s, whose token
-    count differs between ranks.
+    For a statistic over the global micro-batch's tokens, such as `--top_entropy_quantile`'s threshold or
+    KL-Cov's top share, whose token count differs between ranks.
     """
     if _world_size() == 1:
-        return values
+        return values, slice(0, values.numel())
     import torch.distributed as dist
     lengths = counts_of_each_process(values.numel(), values.device)
     padded = torch.zeros(max(lengths), dtype=values.dtype, device=values.device)
     padded[:values.numel()] = values
     parts = [torch.empty_like(padded) for _ in lengths]
     dist.all_gather(parts, padded)
-    return torch.cat([part[:n] for part, n in zip(parts, lengths)])
+    start = sum(lengths[:dist.get_rank()])
+    return torch.cat([part[:n] for part, n in zip(parts, lengths)]), slice(start, start + values.numel())
 
 
 def counts_of_each_process(count: int, device: torch.device | str = "cpu") -> list[int]:

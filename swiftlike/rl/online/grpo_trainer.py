@@ -443,7 +443,8 @@ class GrpoTrainer(RolloutTrainer):
         metrics = {"entropy": torch.where(mask, scored.entropy, 0.0).sum() / tokens,
                    "sampling/forced_keep_frac": (scored.forced & mask).sum() / tokens}
         if self.grpo.top_entropy_quantile < 1.0:
-            threshold = entropy_threshold(gather_ragged(scored.entropy.detach()[mask]), self.grpo.top_entropy_quantile)
+            every, _ = gather_ragged(scored.entropy.detach()[mask])
+            threshold = entropy_threshold(every, self.grpo.top_entropy_quantile)
             inputs = {**inputs, "entropy_mask": top_entropy_mask(scored.entropy, mask, threshold)}
         loss, loss_metrics = corrected_policy_loss(scored.logps, inputs, self.grpo, self.rollout, self.sampling,
                                                    reused=self._reuses_batches(),

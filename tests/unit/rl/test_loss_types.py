@@ -125,3 +125,11 @@ def test_clip_cov_stops_a_share_of_the_high_covariance_band_only():
 def test_entropy_threshold_is_checked():
     with pytest.raises(ValueError, match="top_entropy_quantile"):
         entropy_threshold(torch.rand(4), 0.0)
+
+
+def test_kl_cov_picks_exactly_its_share_when_every_term_ties():
+    """All advantages 0 (a group whose rewards are equal): every covariance term is 0, and the share is still
+    the share, not every tied token."""
+    logps, _, mask, _, _ = batch(5)
+    selected = kl_cov_mask(torch.zeros(5), logps, mask, kl_ratio=0.1)
+    assert int(selected.sum()) == max(int(0.1 * int(mask.sum())), 1) and not (selected & ~mask).any()
