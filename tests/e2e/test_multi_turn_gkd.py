@@ -8,16 +8,18 @@ differ, and the divergence of the later steps is over the sampled tokens of all 
 import json
 import math
 
+import pytest
+
 from swiftlike.commands.rlhf import rlhf_main
 from swiftlike.rollout.multi_turn import MultiTurnScheduler, register_scheduler
 from swiftlike.train.outputs import read_log
+from swiftlike.utils.registry import restore_registries, snapshot_registries
 
 TINY = "tiny-random/qwen2_5"
 ROWS = [{"messages": [{"role": "user", "content": f"What is {a} + {a}?"}]} for a in range(1, 5)]
 OBSERVATION = "Observation: carry on."
 
 
-@register_scheduler("gkd_observe_every_turn")
 class ObserveEveryTurn(MultiTurnScheduler):
     def check_finished(self, request, choice, current_turn):
         return current_turn >= self.max_turns
@@ -27,7 +29,17 @@ class ObserveEveryTurn(MultiTurnScheduler):
         return {"infer_request": request}
 
 
-def test_gkd_on_three_turn_trajectories(tmp_path):
+@pytest.fixture
+def observe_every_turn():
+    """The scheduler registered for this test only: a name left in the registry would show up in other tests'
+    lists of registered schedulers."""
+    snapshot = snapshot_registries()
+    register_scheduler("gkd_observe_every_turn")(ObserveEveryTurn)
+    yield
+    restore_registries(snapshot)
+
+
+def test_gkd_on_three_turn_trajectories(tmp_path, observe_every_turn):
     data = tmp_path / "rows.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
     argv = ["--rlhf_type", "gkd", "--model", TINY, "--teacher_model", TINY, "--tuner_type", "lora",

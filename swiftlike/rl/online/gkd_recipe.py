@@ -5,10 +5,9 @@ GRPO's (rollout/multi_turn): the teacher scores each trajectory's ids whole, and
 ids the student sampled (gkd_trainer.py)."""
 from __future__ import annotations
 
-from pathlib import Path
 
 from ...arguments.rlhf_args import RlhfArguments
-from ...model import default_device, load_tokenizer, pick_dtype, resolve_model
+from ...model import default_device
 from ...train.data import EncodeStats, ListDataset
 from ...train.run import TrainResult, checkpoint_args_writer, load_train_val_rows, prepare_run
 from ...utils import get_logger
@@ -70,7 +69,7 @@ def build_teacher(gkd: GkdOptions, args: RlhfArguments, resolved, tokenizer, stu
     """The teacher `teacher.py` describes, after every check that can fail before training: reachability and
     tokenizer of a served one; tokenizer and memory of an in-process one. `args` for the student's settings
     (--model, --tuner_type, --use_hf, --torch_dtype)."""
-    from .teacher import LocalTeacher, ServedTeacher, TeacherReplicas
+    from .teacher import LocalTeacher, ServedTeacher, TeacherReplicas, load_teacher_model
     if gkd.teacher_model_server:
         vocab = student.get_output_embeddings().weight.shape[0]
         served = [ServedTeacher(url, gkd.gkd_logits_topk, gkd.teacher_model_server_timeout, tokenizer, vocab,
@@ -88,39 +87,6 @@ def build_teacher(gkd: GkdOptions, args: RlhfArguments, resolved, tokenizer, stu
                     "so there is nothing to offload")
     offload = gkd.offload_teacher_model and device != "cpu"
     return LocalTeacher(model if offload else model.to(device), gkd.gkd_logits_topk, offload, device)
-
-
-def load_teacher_model(teacher_model: str, teacher_model_type: str | None, teacher_model_revision: str | None,
-                       teacher_adapters: list[str], args: RlhfArguments, resolved, tokenizer, place: str,
-                       device: str):
-    """The in-process teacher of GKD and of GRPO's OPD-RL, frozen, after its tokenizer and memory checks; None
-    when it is the student's own base (--tuner_type lora, same model, no adapters), which runs with the
-    adapter disabled instead of a second copy."""
-    from .teacher import checkpoint_bytes, fits_in_memory, free_memory_bytes, same_tokenizer
-    teacher_resolved = resolve_model(teacher_model, teacher_model_type, args.use_hf, teacher_model_revision)
-    if (args.tuner_type == "lora" and not teacher_adapters
-            and Path(teacher_resolved.model_dir).resolve() == Path(resolved.model_dir).resolve()):
-        logger.info("teacher: %s, the student's base with its LoRA adapter disabled (no second copy)",
-                    teacher_resolved.model_id)
-        return None
-    if not same_tokenizer(tokenizer, load_tokenizer(teacher_resolved)):
-        raise ValueError(f"--teacher_model {teacher_model} has another tokenizer than --model {args.model}; the "
-                         "teacher scores the student's tokens one by one, so the two must share one tokenizer")
-    dtype = pick_dtype(args.torch_dtype, device)
-    fits_in_memory(teacher_resolved.model_id, checkpoint_bytes(teacher_resolved.model_dir, dtype),
-                   free_memory_bytes(place), place)
-    from transformers import AutoModelForCausalLM
-    model = AutoModelForCausalLM.from_pretrained(teacher_resolved.model_dir, dtype=dtype)
-    if teacher_adapters:
-        from peft import PeftModel
-        for path in teacher_adapters:
-            model = PeftModel.from_pretrained(model, path).merge_and_unload()
-    logger.info("teacher: %s%s in-process", teacher_resolved.model_id,
-                f" + adapters {' '.join(teacher_adapters)}" if teacher_adapters else "")
-    model.eval()
-    for p in model.parameters():
-        p.requires_grad_(False)
-    return model
 
 
 def train_gkd(args: RlhfArguments) -> TrainResult:

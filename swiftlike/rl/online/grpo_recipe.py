@@ -85,7 +85,7 @@ def train_grpo(args: RlhfArguments) -> TrainResult:
         ref_model = make_ref_model(model, grpo.beta, args.tuner_type)
         teacher = None
         if grpo.opd:
-            from .gkd_recipe import load_teacher_model
+            from .teacher import load_teacher_model
             device = default_device()
             teacher = load_teacher_model(args.teacher_model, args.teacher_model_type, args.teacher_model_revision,
                                          args.teacher_adapters, args, resolved, tokenizer, device, device)

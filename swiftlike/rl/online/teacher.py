@@ -303,3 +303,38 @@ class TeacherReplicas:
     def close(self) -> None:
         for replica in self.replicas:
             replica.close()
+
+
+def load_teacher_model(teacher_model: str, teacher_model_type: str | None, teacher_model_revision: str | None,
+                       teacher_adapters: list[str], args, resolved, tokenizer, place: str,
+                       device: str):
+    """The in-process teacher of GKD and of GRPO's OPD-RL, frozen, after its tokenizer and memory checks; None
+    when it is the student's own base (--tuner_type lora, same model, no adapters), which runs with the
+    adapter disabled instead of a second copy."""
+    from pathlib import Path
+
+    from ...model import load_tokenizer, pick_dtype, resolve_model
+    teacher_resolved = resolve_model(teacher_model, teacher_model_type, args.use_hf, teacher_model_revision)
+    if (args.tuner_type == "lora" and not teacher_adapters
+            and Path(teacher_resolved.model_dir).resolve() == Path(resolved.model_dir).resolve()):
+        logger.info("teacher: %s, the student's base with its LoRA adapter disabled (no second copy)",
+                    teacher_resolved.model_id)
+        return None
+    if not same_tokenizer(tokenizer, load_tokenizer(teacher_resolved)):
+        raise ValueError(f"--teacher_model {teacher_model} has another tokenizer than --model {args.model}; the "
+                         "teacher scores the student's tokens one by one, so the two must share one tokenizer")
+    dtype = pick_dtype(args.torch_dtype, device)
+    fits_in_memory(teacher_resolved.model_id, checkpoint_bytes(teacher_resolved.model_dir, dtype),
+                   free_memory_bytes(place), place)
+    from transformers import AutoModelForCausalLM
+    model = AutoModelForCausalLM.from_pretrained(teacher_resolved.model_dir, dtype=dtype)
+    if teacher_adapters:
+        from peft import PeftModel
+        for path in teacher_adapters:
+            model = PeftModel.from_pretrained(model, path).merge_and_unload()
+    logger.info("teacher: %s%s in-process", teacher_resolved.model_id,
+                f" + adapters {' '.join(teacher_adapters)}" if teacher_adapters else "")
+    model.eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    return model

@@ -131,6 +131,6 @@ def test_multi_turn_gkd_and_ray_placements():
     # Ray: the colocated rollout and the training model's own generate run multi-turn on the train role
     assert grpo(multi_turn_scheduler="tool_call_scheduler", use_ray=True, use_vllm=True, vllm_mode="colocate")
     assert grpo(multi_turn_scheduler="tool_call_scheduler", use_ray=True, use_vllm=False)
-    with pytest.raises(NotBuiltError, match="--use_ray true and a separate `rollout:` group: not built yet; it "
-                                            "waits for multi-turn on rollout servers"):
+    with pytest.raises(NotBuiltError, match="--use_ray true and a separate `rollout:` group: not built yet; the "
+                                            "Ray rollout replicas do not start with the scheduler"):
         grpo(multi_turn_scheduler="tool_call_scheduler", use_ray=True, use_vllm=True, vllm_mode="server")
