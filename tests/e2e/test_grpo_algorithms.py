@@ -9,15 +9,25 @@ import pytest
 from swiftlike.commands.rlhf import rlhf_main
 from swiftlike.rl.rewards.functions import register_reward
 from swiftlike.train.outputs import read_log
+from swiftlike.utils.registry import restore_registries, snapshot_registries
 
 TINY = "tiny-random/qwen2_5"
 
 
-@register_reward("algorithms_text_length")
 def text_length(completions, **kwargs):
     """A reward with spread on a random model (format and accuracy are 0 for every completion there), so the
     advantages, and the loss, are not all zero."""
     return [len(c) / 100 for c in completions]
+
+
+@pytest.fixture(autouse=True)
+def text_length_reward():
+    """Registered for each test only: a name left in the registry shows up in other tests' lists of reward
+    functions."""
+    snapshot = snapshot_registries()
+    register_reward("algorithms_text_length")(text_length)
+    yield
+    restore_registries(snapshot)
 
 
 def grpo(tmp_path, *extra):
