@@ -286,10 +286,14 @@ def test_grpo_with_pt_rollout_draws_a_reward_curve(ui, page):
 def test_rollout_server_panel_starts_checks_and_stops(ui, page):
     tab(page, "GRPO")
     page.locator("#rollout-panel").get_by_text("Rollout servers").first.click()
+    model_box = page.locator("#rollout-model input, #rollout-model textarea").first
+    model_box.wait_for(state="visible")
+    page.wait_for_timeout(500)  # the opening panel mounts its fields; a value typed while it does can be lost
     port = free_port()
     for elem, value in [("rollout-model", TINY), ("rollout-port", str(port)), ("rollout-vllm_max_model_len", "512")]:
         fill(page, elem, value)
     choose(page, "rollout-torch_dtype", "float32")
+    assert model_box.input_value() == TINY
     record = started_job(ui, page, "rollout", follow=False)
     deadline = time.time() + 240
     while time.time() < deadline:
