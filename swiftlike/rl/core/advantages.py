@@ -10,6 +10,8 @@ from typing import Literal, get_args
 
 import torch
 
+from .losses import k3_kl
+
 ScaleRewards = Literal["group", "batch", "none", "gdpo"]
 SCALE_REWARDS = get_args(ScaleRewards)
 # ms-swift's --advantage_estimator values.
@@ -204,8 +206,8 @@ def teacher_token_advantages(advantages: torch.Tensor, teacher_logps: torch.Tens
 
 def teacher_kl(teacher_logps: torch.Tensor, old_logps: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Mean k3 estimate of KL(student || teacher) over the completion tokens: the `teacher_kl` metric, a
-    distance that falls as the student nears the teacher (k3: never negative, lower variance than k1)."""
+    distance that falls as the student nears the teacher (`losses.k3_kl`, the reference KL's estimator, with the
+    teacher in the reference's place)."""
     mask = mask.bool()
-    d = torch.where(mask, teacher_logps.detach().float() - old_logps.detach().float(), torch.zeros(()))
-    k3 = torch.exp(d) - d - 1
+    k3 = k3_kl(old_logps.detach().float(), teacher_logps.detach().float())
     return torch.where(mask, k3, torch.zeros_like(k3)).sum() / mask.sum().clamp(min=1)
