@@ -29,7 +29,7 @@ from swiftlike.arguments.app_args import AppArguments
 from swiftlike.arguments.infer_args import LogprobLimitArguments, SamplingArguments, VllmArguments
 from swiftlike.arguments.megatron_args import MegatronArguments
 from swiftlike.arguments.rlhf_args import (GkdArguments, MultiTurnArguments, PreferenceArguments, RayArguments,
-                                           RolloutPlacementArguments)
+                                           RolloutPlacementArguments, TeacherArguments)
 from swiftlike.arguments.rollout_args import MultiTurnServerArguments, RolloutServerArguments
 
 from swiftlike.dataset import DATASET_REGISTRY
@@ -152,7 +152,7 @@ TABLES = {
                  ("tools", tools_table), ("args-multi-turn", lambda: args_table(MultiTurnArguments))],
     "rlhf.md": [("args-rollout", lambda: args_table(RolloutPlacementArguments, VllmArguments)),
                 ("args-preference", lambda: args_table(PreferenceArguments)),
-                ("args-gkd", lambda: args_table(GkdArguments))],
+                ("args-gkd", lambda: args_table(TeacherArguments, GkdArguments))],
     "rollout.md": [("args-rollout-server", lambda: args_table(RolloutServerArguments, LogprobLimitArguments,
                                                               MultiTurnServerArguments, VllmArguments))],
     "app.md": [("args-app", lambda: args_table(AppArguments, SamplingArguments))],

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from ..rl.core.losses import LOSS_TYPES
 from ..rl.core.options import (GKD, GRPO, ONLINE, PREFERENCE_TYPES, GkdOptions, GrpoOptions, MultiTurnOptions,
                                PolicyTrainingOptions, PreferenceOptions, RayOptions, RewardOptions, RlhfType,
-                               RolloutOptions, SamplingOptions, flags_not_read_by)
+                               RolloutOptions, SamplingOptions, TeacherOptions, flags_not_read_by)
 from ..rl.core.staleness import min_async_staleness
 from ..utils import get_logger
 from ..utils.errors import NotBuiltError
@@ -33,6 +33,7 @@ RolloutPlacementArguments = option_flags(RolloutOptions, "", "RolloutPlacementAr
                                          doc=RolloutOptions.__doc__)
 MultiTurnArguments = option_flags(MultiTurnOptions, "", "MultiTurnArguments", module=__name__,
                                   doc=MultiTurnOptions.__doc__)
+TeacherArguments = option_flags(TeacherOptions, "", "TeacherArguments", module=__name__, doc=TeacherOptions.__doc__)
 GkdArguments = option_flags(GkdOptions, "", "GkdArguments", module=__name__, doc=GkdOptions.__doc__)
 PreferenceArguments = option_flags(PreferenceOptions, "", "PreferenceArguments", module=__name__,
                                    doc=PreferenceOptions.__doc__)
@@ -49,7 +50,7 @@ DEFAULT_LOSS_TYPE = {"grpo": "grpo", "dpo": "sigmoid", "cpo": "sigmoid", "simpo"
 
 
 @dataclass
-class RlhfArguments(TrainArguments, PreferenceArguments, GkdArguments, MultiTurnArguments, GrpoArguments,
+class RlhfArguments(TrainArguments, PreferenceArguments, GkdArguments, TeacherArguments, MultiTurnArguments, GrpoArguments,
                     RewardArguments, PolicyTrainingArguments, CompletionArguments, SamplingArguments,
                     RolloutPlacementArguments, VllmArguments, RayArguments):
     """swiftlike rlhf: preference training (dpo, kto, cpo, simpo, orpo, rm), RL with rewards (grpo) and
@@ -118,6 +119,9 @@ class RlhfArguments(TrainArguments, PreferenceArguments, GkdArguments, MultiTurn
     def gkd_options(self) -> GkdOptions:
         return self._group(GkdOptions)
 
+    def teacher_options(self) -> TeacherOptions:
+        return self._group(TeacherOptions)
+
     def multi_turn_options(self) -> MultiTurnOptions:
         return self._group(MultiTurnOptions)
 
@@ -147,18 +151,19 @@ class RlhfArguments(TrainArguments, PreferenceArguments, GkdArguments, MultiTurn
             return groups
         groups[MultiTurnOptions] = multi_turn = MultiTurnOptions(**flag_values(self, MultiTurnOptions))
         self._refuse_multi_turn_not_built(multi_turn)
+        groups[TeacherOptions] = teacher = TeacherOptions(**flag_values(self, TeacherOptions))
         if self.rlhf_type == "grpo":
-            opd = self.teacher_model is not None
+            opd = teacher.given
             groups[RewardOptions] = reward = RewardOptions(**flag_values(self, RewardOptions),
                                                            env_reward=multi_turn.use_gym_env, distill=opd)
             groups[GrpoOptions] = grpo = GrpoOptions(**flag_values(self, GrpoOptions), loss_type=self.loss_type[0],
                                                      beta=self.beta, opd=opd)
-            self._check_opd(grpo, reward)
+            self._check_opd(grpo, reward, teacher)
             # the per-estimator defaults the group settled, so args.json records what ran
             self.scale_rewards, self.kl_in_reward = grpo.scale_rewards, grpo.kl_in_reward
             self._check_generation_batch(grpo)
         else:
-            groups[GkdOptions] = gkd = GkdOptions(**flag_values(self, GkdOptions), beta=self.beta)
+            groups[GkdOptions] = gkd = GkdOptions(**flag_values(self, GkdOptions), beta=self.beta, teacher=teacher)
             if multi_turn.enabled and gkd.lmbda == 0:
                 raise ValueError("--multi_turn_scheduler with --lmbda 0: the student never samples, so no "
                                  "trajectory is rolled out; set --lmbda > 0 (1: train on trajectories only)")
@@ -197,24 +202,30 @@ class RlhfArguments(TrainArguments, PreferenceArguments, GkdArguments, MultiTurn
                                 "(--vllm_mode server) or on the pt engine (--use_vllm false), GKD colocated or on "
                                 "the pt engine, on transformers")
 
-    def _check_opd(self, grpo: GrpoOptions, reward: RewardOptions) -> None:
+    def _check_opd(self, grpo: GrpoOptions, reward: RewardOptions, teacher: TeacherOptions) -> None:
         """OPD-RL's per-token teacher advantage against what needs a per-sequence one or reward variance
-        (ms-swift's list), before any model loads."""
+        (ms-swift's list), and the served teacher's temperature, before any model loads."""
         if not grpo.opd:
             return
+        flag = "--teacher_model_server" if teacher.served else "--teacher_model"
         if self.off_policy_sequence_mask_delta is not None:
-            raise ValueError("--teacher_model with --off_policy_sequence_mask_delta: the off-policy sequence mask "
-                             "judges a sequence by the sign of its advantage, which OPD-RL makes per token; drop one")
-        if self.use_vllm and self.vllm_mode == "server" or self.use_ray or self.train_backend == "megatron":
-            raise NotBuiltError("--teacher_model with --rlhf_type grpo (OPD-RL) runs in the trainer's process "
-                                "(pt or colocated vLLM, transformers); server mode, Ray and Megatron are not built")
+            raise ValueError(f"{flag} with --off_policy_sequence_mask_delta: the off-policy sequence mask judges a "
+                             "sequence by the sign of its advantage, which OPD-RL makes per token; drop one")
+        if self.use_ray or self.train_backend == "megatron":
+            raise NotBuiltError(f"{flag} with --rlhf_type grpo (OPD-RL) on {'Ray' if self.use_ray else 'Megatron'}: "
+                                "not built; OPD-RL runs on transformers, with rollouts on the pt engine, colocated "
+                                "vLLM or rollout servers")
+        if teacher.served and self.temperature != 1.0:
+            raise ValueError(f"--teacher_model_server with --temperature {self.temperature}: a served teacher "
+                             "answers its log-probs at temperature 1 (vLLM's prompt_logprobs are the raw "
+                             "distribution), so OPD-RL would compare it with a student scaled by another "
+                             "temperature; set --temperature 1.0 or use an in-process --teacher_model")
         if not (reward.reward_funcs or reward.reward_model or reward.env_reward):
             given = [f for f, on in (("--dynamic_sample true", grpo.dynamic_sample),
                                      ("--scale_rewards gdpo", grpo.scale_rewards == "gdpo")) if on]
             if given:
-                raise ValueError(f"{', '.join(given)} with --teacher_model and no --reward_funcs: pure "
-                                 "distillation has no reward variance for them to act on; add --reward_funcs or "
-                                 "drop them")
+                raise ValueError(f"{', '.join(given)} with {flag} and no --reward_funcs: pure distillation has no "
+                                 "reward variance for them to act on; add --reward_funcs or drop them")
 
     def _check_generation_batch(self, grpo: GrpoOptions) -> None:
         spg = grpo.steps_per_generation

@@ -147,11 +147,11 @@ class GrpoOptions:
                                     "of once per completion: the same loss up to float rounding, about half the "
                                     "tokens. Off under --gradient_checkpointing, which drops the cache in training.")
     log_completions: bool = arg(False, "Write prompts, completions and rewards to completions.jsonl in the run dir.")
-    teacher_kl_coef: float = arg(1.0, "OPD-RL (--teacher_model with grpo): weight of the teacher's per-token "
+    teacher_kl_coef: float = arg(1.0, "OPD-RL (--teacher_model or --teacher_model_server with grpo): weight of the teacher's per-token "
                                  "log-ratio (teacher - old log-prob of the sampled token) added to each token's "
                                  "advantage.")
     loss_type: LossType = "grpo"  # --loss_type, which grpo takes exactly one of
-    opd: bool = False  # a --teacher_model is given: on-policy distillation inside GRPO
+    opd: bool = False  # a teacher is given (--teacher_model / --teacher_model_server): OPD-RL inside GRPO
     beta: float = 0.04  # --beta: the KL coefficient to the reference
 
     def __post_init__(self) -> None:
@@ -472,8 +472,9 @@ class MultiTurnOptions:
 
 
 @dataclass(frozen=True)
-class GkdOptions:
-    """GKD: on-policy distillation from a teacher, in-process or served (ms-swift's names and defaults)."""
+class TeacherOptions:
+    """The teacher of GKD and of GRPO's on-policy distillation (OPD-RL): a model in the trainer's process, the
+    student's own base with its adapter disabled, or a served model (ms-swift's names)."""
 
     teacher_model: str | None = arg(None, "gkd, and grpo's on-policy distillation (OPD-RL): the teacher (local dir "
                                     "or model id, resolved like --model). Equal to --model with --tuner_type lora: "
@@ -483,41 +484,25 @@ class GkdOptions:
                                       "adapter that made it the teacher).", only=ONLINE)
     teacher_model_type: str | None = arg(None, "gkd / OPD-RL: model type of --teacher_model; default detected.",
                                          only=ONLINE)
-    teacher_model_revision: str | None = arg(None, "gkd: hub revision of --teacher_model.")
-    teacher_model_server: list[str] = arg([], "gkd: URL(s) of a served teacher (`swiftlike deploy ... --max_logprobs "
-                                          "K` or `swiftlike rollout`, or vLLM's server) that answers top-k prompt "
-                                          "log-probs; needs --gkd_logits_topk. Several URLs serve one teacher: "
-                                          "batches go to them in turn.", only=GKD)
-    teacher_model_server_timeout: float = arg(300.0, "gkd: seconds to wait for the teacher server's answer to one "
-                                              "batch before the run stops with an error.")
-    teacher_model_server_api_key: str | None = arg(None, "gkd: the teacher server's API key (its --api_key), sent as "
-                                                   "a Bearer token; a Ray job sets it for its teacher replicas.",
-                                                   only=GKD)
-    gkd_logits_topk: int | None = arg(None, "gkd: compare the distributions over the teacher's K most likely "
-                                      "tokens only (both renormalised over them); default the full vocabulary. "
-                                      "Required with --teacher_model_server (at most the server's --max_logprobs).",
-                                      only=GKD)
+    teacher_model_revision: str | None = arg(None, "gkd / OPD-RL: hub revision of --teacher_model.")
+    teacher_model_server: list[str] = arg([], "gkd / OPD-RL: URL(s) of a served teacher (`swiftlike deploy ... "
+                                          "--max_logprobs K` or `swiftlike rollout`, or vLLM's server) that answers "
+                                          "prompt log-probs: gkd takes its top --gkd_logits_topk, grpo the sampled "
+                                          "token's. Several URLs serve one teacher: batches go to them in turn.",
+                                          only=ONLINE)
+    teacher_model_server_timeout: float = arg(300.0, "gkd / OPD-RL: seconds to wait for the teacher server's "
+                                              "answer to one batch before the run stops with an error.")
+    teacher_model_server_api_key: str | None = arg(None, "gkd / OPD-RL: the teacher server's API key (its "
+                                                   "--api_key), sent as a Bearer token; a Ray job sets it for its "
+                                                   "teacher replicas.", only=ONLINE)
     offload_teacher_model: bool = arg(False, "gkd: keep the in-process teacher on CPU and move it to the "
                                       "accelerator only for its forward pass (CUDA only).", only=GKD)
-    lmbda: float = arg(0.5, "gkd: share of micro-batches whose completions the student generates itself "
-                       "(on-policy); the rest use the dataset's answers. 1 = fully on-policy.")
-    seq_kd: bool = arg(False, "gkd: sequence-level KD, where the teacher generates the off-policy answers (not "
-                       "built; the dataset's answers are used).", only=GKD)
-    sft_alpha: float = arg(0.0, "gkd: weight of an NLL (SFT) loss on the completion tokens, added to the "
-                           "divergence.")
-    beta: float = 0.5  # --beta: the generalized JSD's interpolation (0 forward KL, 1 reverse KL)
 
     def __post_init__(self) -> None:
-        """Every teacher and divergence setting is checked here, before any model is loaded."""
-        if not self.teacher_model and not self.teacher_model_server:
-            raise ValueError("--rlhf_type gkd needs a teacher: --teacher_model <model id or dir> (in-process) or "
-                             "--teacher_model_server http://host:port --gkd_logits_topk K (served)")
+        """The teacher's own contradictions; what each trainer needs of it is checked by that trainer's group."""
         if self.teacher_model and self.teacher_model_server:
             raise ValueError("--teacher_model and --teacher_model_server both given; choose one teacher")
         if self.teacher_model_server:
-            if self.gkd_logits_topk is None:
-                raise ValueError("--teacher_model_server sends the teacher's top-k log-probs only, so it needs "
-                                 "--gkd_logits_topk K (e.g. 20, at most the server's --max_logprobs)")
             if self.teacher_adapters or self.teacher_model_type or self.offload_teacher_model:
                 raise ValueError("--teacher_adapters / --teacher_model_type / --offload_teacher_model describe an "
                                  "in-process teacher; a served teacher is configured where it is served")
@@ -530,6 +515,41 @@ class GkdOptions:
         if self.teacher_model_server_timeout <= 0:
             raise ValueError(f"--teacher_model_server_timeout must be > 0 seconds, got "
                              f"{self.teacher_model_server_timeout}")
+
+    @property
+    def given(self) -> bool:
+        return bool(self.teacher_model or self.teacher_model_server)
+
+    @property
+    def served(self) -> bool:
+        return bool(self.teacher_model_server)
+
+
+@dataclass(frozen=True)
+class GkdOptions:
+    """GKD: on-policy distillation from a teacher, in-process or served (ms-swift's names and defaults)."""
+
+    gkd_logits_topk: int | None = arg(None, "gkd: compare the distributions over the teacher's K most likely "
+                                      "tokens only (both renormalised over them); default the full vocabulary. "
+                                      "Required with --teacher_model_server (at most the server's --max_logprobs).",
+                                      only=GKD)
+    lmbda: float = arg(0.5, "gkd: share of micro-batches whose completions the student generates itself "
+                       "(on-policy); the rest use the dataset's answers. 1 = fully on-policy.")
+    seq_kd: bool = arg(False, "gkd: sequence-level KD, where the teacher generates the off-policy answers (not "
+                       "built; the dataset's answers are used).", only=GKD)
+    sft_alpha: float = arg(0.0, "gkd: weight of an NLL (SFT) loss on the completion tokens, added to the "
+                           "divergence.")
+    beta: float = 0.5  # --beta: the generalized JSD's interpolation (0 forward KL, 1 reverse KL)
+    teacher: TeacherOptions = dataclasses.field(default_factory=TeacherOptions)  # the --teacher_* group
+
+    def __post_init__(self) -> None:
+        """Every teacher and divergence setting is checked here, before any model is loaded."""
+        if not self.teacher.given:
+            raise ValueError("--rlhf_type gkd needs a teacher: --teacher_model <model id or dir> (in-process) or "
+                             "--teacher_model_server http://host:port --gkd_logits_topk K (served)")
+        if self.teacher.served and self.gkd_logits_topk is None:
+            raise ValueError("--teacher_model_server sends the teacher's top-k log-probs only, so it needs "
+                             "--gkd_logits_topk K (e.g. 20, at most the server's --max_logprobs)")
         if self.gkd_logits_topk is not None and self.gkd_logits_topk < 1:
             raise ValueError(f"--gkd_logits_topk must be >= 1, got {self.gkd_logits_topk}")
         for name in ("lmbda", "beta"):
@@ -639,7 +659,7 @@ class RayOptions:
 
 # Every group whose flags `swiftlike rlhf` has, in the order their flags are listed.
 OPTION_GROUPS = (PolicyTrainingOptions, SamplingOptions, GrpoOptions, RewardOptions, RolloutOptions,
-                 MultiTurnOptions, GkdOptions, PreferenceOptions, RayOptions)
+                 MultiTurnOptions, TeacherOptions, GkdOptions, PreferenceOptions, RayOptions)
 
 
 def flags_not_read_by(rlhf_type: str) -> dict[tuple[str, ...], tuple[str, ...]]:

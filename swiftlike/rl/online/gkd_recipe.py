@@ -69,23 +69,18 @@ def build_teacher(gkd: GkdOptions, args: RlhfArguments, resolved, tokenizer, stu
     """The teacher `teacher.py` describes, after every check that can fail before training: reachability and
     tokenizer of a served one; tokenizer and memory of an in-process one. `args` for the student's settings
     (--model, --tuner_type, --use_hf, --torch_dtype)."""
-    from .teacher import LocalTeacher, ServedTeacher, TeacherReplicas, load_teacher_model
-    if gkd.teacher_model_server:
-        vocab = student.get_output_embeddings().weight.shape[0]
-        served = [ServedTeacher(url, gkd.gkd_logits_topk, gkd.teacher_model_server_timeout, tokenizer, vocab,
-                                gkd.teacher_model_server_api_key) for url in gkd.teacher_model_server]
-        logger.info("teacher: %s served at %s (top-%d log-probs)", served[0].model_name,
-                    ", ".join(t.url for t in served), gkd.gkd_logits_topk)
-        return served[0] if len(served) == 1 else TeacherReplicas(served)
-    place = "cpu" if gkd.offload_teacher_model else device
-    model = load_teacher_model(gkd.teacher_model, gkd.teacher_model_type, gkd.teacher_model_revision,
-                               gkd.teacher_adapters, args, resolved, tokenizer, place, device)
+    from .teacher import LocalTeacher, load_teacher_model, served_teacher
+    teacher = gkd.teacher
+    if teacher.served:
+        return served_teacher(teacher, gkd.gkd_logits_topk, tokenizer, student.get_output_embeddings().weight.shape[0])
+    place = "cpu" if teacher.offload_teacher_model else device
+    model = load_teacher_model(teacher, args, resolved, tokenizer, place, device)
     if model is None:
         return LocalTeacher(None, gkd.gkd_logits_topk, False, device)
-    if gkd.offload_teacher_model and place == device:
+    if teacher.offload_teacher_model and place == device:
         logger.info("--offload_teacher_model: the teacher and the student share the host's memory here (no CUDA), "
                     "so there is nothing to offload")
-    offload = gkd.offload_teacher_model and device != "cpu"
+    offload = teacher.offload_teacher_model and device != "cpu"
     return LocalTeacher(model if offload else model.to(device), gkd.gkd_logits_topk, offload, device)
 
 

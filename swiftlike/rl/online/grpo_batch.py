@@ -67,6 +67,22 @@ def tensorize(part: list[Rollout], pad_id: int, overlong_filter: bool = False) -
             "rollout_logps": rollout_lp if have_lp else None}
 
 
+def unpadded_sequences(batch: dict) -> list[tuple[list[int], list[int]]]:
+    """Each row's (prompt ids, completion ids) without padding: what a served model is asked about."""
+    prompts = [ids[mask.bool()].tolist() for ids, mask in zip(batch["prompt_ids"], batch["prompt_attention_mask"])]
+    return [(prompts[p], ids[mask.bool()].tolist()) for p, ids, mask in
+            zip(batch["prompt_index"].tolist(), batch["completion_ids"], batch["completion_attention_mask"])]
+
+
+def per_token_rows(values: list[list[float]], like: torch.Tensor) -> torch.Tensor:
+    """Per-row lists of per-completion-token values as a (rows, completion width) tensor shaped and placed like
+    `like`, zero after each row's end."""
+    out = torch.zeros(like.shape, dtype=torch.float32)
+    for i, row in enumerate(values):
+        out[i, :len(row)] = torch.tensor(row, dtype=torch.float32)
+    return out.to(like.device)
+
+
 def full_sequences(batch: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(input_ids, attention_mask, position_ids) of one row per sequence: the row's prompt, then its completion.
     Position ids count from each row's first real token, so left padding moves no token's position."""

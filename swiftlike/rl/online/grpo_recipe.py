@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from ...arguments.rlhf_args import RlhfArguments
 from ...model import default_device
-from ..core.options import MultiTurnOptions
+from ..core.options import MultiTurnOptions, TeacherOptions
 from ...train.data import EncodeStats, ListDataset
 from ...train.run import TrainResult, checkpoint_args_writer, load_train_val_rows, prepare_run
 from ...utils import get_logger
@@ -38,7 +38,8 @@ def build_multi_turn_scheduler(multi_turn: MultiTurnOptions, template, server_mo
 
 def train_grpo(args: RlhfArguments) -> TrainResult:
     from ...train.tuner import parameter_summary
-    from .grpo_trainer import ADAPTER_DISABLED, GRPO_PLOTTED, GrpoTrainer, make_ref_model
+    from .grpo_trainer import GRPO_PLOTTED, GrpoTrainer, make_ref_model
+    from .teacher import ServedTeacher, TeacherReplicas
     from .online_trainer import load_policy, release_policy
     from ..rewards.plugins import load_external_plugins
     from ..rewards.reward_model import load_reward_models
@@ -79,17 +80,11 @@ def train_grpo(args: RlhfArguments) -> TrainResult:
     saved_args = run.saved_args
 
     model = load_policy(args, resolved, default_device())
-    worker = None
+    worker = teacher = None
     try:
         logger.info("%s (%s); run directory %s", parameter_summary(model), args.tuner_type, run_dir)
         ref_model = make_ref_model(model, grpo.beta, args.tuner_type)
-        teacher = None
-        if grpo.opd:
-            from .teacher import load_teacher_model
-            device = default_device()
-            teacher = load_teacher_model(args.teacher_model, args.teacher_model_type, args.teacher_model_revision,
-                                         args.teacher_adapters, args, resolved, tokenizer, device, device)
-            teacher = ADAPTER_DISABLED if teacher is None else teacher.to(device)
+        teacher = build_opd_teacher(args.teacher_options(), args, resolved, tokenizer, model) if grpo.opd else None
         worker = RolloutWorker(rollout, sampling, args.vllm_options(), resolved, template, model, args.max_length,
                                multi_turn=multi_turn, scheduler=scheduler)
         trainer = GrpoTrainer(model=model, args=training_args, train_dataset=ListDataset(rows),
@@ -105,5 +100,19 @@ def train_grpo(args: RlhfArguments) -> TrainResult:
     finally:
         if worker is not None:
             worker.close()
+        if isinstance(teacher, (ServedTeacher, TeacherReplicas)):
+            teacher.close()
         release_policy(model)
     return run.result(trainer, EncodeStats(rows=len(rows), kept=len(rows)))
+
+
+def build_opd_teacher(teacher: TeacherOptions, args: RlhfArguments, resolved, tokenizer, model):
+    """OPD-RL's teacher: served (the sampled tokens' log-probs over HTTP), the student's own base with its
+    adapter disabled (ADAPTER_DISABLED), or a frozen model on the student's device; GKD's checks for each."""
+    from .grpo_trainer import ADAPTER_DISABLED
+    from .teacher import load_teacher_model, served_teacher
+    if teacher.served:
+        return served_teacher(teacher, None, tokenizer, model.get_output_embeddings().weight.shape[0])
+    device = default_device()
+    loaded = load_teacher_model(teacher, args, resolved, tokenizer, device, device)
+    return ADAPTER_DISABLED if loaded is None else loaded.to(device)

@@ -35,12 +35,13 @@ from .prefetch import EpochLoader, GenerationRows, LookaheadBatches, Prefetch, r
 from ..core.correction import mismatch_metrics, off_policy_sequence_mask, rollout_is_weights
 from ..core.rejection import rollout_rejection_mask
 from .distributed import concat_across_processes, gather_ragged, sum_across_processes
-from .grpo_batch import completion_logps, tensorize
+from .grpo_batch import completion_logps, per_token_rows, tensorize, unpadded_sequences
 from ..core.losses import aggregation_of, policy_loss
 from ..core.selection import clip_cov_mask, entropy_threshold, kl_cov_mask, top_entropy_mask
 from ..rewards.functions import combine_rewards
 from .rollout_worker import Rollout, RolloutWorker
 from .trajectories import drop_failed_trajectories, multi_turn_metrics, trajectory_record
+from .teacher import ServedTeacher, TeacherReplicas
 from .online_trainer import RolloutTrainer, disable_dropout
 from ..core.options import (GrpoOptions, PolicyTrainingOptions, RewardOptions, RolloutOptions,
                             SamplingOptions)
@@ -107,7 +108,7 @@ class GrpoTrainer(RolloutTrainer):
         self.grpo, self.sampling, self.rollout, self.reward = grpo, sampling, rollout, reward
         self.reward_funcs = reward_funcs
         self.ref_model = ref_model
-        # OPD-RL's teacher (--teacher_model): a frozen model, or ADAPTER_DISABLED for the student's own base
+        # OPD-RL's teacher: a frozen model, ADAPTER_DISABLED for the student's own base, or a served one
         self.teacher = teacher
         self.run_dir = run_dir
         self.loss_is_scaled_for_ga = False  # the Trainer divides by accumulation steps (dapo undoes it)
@@ -428,7 +429,10 @@ class GrpoTrainer(RolloutTrainer):
 
     def _teacher_logps(self, batch: dict) -> torch.Tensor:
         """OPD-RL: the teacher's log-probs of the sampled tokens, temperature-scaled without top-k/top-p (the
-        reference's rule: the teacher's own distribution, not the student's sampling set)."""
+        reference's rule: the teacher's own distribution, not the student's sampling set). A served teacher
+        answers at temperature 1, which the arguments require then."""
+        if isinstance(self.teacher, (ServedTeacher, TeacherReplicas)):
+            return per_token_rows(self.teacher.sampled_logps(unpadded_sequences(batch)), batch["completion_ids"])
         if self.teacher is ADAPTER_DISABLED:
             with self.accelerator.unwrap_model(self.model).disable_adapter():
                 return self._logps(self.model, batch, with_unfiltered=True).unfiltered

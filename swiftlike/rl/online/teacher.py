@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from ...utils import get_logger
+from ..core.options import TeacherOptions
 
 logger = get_logger("swiftlike.rl")
 
@@ -245,23 +246,47 @@ class ServedTeacher:
                              "student (the same text encodes to different token ids); GKD compares the two "
                              "models token by token, so the teacher must share the student's tokenizer")
 
-    def __call__(self, student, batch: PackedSequences) -> TeacherOutput:
-        sequences = batch.sequences()
+    def _prompt_logprobs(self, sequences: list[list[int]], topk: int) -> list[list]:
+        """Per sequence, vLLM's `prompt_logprobs` answer: for each position after the first, {token id: {logprob,
+        rank}} holding the top-`topk` and the token actually there."""
         body = {"model": self.model_name, "prompt": sequences, "max_tokens": 1, "temperature": 0,
-                "prompt_logprobs": self.topk}
+                "prompt_logprobs": topk}
         choices = self._request("POST", "/v1/completions", json=body)["choices"]
         if len(choices) != len(sequences):
             raise RuntimeError(f"teacher server {self.url} answered {len(choices)} choices for {len(sequences)} "
                                "prompts")
+        out = []
+        for b, (choice, sequence) in enumerate(zip(choices, sequences)):
+            positions = choice.get("prompt_logprobs")
+            if positions is None or len(positions) != len(sequence):
+                raise RuntimeError(f"teacher server {self.url} sent no prompt_logprobs for prompt {b}; it must "
+                                   "answer vLLM's prompt_logprobs (swiftlike deploy / rollout, or vllm serve)")
+            out.append(positions)
+        return out
+
+    def sampled_logps(self, sequences: list[tuple[list[int], list[int]]]) -> list[list[float]]:
+        """OPD-RL's question: the teacher's log-prob of each completion token as it stands (`prompt_logprobs=0`,
+        ms-swift's request: the token present, whatever its rank), one list per (prompt, completion)."""
+        answers = self._prompt_logprobs([p + c for p, c in sequences], 0)
+        out = []
+        for (prompt, completion), positions in zip(sequences, answers):
+            row = []
+            for t, token in enumerate(completion, start=len(prompt)):
+                entry = positions[t].get(str(token))
+                if entry is None:
+                    raise RuntimeError(f"teacher server {self.url} sent no log-prob for token {token} at position "
+                                       f"{t}; it must answer vLLM's prompt_logprobs with the token present")
+                row.append(float(entry["logprob"]))
+            out.append(row)
+        return out
+
+    def __call__(self, student, batch: PackedSequences) -> TeacherOutput:
+        answers = self._prompt_logprobs(batch.sequences(), self.topk)
         tokens = len(batch.predict_at)
         logps = torch.zeros(tokens, self.topk)
         ids = torch.zeros(tokens, self.topk, dtype=torch.long)
         row = 0
-        for b, (choice, prompt_length, n) in enumerate(zip(choices, batch.prompt_lengths, batch.lengths)):
-            positions = choice.get("prompt_logprobs")
-            if positions is None or len(positions) != n:
-                raise RuntimeError(f"teacher server {self.url} sent no prompt_logprobs for prompt {b}; it must "
-                                   "answer vLLM's prompt_logprobs (swiftlike deploy / rollout, or vllm serve)")
+        for positions, prompt_length, n in zip(answers, batch.prompt_lengths, batch.lengths):
             for t in range(prompt_length, n):  # the distribution that predicts completion token t
                 ranked = sorted(((int(k), v) for k, v in positions[t].items() if v["rank"] <= self.topk),
                                 key=lambda kv: kv[1]["rank"])
@@ -295,45 +320,60 @@ class TeacherReplicas:
         self.model_name = replicas[0].model_name
         self._next = 0
 
-    def __call__(self, student, batch: PackedSequences) -> TeacherOutput:
+    def _replica(self) -> ServedTeacher:
         replica = self.replicas[self._next % len(self.replicas)]
         self._next += 1
-        return replica(student, batch)
+        return replica
+
+    def __call__(self, student, batch: PackedSequences) -> TeacherOutput:
+        return self._replica()(student, batch)
+
+    def sampled_logps(self, sequences: list[tuple[list[int], list[int]]]) -> list[list[float]]:
+        return self._replica().sampled_logps(sequences)
 
     def close(self) -> None:
         for replica in self.replicas:
             replica.close()
 
 
-def load_teacher_model(teacher_model: str, teacher_model_type: str | None, teacher_model_revision: str | None,
-                       teacher_adapters: list[str], args, resolved, tokenizer, place: str,
-                       device: str):
+def served_teacher(teacher: TeacherOptions, topk: int | None, tokenizer, vocab_size: int):
+    """The teacher behind --teacher_model_server, after its reachability and tokenizer checks: one server, or
+    its replicas taken in turn."""
+    served = [ServedTeacher(url, topk, teacher.teacher_model_server_timeout, tokenizer, vocab_size,
+                            teacher.teacher_model_server_api_key) for url in teacher.teacher_model_server]
+    logger.info("teacher: %s served at %s (%s)", served[0].model_name, ", ".join(t.url for t in served),
+                f"top-{topk} log-probs" if topk else "the sampled tokens' log-probs")
+    return served[0] if len(served) == 1 else TeacherReplicas(served)
+
+
+def load_teacher_model(teacher: TeacherOptions, args, resolved, tokenizer, place: str, device: str):
     """The in-process teacher of GKD and of GRPO's OPD-RL, frozen, after its tokenizer and memory checks; None
     when it is the student's own base (--tuner_type lora, same model, no adapters), which runs with the
     adapter disabled instead of a second copy."""
     from pathlib import Path
 
     from ...model import load_tokenizer, pick_dtype, resolve_model
-    teacher_resolved = resolve_model(teacher_model, teacher_model_type, args.use_hf, teacher_model_revision)
-    if (args.tuner_type == "lora" and not teacher_adapters
+    teacher_resolved = resolve_model(teacher.teacher_model, teacher.teacher_model_type, args.use_hf,
+                                     teacher.teacher_model_revision)
+    if (args.tuner_type == "lora" and not teacher.teacher_adapters
             and Path(teacher_resolved.model_dir).resolve() == Path(resolved.model_dir).resolve()):
         logger.info("teacher: %s, the student's base with its LoRA adapter disabled (no second copy)",
                     teacher_resolved.model_id)
         return None
     if not same_tokenizer(tokenizer, load_tokenizer(teacher_resolved)):
-        raise ValueError(f"--teacher_model {teacher_model} has another tokenizer than --model {args.model}; the "
-                         "teacher scores the student's tokens one by one, so the two must share one tokenizer")
+        raise ValueError(f"--teacher_model {teacher.teacher_model} has another tokenizer than --model "
+                         f"{args.model}; the teacher scores the student's tokens one by one, so the two must share one tokenizer")
     dtype = pick_dtype(args.torch_dtype, device)
     fits_in_memory(teacher_resolved.model_id, checkpoint_bytes(teacher_resolved.model_dir, dtype),
                    free_memory_bytes(place), place)
     from transformers import AutoModelForCausalLM
     model = AutoModelForCausalLM.from_pretrained(teacher_resolved.model_dir, dtype=dtype)
-    if teacher_adapters:
+    if teacher.teacher_adapters:
         from peft import PeftModel
-        for path in teacher_adapters:
+        for path in teacher.teacher_adapters:
             model = PeftModel.from_pretrained(model, path).merge_and_unload()
     logger.info("teacher: %s%s in-process", teacher_resolved.model_id,
-                f" + adapters {' '.join(teacher_adapters)}" if teacher_adapters else "")
+                f" + adapters {' '.join(teacher.teacher_adapters)}" if teacher.teacher_adapters else "")
     model.eval()
     for p in model.parameters():
         p.requires_grad_(False)

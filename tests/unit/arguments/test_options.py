@@ -8,20 +8,20 @@ import pytest
 from swiftlike.arguments import parse_args
 from swiftlike.arguments.rlhf_args import (GkdArguments, GrpoArguments, MultiTurnArguments, PolicyTrainingArguments,
                                            PreferenceArguments, RayArguments, RewardArguments, RlhfArguments,
-                                           RolloutPlacementArguments, CompletionArguments)
+                                           RolloutPlacementArguments, CompletionArguments, TeacherArguments)
 from swiftlike.arguments.rollout_args import SERVER_MULTI_TURN, MultiTurnServerArguments, RolloutServerArguments
 from swiftlike.infer.engine.vllm_engine import VllmOptions
 from swiftlike.rl.core import options
 from swiftlike.rl.core.options import (GkdOptions, GrpoOptions, MultiTurnOptions, PolicyTrainingOptions,
                                        PreferenceOptions, RayOptions, RewardOptions, RolloutOptions, SamplingOptions,
-                                       flags_not_read_by, flags_only_for)
+                                       TeacherOptions, flags_not_read_by, flags_only_for)
 from swiftlike.utils.errors import NotBuiltError
 
 TINY = "tiny-random/qwen2_5"
 GENERATED = {PolicyTrainingOptions: PolicyTrainingArguments, SamplingOptions: CompletionArguments,
              GrpoOptions: GrpoArguments, RewardOptions: RewardArguments, RolloutOptions: RolloutPlacementArguments,
-             MultiTurnOptions: MultiTurnArguments, GkdOptions: GkdArguments, PreferenceOptions: PreferenceArguments,
-             RayOptions: RayArguments}
+             MultiTurnOptions: MultiTurnArguments, TeacherOptions: TeacherArguments, GkdOptions: GkdArguments,
+             PreferenceOptions: PreferenceArguments, RayOptions: RayArguments}
 # The multi-turn flags of `swiftlike rlhf` (grpo and gkd read them; a preference type refuses them).
 MULTI_TURN_ONLINE = ("multi_turn_scheduler", "max_turns", "use_gym_env", "gym_env", "context_manager",
                      "vllm_server_pass_dataset")
@@ -47,7 +47,13 @@ def gkd(*argv):
 
 def valid(cls):
     """An instance of each group with its defaults, plus what a group needs to be valid at all."""
-    return cls(**{RewardOptions: {"reward_funcs": ["format"]}, GkdOptions: {"teacher_model": "t"}}.get(cls, {}))
+    return cls(**{RewardOptions: {"reward_funcs": ["format"]},
+                  GkdOptions: {"teacher": TeacherOptions(teacher_model="t")}}.get(cls, {}))
+
+
+def fields_of(group) -> dict:
+    """A group's fields by name, nested groups kept as they are (dataclasses.asdict would turn them into dicts)."""
+    return {f.name: getattr(group, f.name) for f in dataclasses.fields(group)}
 
 
 @pytest.mark.parametrize("cls", list(GENERATED) + [VllmOptions])
@@ -75,6 +81,12 @@ def test_each_group_is_frozen_and_changes_only_by_replace(cls):
     (RolloutOptions, {"max_staleness": -1}, "--max_staleness must be >= 0"),
     (GkdOptions, {"gkd_logits_topk": 0}, "--gkd_logits_topk must be >= 1"),
     (GkdOptions, {"lmbda": 2.0}, r"--lmbda must be in \[0, 1\]"),
+    (GkdOptions, {"teacher": TeacherOptions()}, "--rlhf_type gkd needs a teacher"),
+    (GkdOptions, {"teacher": TeacherOptions(teacher_model_server=["http://h:1"])}, "needs --gkd_logits_topk K"),
+    (TeacherOptions, {"teacher_model": "t", "teacher_model_server": ["http://h:1"]}, "both given; choose one"),
+    (TeacherOptions, {"teacher_model_server": ["h:1"]}, "must be http\\(s\\) URLs"),
+    (TeacherOptions, {"teacher_model_server_api_key": "k"}, "this run has no served teacher"),
+    (TeacherOptions, {"teacher_model_server": ["http://h:1"], "teacher_adapters": ["a"]}, "describe an in-process"),
     (PreferenceOptions, {"label_smoothing": 0.5}, r"--label_smoothing must be in \[0, 0.5\)"),
     (PreferenceOptions, {"rlhf_type": "cpo", "loss_type": ["kto"]}, "--loss_type kto: not a cpo loss"),
     (RayOptions, {"train_backend": "jax"}, "invalid choice for --train_backend"),
@@ -91,14 +103,14 @@ def test_each_group_is_frozen_and_changes_only_by_replace(cls):
 ])
 def test_bad_values_name_the_flag_when_built_and_when_replaced(cls, change, message):
     with pytest.raises(ValueError, match=message):
-        cls(**{**dataclasses.asdict(valid(cls)), **change})
+        cls(**{**fields_of(valid(cls)), **change})
     with pytest.raises(ValueError, match=message):
         dataclasses.replace(valid(cls), **change)
 
 
 def test_seq_kd_is_refused_as_not_built():
     with pytest.raises(NotBuiltError, match="--seq_kd"):
-        GkdOptions(teacher_model="t", seq_kd=True)
+        GkdOptions(teacher=TeacherOptions(teacher_model="t"), seq_kd=True)
 
 
 @pytest.mark.parametrize("options_cls", list(GENERATED))
@@ -146,10 +158,12 @@ def test_grpo_builders_round_trip_the_flags():
 
 def test_each_type_gets_only_its_groups():
     assert args_groups(grpo()) == {"PolicyTrainingOptions", "RayOptions", "RewardOptions", "GrpoOptions",
-                                   "SamplingOptions", "RolloutOptions", "MultiTurnOptions"}
+                                   "SamplingOptions", "RolloutOptions", "MultiTurnOptions", "TeacherOptions"}
+    assert not grpo().teacher_options().given and not grpo().grpo_options().opd
     gkd_args = gkd("--gkd_logits_topk", 5, "--lmbda", 0.25)
     assert args_groups(gkd_args) == {"PolicyTrainingOptions", "RayOptions", "GkdOptions", "SamplingOptions",
-                                     "RolloutOptions", "MultiTurnOptions"}
+                                     "RolloutOptions", "MultiTurnOptions", "TeacherOptions"}
+    assert gkd_args.gkd_options().teacher is gkd_args.teacher_options()  # one typed object, shared
     assert (gkd_args.gkd_options().gkd_logits_topk, gkd_args.gkd_options().lmbda, gkd_args.gkd_options().beta) == \
         (5, 0.25, 0.5)
     dpo = RlhfArguments(model=TINY, dataset=["d"], rpo_alpha=1.0, loss_type=["sigmoid", "ipo"])
@@ -161,7 +175,8 @@ def test_each_type_gets_only_its_groups():
 
 def args_groups(args) -> set[str]:
     out = set()
-    for name in ("policy_training", "ray", "reward", "grpo", "sampling", "rollout", "multi_turn", "gkd", "preference"):
+    for name in ("policy_training", "ray", "reward", "grpo", "sampling", "rollout", "multi_turn", "teacher", "gkd",
+                 "preference"):
         try:
             out.add(type(getattr(args, f"{name}_options")()).__name__)
         except ValueError:
@@ -172,8 +187,9 @@ def args_groups(args) -> set[str]:
 def test_type_only_flags_are_derived_from_the_groups():
     """The lists once kept by hand, now read off the fields' only= metadata."""
     assert sorted(flags_only_for(options.PREFERENCE_TYPES)) == sorted(OLD_PREFERENCE_ONLY)
-    # the in-process teacher's flags are grpo's too now (OPD-RL)
-    opd = ("teacher_model", "teacher_adapters", "teacher_model_type")
+    # the teacher's flags, in-process and served, are grpo's too now (OPD-RL)
+    opd = ("teacher_model", "teacher_adapters", "teacher_model_type", "teacher_model_server",
+           "teacher_model_server_api_key")
     gkd_only = tuple(n for n in OLD_GKD_ONLY if n not in opd)
     assert sorted(flags_only_for(options.GKD)) == sorted(gkd_only)
     refused_by_grpo = flags_not_read_by("grpo")
@@ -192,8 +208,7 @@ def test_type_only_flags_are_derived_from_the_groups():
 
 
 @pytest.mark.parametrize("kind, flags, message", [
-    ("grpo", ["--teacher_model_server", "http://127.0.0.1:1"], "--teacher_model_server: GKD's teacher arguments, "
-                                                                "not used by --rlhf_type grpo"),
+    ("grpo", ["--gkd_logits_topk", "4"], "--gkd_logits_topk: GKD's teacher arguments, not used by --rlhf_type grpo"),
     ("grpo", ["--rpo_alpha", "1"], "--rpo_alpha: preference-training arguments, not used by --rlhf_type grpo"),
     ("gkd", ["--teacher_model", TINY, "--dynamic_sample", "true"], "--dynamic_sample: GRPO's rollout and reward "
                                                                    "arguments, not used by --rlhf_type gkd"),

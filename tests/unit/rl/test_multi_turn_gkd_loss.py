@@ -8,7 +8,7 @@ import torch
 
 from swiftlike.arguments import RlhfArguments
 from swiftlike.rl.core.distill import teacher_topk
-from swiftlike.rl.core.options import GkdOptions
+from swiftlike.rl.core.options import GkdOptions, TeacherOptions
 from swiftlike.rl.online.gkd_trainer import gkd_loss, micro_batch_loss, trajectory_loss_mask
 from swiftlike.rl.online.rollout_worker import Rollout
 from swiftlike.rl.online.teacher import PackedSequences, TeacherOutput
@@ -91,7 +91,7 @@ def test_the_training_loss_and_its_sft_term_skip_inserted_ids():
     # a 12-token vocabulary, so the targets 7 and 10 have a logit; the student is uniform at sampled positions
     student, teacher = torch.zeros(4, 12), torch.zeros(4, 12)
     teacher[0, 7], teacher[3, 10] = math.log(3.0), math.log(5.0)
-    options = GkdOptions(teacher_model=TINY, beta=0.0, sft_alpha=0.5)
+    options = GkdOptions(beta=0.0, sft_alpha=0.5, teacher=TeacherOptions(teacher_model=TINY))
     loss, metrics = micro_batch_loss(student, batch, TeacherOutput(logits=teacher), options, temperature=1.0)
 
     def kl_to_uniform(mass: float) -> float:  # KL(teacher || uniform) where one of 12 logits has weight `mass`
