@@ -44,6 +44,9 @@ RUNS = {
                            "--top_entropy_quantile", "0.3", "--beta", "0.04"],
     "reinforce_pp_sapo": ["--advantage_estimator", "reinforce_plus_plus", "--loss_type", "sapo", "--beta", "0.04"],
     "gdpo_kl_cov": ["--scale_rewards", "gdpo", "--loss_type", "kl_cov", "--kl_cov_ratio", "0.1", "--beta", "0"],
+    # OPD-RL: the tiny model with a random LoRA adapter merged in as teacher ({adapter}: the session's adapter)
+    "opd_rl": ["--teacher_model", TINY, "--teacher_adapters", "{adapter}", "--teacher_kl_coef", "0.5",
+               "--loss_type", "dapo", "--beta", "0"],
 }
 RTOL = 1e-5
 
@@ -139,7 +142,7 @@ def launch(out: Path, rollouts: Path, dataset: Path, processes: int, runs: dict 
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
+def runs(tmp_path_factory, tiny_adapter):
     """{processes: directory of the worker's results} for one and two processes."""
     base = tmp_path_factory.mktemp("ddp")
     rollouts, dataset = base / "rollouts.json", base / "prompts.jsonl"
@@ -149,7 +152,8 @@ def runs(tmp_path_factory):
     for processes in (1, 2):
         out[processes] = base / f"p{processes}"
         out[processes].mkdir()
-        launch(out[processes], rollouts, dataset, processes)
+        launch(out[processes], rollouts, dataset, processes,
+               {name: [a.format(adapter=tiny_adapter) for a in argv] for name, argv in RUNS.items()})
     return out
 
 
@@ -174,6 +178,8 @@ def test_two_processes_match_one_process(runs, name):
     kl_in_loss = "--advantage_estimator" not in RUNS[name]  # rloo and reinforce_plus_plus fold it into the reward
     if kl_in_loss and "--beta" in RUNS[name] and RUNS[name][RUNS[name].index("--beta") + 1] != "0":
         assert one[1]["kl"] > 0  # the second step's policy has moved away from the reference
+    if "--teacher_model" in RUNS[name]:  # the teacher differs from the student: its term is in the advantages
+        assert one[0]["teacher_kl"] > 0.01, one[0]
 
     p1, p2 = torch.load(runs[1] / f"{name}.params.pt"), torch.load(runs[2] / f"{name}.params.pt")
     assert all(torch.equal(p1["before"][n], p2["before"][n]) for n in p1["before"])
