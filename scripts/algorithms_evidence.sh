@@ -7,6 +7,8 @@
 # The recipe is the demo's (scripts/demo.sh: SFT warm-up, merged; LoRA GRPO, beta 0, constant lr 3e-4,
 # temperature 1) made shorter so that 15 runs fit one sitting on 2 CPU cores: ALG_STEPS steps of ALG_PROMPTS
 # prompts x 4 completions, then each run's merged model is sampled 4 times on ALG_HELD held-out questions.
+# Resumable: a finished run, the warm-up and the warmed-up model's samples are kept (delete $OUT to start over;
+# after changing ALG_HELD, delete $OUT/before_sampled.jsonl and $OUT/runs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${ALG_OUT:-output/algorithms}
@@ -17,7 +19,7 @@ PY=${DEMO_PYTHON:-.venv/bin/python}
 SWIFTLIKE="$PY -m swiftlike.cli.main"
 STEPS=${ALG_STEPS:-8}
 PROMPTS=${ALG_PROMPTS:-8}
-N_HELD=${ALG_HELD:-128}
+N_HELD=${ALG_HELD:-64}
 SEEDS=${ALG_SEEDS:-"1 2 3"}
 ARMS=${ALG_ARMS:-"grpo rloo reinforce_plus_plus cispo top_entropy_0.2"}
 K=4
@@ -42,9 +44,9 @@ sample_held_out() {  # sample_held_out <result file> <model>: K samples a held-o
 }
 
 mkdir -p "$OUT"
+$PY scripts/demo_report.py split "$OUT" 100 "$N_HELD"
 if [ ! -d "$OUT/warm" ]; then
   echo "=== the demo's SFT warm-up (100 worked answers, LoRA, merged) ==="
-  $PY scripts/demo_report.py split "$OUT" 100 "$N_HELD"
   $SWIFTLIKE sft --model "$MODEL" --dataset "$OUT/warmup_sft.jsonl" --num_train_epochs 1 \
     --per_device_train_batch_size 4 --learning_rate 2e-4 --lora_rank 16 --lora_alpha 32 \
     --gradient_checkpointing false --save_steps 1000 --logging_steps 5 --report_to none --seed 42 \
@@ -52,8 +54,12 @@ if [ ! -d "$OUT/warm" ]; then
   CKPT=$(ls -d "$OUT"/sft/v*-*/checkpoint-* | tail -n 1)
   $SWIFTLIKE export --adapters "$CKPT" --merge_lora true --output_dir "$OUT/warm.tmp"
   mv "$OUT/warm.tmp" "$OUT/warm"
-  sample_held_out "$OUT/before_sampled.jsonl" "$OUT/warm"
-  lap "warm-up trained, merged and sampled"
+  lap "warm-up trained and merged"
+fi
+if [ ! -f "$OUT/before_sampled.jsonl" ]; then
+  sample_held_out "$OUT/before_sampled.partial.jsonl" "$OUT/warm"
+  mv "$OUT/before_sampled.partial.jsonl" "$OUT/before_sampled.jsonl"
+  lap "the warmed-up model sampled"
 fi
 
 for seed in $SEEDS; do   # seed-major: a run cut short still has every arm at the same seeds

@@ -39,11 +39,13 @@ RUNS = {
     # the reward std of the whole global batch, not of each rank's half
     "batch_std": ["--loss_type", "grpo", "--scale_rewards", "batch", "--beta", "0"],
     # the 2026 set: KL folded into the reward, the entropy threshold and KL-Cov's covariance over both ranks'
-    # tokens, REINFORCE++'s and GDPO's statistics over the global batch (Clip-Cov draws at random: not here)
+    # tokens, REINFORCE++'s and GDPO's statistics over the global batch, Clip-Cov's draw over both ranks' tokens
     "rloo_cispo_entropy": ["--advantage_estimator", "rloo", "--loss_type", "cispo", "--epsilon_high", "5.0",
                            "--top_entropy_quantile", "0.3", "--beta", "0.04"],
     "reinforce_pp_sapo": ["--advantage_estimator", "reinforce_plus_plus", "--loss_type", "sapo", "--beta", "0.04"],
     "gdpo_kl_cov": ["--scale_rewards", "gdpo", "--loss_type", "kl_cov", "--kl_cov_ratio", "0.1", "--beta", "0"],
+    "clip_cov": ["--loss_type", "clip_cov", "--clip_cov_ratio", "0.2", "--clip_cov_lb", "-5", "--clip_cov_ub", "5",
+                 "--beta", "0"],
     # OPD-RL: the tiny model with a random LoRA adapter merged in as teacher ({adapter}: the session's adapter)
     "opd_rl": ["--teacher_model", TINY, "--teacher_adapters", "{adapter}", "--teacher_kl_coef", "0.5",
                "--loss_type", "dapo", "--beta", "0"],

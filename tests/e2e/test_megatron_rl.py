@@ -66,7 +66,7 @@ def test_what_the_backend_lacks_is_refused_by_name(flags, message):
 
 
 # GRPO's loss, and the 2026 estimators, losses and token selections, which the backends share
-EQUIVALENCE_RUNS = ("grpo", "rloo_cispo_entropy", "reinforce_pp_sapo", "gdpo_kl_cov")
+EQUIVALENCE_RUNS = ("grpo", "rloo_cispo_entropy", "reinforce_pp_sapo", "gdpo_kl_cov", "clip_cov")
 # Weight updates: the worst parameter is a norm weight, which megatron-core's RMSNorm rounds otherwise
 # (measured worst: grpo 9.8e-6, rloo_cispo_entropy 1.7e-5, reinforce_pp_sapo 5.7e-6, gdpo_kl_cov 6.5e-6);
 # the losses and gradient norms are held to RTOL (1e-5).

@@ -72,9 +72,9 @@ def clip_cov_mask(advantages: torch.Tensor, logps: torch.Tensor, old_logps: torc
     elsewhere. Float (batch, seq): the surrogate is multiplied by it, so those tokens lose their gradient.
 
     Random rather than the top of the covariance: stopping exactly the largest terms every step would bias
-    the update; a random share of the high-covariance band slows the collapse without picking a side. Each
-    rank draws from its own tokens (the share of its own count), so two processes stop as many tokens as one,
-    but not the same ones.
+    the update; a random share of the high-covariance band slows the collapse without picking a side. The
+    share and the draw are over every rank's tokens (`gather`), with a `generator` seeded alike on every rank,
+    so two processes stop the same tokens one process would (verl draws per rank, from its own tokens).
     """
     mask = mask.bool()
     cov, _, _ = _centred_covariance(advantages, logps, mask, gather)
@@ -82,12 +82,14 @@ def clip_cov_mask(advantages: torch.Tensor, logps: torch.Tensor, old_logps: torc
     adv = _per_token(advantages, logps)
     already_clipped = -adv * torch.clamp(ratio, 1 - epsilon_low, 1 + epsilon_high) > -adv * ratio
     band = (cov > lower) & (cov < upper) & mask & ~already_clipped
-    keep = torch.ones_like(logps, dtype=torch.float32)
-    candidates = band.nonzero()
-    n = max(int(clip_ratio * int(mask.sum())), 1)
+    every_band, mine = gather(band[mask].float())
+    keep_every = torch.ones(every_band.numel(), dtype=torch.float32)
+    candidates = every_band.cpu().nonzero()[:, 0]
     if len(candidates):
-        picked = candidates[torch.randperm(len(candidates), generator=generator)[:n]]
-        keep[picked[:, 0], picked[:, 1]] = 0.0
+        n = max(int(clip_ratio * every_band.numel()), 1)
+        keep_every[candidates[torch.randperm(len(candidates), generator=generator)[:n]]] = 0.0
+    keep = torch.ones_like(logps, dtype=torch.float32)
+    keep[mask] = keep_every[mine].to(keep.device)
     return keep
 
 

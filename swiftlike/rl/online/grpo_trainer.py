@@ -118,6 +118,7 @@ class GrpoTrainer(RolloutTrainer):
         self._updates_per_epoch = 1  # optimizer steps per epoch, counted with the dataloader
         # each rank draws its own extra prompts
         self._resample_gen = torch.Generator().manual_seed(self.args.seed + 1 + self.args.process_index)
+        self._micro_batches_scored = 0  # numbers Clip-Cov's draws (compute_loss)
         # Generation batches kept in flight ahead of training (--async_generate; 0 = synchronous)
         self._depth = (prefetch_depth(rollout.max_staleness, self._micro_steps, self.args.gradient_accumulation_steps)
                        if rollout.async_generate else 0)
@@ -450,10 +451,13 @@ class GrpoTrainer(RolloutTrainer):
             every, _ = gather_ragged(scored.entropy.detach()[mask])
             threshold = entropy_threshold(every, self.grpo.top_entropy_quantile)
             inputs = {**inputs, "entropy_mask": top_entropy_mask(scored.entropy, mask, threshold)}
+        # Clip-Cov's draw: seeded by the run's seed and the micro-batch's number, alike on every rank
+        self._micro_batches_scored += 1
+        draw = torch.Generator().manual_seed(self.args.seed * 1_000_003 + self._micro_batches_scored)
         loss, loss_metrics = corrected_policy_loss(scored.logps, inputs, self.grpo, self.rollout, self.sampling,
                                                    reused=self._reuses_batches(),
                                                    num_processes=self.accelerator.num_processes,
-                                                   kl_logps=scored.unfiltered)
+                                                   kl_logps=scored.unfiltered, generator=draw)
         if aggregation_of(self.grpo.loss_type) == "dapo":  # its normaliser already covers the whole step
             loss = loss * self.current_gradient_accumulation_steps
         self.nonfinite.check_loss(self.state.global_step + 1, loss)
@@ -508,7 +512,8 @@ class GrpoTrainer(RolloutTrainer):
 
 def corrected_policy_loss(logps: torch.Tensor, inputs: dict, grpo: GrpoOptions, rollout: RolloutOptions,
                           sampling: SamplingOptions, *, reused: bool, num_processes: int = 1,
-                          kl_logps: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+                          kl_logps: torch.Tensor | None = None, generator: torch.Generator | None = None
+                          ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The GRPO loss of one micro-batch with the rollout corrections `rollout` asks for.
 
     ms-swift's order: mismatch metrics and IS weights on the full completion mask, then the off-policy
@@ -548,7 +553,7 @@ def corrected_policy_loss(logps: torch.Tensor, inputs: dict, grpo: GrpoOptions, 
         rows = mask.any(-1)
         metrics["off_policy_sequence_mask/masked_frac"] = (~keep & rows).sum() / rows.sum().clamp(min=1)
         mask = mask & keep.unsqueeze(-1)
-    token_mask, kl_cov_tokens, selection_metrics = selected_tokens(logps, old, inputs, mask, grpo)
+    token_mask, kl_cov_tokens, selection_metrics = selected_tokens(logps, old, inputs, mask, grpo, generator)
     loss, loss_metrics = policy_loss(
         logps, old, inputs["advantages"], mask, loss_type=grpo.loss_type, epsilon_low=grpo.epsilon,
         epsilon_high=grpo.epsilon_high, tau_pos=grpo.tau_pos, tau_neg=grpo.tau_neg,
@@ -561,7 +566,8 @@ def corrected_policy_loss(logps: torch.Tensor, inputs: dict, grpo: GrpoOptions, 
     return loss, {**metrics, **selection_metrics, **loss_metrics}
 
 
-def selected_tokens(logps: torch.Tensor, old: torch.Tensor, inputs: dict, mask: torch.Tensor, grpo: GrpoOptions
+def selected_tokens(logps: torch.Tensor, old: torch.Tensor, inputs: dict, mask: torch.Tensor, grpo: GrpoOptions,
+                    generator: torch.Generator | None = None
                     ) -> tuple[torch.Tensor | None, torch.Tensor | None, dict[str, torch.Tensor]]:
     """The tokens that get a policy gradient (`--top_entropy_quantile`, `--loss_type clip_cov`) and those that
     get KL-Cov's penalty, with the share of each among the completion tokens."""
@@ -571,7 +577,7 @@ def selected_tokens(logps: torch.Tensor, old: torch.Tensor, inputs: dict, mask: 
         keep = clip_cov_mask(inputs["advantages"], logps, old, mask, clip_ratio=grpo.clip_cov_ratio,
                              lower=grpo.clip_cov_lb, upper=grpo.clip_cov_ub, epsilon_low=grpo.epsilon,
                              epsilon_high=grpo.epsilon if grpo.epsilon_high is None else grpo.epsilon_high,
-                             gather=gather_ragged)
+                             generator=generator, gather=gather_ragged)
         metrics["clip_cov/stopped_frac"] = ((keep == 0) & mask).sum() / tokens
         token_mask = keep.bool() if token_mask is None else token_mask & keep.bool()
     if grpo.loss_type == "kl_cov":
