@@ -211,10 +211,9 @@ class RlhfArguments(TrainArguments, PreferenceArguments, GkdArguments, TeacherAr
         if self.off_policy_sequence_mask_delta is not None:
             raise ValueError(f"{flag} with --off_policy_sequence_mask_delta: the off-policy sequence mask judges a "
                              "sequence by the sign of its advantage, which OPD-RL makes per token; drop one")
-        if self.use_ray or self.train_backend == "megatron":
-            raise NotBuiltError(f"{flag} with --rlhf_type grpo (OPD-RL) on {'Ray' if self.use_ray else 'Megatron'}: "
-                                "not built; OPD-RL runs on transformers, with rollouts on the pt engine, colocated "
-                                "vLLM or rollout servers")
+        if self.use_ray:
+            raise NotBuiltError(f"{flag} with --rlhf_type grpo (OPD-RL) on Ray: not built; OPD-RL runs without "
+                                "--use_ray, with rollouts on the pt engine, colocated vLLM or rollout servers")
         if teacher.served and self.temperature != 1.0:
             raise ValueError(f"--teacher_model_server with --temperature {self.temperature}: a served teacher "
                              "answers its log-probs at temperature 1 (vLLM's prompt_logprobs are the raw "

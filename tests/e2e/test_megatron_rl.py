@@ -66,17 +66,17 @@ def test_what_the_backend_lacks_is_refused_by_name(flags, message):
 
 
 # GRPO's loss, and the 2026 estimators, losses and token selections, which the backends share
-EQUIVALENCE_RUNS = ("grpo", "rloo_cispo_entropy", "reinforce_pp_sapo", "gdpo_kl_cov", "clip_cov")
+EQUIVALENCE_RUNS = ("grpo", "rloo_cispo_entropy", "reinforce_pp_sapo", "gdpo_kl_cov", "clip_cov", "opd_rl")
 # Weight updates: the worst parameter is a norm weight, which megatron-core's RMSNorm rounds otherwise
 # (measured worst: grpo 9.8e-6, rloo_cispo_entropy 1.7e-5, reinforce_pp_sapo 5.7e-6, gdpo_kl_cov 6.5e-6);
 # the losses and gradient norms are held to RTOL (1e-5).
 UPDATE_RTOL = 5e-5
 
 
-def test_megatron_backend_trains_like_the_transformers_backend(tmp_path):
+def test_megatron_backend_trains_like_the_transformers_backend(tmp_path, tiny_adapter):
     """The recorded rollouts of tests/e2e/test_grpo_ddp.py, one process each: loss, gradient norm and the update of
     every weight (compared under HF names) agree within 1e-5 relative (the update within UPDATE_RTOL), for GRPO and
-    the 2026 algorithm set."""
+    the 2026 algorithm set, OPD-RL with an in-process teacher included."""
     import torch
 
     from swiftlike.model import resolve_model
@@ -89,16 +89,17 @@ def test_megatron_backend_trains_like_the_transformers_backend(tmp_path):
     hf, mc = tmp_path / "hf", tmp_path / "mc"
     hf.mkdir()
     mc.mkdir()
-    launch(hf, rollouts, dataset, 1, {name: RUNS[name] for name in EQUIVALENCE_RUNS})
+    runs = {name: [a.format(adapter=tiny_adapter) for a in RUNS[name]] for name in EQUIVALENCE_RUNS}
+    launch(hf, rollouts, dataset, 1, runs)
     # the Megatron backend generates through vLLM only; the engine is synced every step and never sampled here
-    launch(mc, rollouts, dataset, 1, {name: [*RUNS[name], "--train_backend", "megatron", "--use_vllm", "true",
-                                             "--vllm_max_model_len", "256"] for name in EQUIVALENCE_RUNS})
+    launch(mc, rollouts, dataset, 1, {name: [*argv, "--train_backend", "megatron", "--use_vllm", "true",
+                                             "--vllm_max_model_len", "256"] for name, argv in runs.items()})
     config = AutoConfig.from_pretrained(resolve_model(TINY).model_dir)
     for run in EQUIVALENCE_RUNS:
         a, b = train_logs(hf, run), train_logs(mc, run)
         assert [e["step"] for e in a] == [e["step"] for e in b] == [1, 2], run
         for x, y in zip(a, b):
-            for key in ("loss", "grad_norm", "kl"):
+            for key in ("loss", "grad_norm", "kl", "teacher_kl"):
                 if x.get(key) or y.get(key):
                     assert rel_diff(x[key], y[key]) < RTOL, (run, key, x[key], y[key])
         p_hf, p_mc = torch.load(hf / f"{run}.params.pt"), torch.load(mc / f"{run}.params.pt")

@@ -387,3 +387,17 @@ def test_multi_turn_with_a_separate_rollout_group_is_refused_before_ray_starts(t
     assert result.returncode == 3, result.stderr[-2000:]
     assert "--use_ray true and a separate `rollout:` group: not built yet" in result.stderr
     assert "colocate_groups: [[train, rollout]]" in result.stderr and "starting" not in result.stderr
+
+
+def test_opd_rl_on_ray_is_refused_before_ray_starts(tmp_path):
+    config = write_job(tmp_path, GRPO, """
+        teacher_model: tiny-random/qwen2_5
+        use_vllm: true
+        colocate_groups: [[train, rollout]]
+        train: {gpus: 1}
+        rollout: {gpus: 1}
+        """)
+    result = run_job(config, timeout=120)
+    assert result.returncode == 3, result.stderr[-2000:]
+    assert "--teacher_model with --rlhf_type grpo (OPD-RL) on Ray: not built" in result.stderr
+    assert "starting" not in result.stderr
