@@ -192,15 +192,6 @@ class RlhfArguments(TrainArguments, PreferenceArguments, GkdArguments, TeacherAr
                                 "built yet; the Ray rollout replicas do not start with the scheduler. On Ray, "
                                 "multi-turn runs with the rollout colocated (colocate_groups: [[train, rollout]]) or "
                                 "on the training model (use_vllm: false)")
-        placements = {"--rlhf_type gkd with --vllm_mode server": (self.rlhf_type == "gkd" and self.use_vllm
-                                                                  and self.vllm_mode == "server"),
-                      "--train_backend megatron": self.train_backend == "megatron"}
-        given = [name for name, value in placements.items() if value]
-        if given:
-            raise NotBuiltError(f"--multi_turn_scheduler with {', '.join(given)}: not built yet; multi-turn "
-                                "GRPO runs colocated (--use_vllm true --vllm_mode colocate), on rollout servers "
-                                "(--vllm_mode server) or on the pt engine (--use_vllm false), GKD colocated or on "
-                                "the pt engine, on transformers")
 
     def _check_opd(self, grpo: GrpoOptions, reward: RewardOptions, teacher: TeacherOptions) -> None:
         """OPD-RL's per-token teacher advantage against what needs a per-sequence one or reward variance

@@ -127,6 +127,17 @@ def test_three_turns_with_inserted_observations_on_colocated_vllm(tmp_path):
         assert [m["role"] for m in line["messages"][-5:]] == ["assistant", "user", "assistant", "user", "assistant"]
 
 
+def test_three_turns_on_the_megatron_backend(tmp_path):
+    """The same trajectories trained by megatron-core's model (`--train_backend megatron`, merged weights synced to
+    the colocated engine): the scheduler runs in the rollout worker whatever the backend, and the trainer scores
+    the sampled ids of all turns as the engine did."""
+    pytest.importorskip("megatron.core")
+    steps, _, _ = rlhf(tmp_path, "--use_vllm", "true", "--vllm_mode", "colocate", "--multi_turn_scheduler",
+                       "observe_every_turn", "--train_backend", "megatron")
+    assert_trains_on_the_sampled_ids(steps)
+    assert all(e["multi_turn/turns_mean"] == 3 for e in steps)
+
+
 def test_pt_engine_in_two_processes_with_environment_rewards_and_a_failing_environment(tmp_path):
     """The pt engine (the training model generates), NPROC_PER_NODE=2 (each rank rolls out its own share of the
     groups), the scheduler's step rewards as the env reward column (--use_gym_env true, weight 0.5), and an

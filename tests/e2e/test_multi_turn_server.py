@@ -109,6 +109,31 @@ def test_server_mode_grpo_trains_on_the_servers_trajectories(server, plugin, tmp
         assert all("Observation" in s["text"] for s in inserted)
 
 
+def test_server_mode_gkd_distils_on_the_servers_trajectories(server, plugin, tmp_path):
+    """Multi-turn GKD with the student's trajectories rolled out by the server's scheduler (ms-swift's GKD shares
+    the scheduler): the teacher, a frozen copy of the starting model, agrees with the student at step 1 (jsd 0);
+    after an update and a sync the divergence is over the sampled tokens of all 3 turns, the inserted
+    observations left out."""
+    argv = ["rlhf", "--rlhf_type", "gkd", "--model", TINY, "--teacher_model", TINY, "--tuner_type", "full",
+            "--dataset", "swiftlike/calculator-agent-test#8", "--split_dataset_ratio", "0", "--lmbda", "1",
+            "--multi_turn_scheduler", "observe_every_turn", "--max_turns", str(TURNS), "--max_completion_length", "8",
+            "--max_steps", "2", "--per_device_train_batch_size", "2", "--gradient_accumulation_steps", "1",
+            "--learning_rate", "5e-2", "--logging_steps", "1", "--save_steps", "1000", "--report_to", "none",
+            "--torch_dtype", "float32", "--gradient_checkpointing", "false", "--use_vllm", "true", "--vllm_mode",
+            "server", "--vllm_server_port", str(server), "--external_plugins", str(plugin), "--output_dir",
+            str(tmp_path / "out")]
+    done = subprocess.run([sys.executable, "-m", "swiftlike.cli.main", *argv], env=ENV, capture_output=True,
+                          text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-4000:]
+    steps = [e for e in read_log(next((tmp_path / "out").glob("v0-*"))) if "loss" in e]
+    assert [e["step"] for e in steps] == [1, 2], steps
+    for e in steps:
+        assert e["on_policy"] == 1.0 and math.isfinite(e["loss"]) and "sync/bytes" in e, e
+        assert e["multi_turn/turns_mean"] == e["multi_turn/turns_max"] == TURNS, e
+        assert e["completions/mean_length"] == TURNS * 8  # the sampled ids only: 8 a turn
+    assert abs(steps[0]["jsd"]) < 1e-5 and steps[1]["jsd"] > 1e-5, steps
+
+
 def test_async_generate_keeps_trajectories_within_max_staleness_by_their_oldest_token(server, plugin, tmp_path):
     """The server generates the next batch of trajectories while the trainer learns; every trajectory trained on
     is at most --max_staleness steps old by its oldest token (the versions per token come from the server)."""

@@ -218,8 +218,6 @@ class RewardOptions:
                                              only=GRPO)
     reward_model: list[str] = arg([], "Sequence-classification reward models (local dir or model id, resolved like "
                                   "--model); each scores prompt + completion and adds one reward column.", only=GRPO)
-    external_plugins: list[str] = arg([], "Python files imported first, e.g. to register reward functions.",
-                                      only=GRPO)
     cosine_min_len_value_wrong: float = arg(-0.5, "cosine reward: value for a wrong answer of length 0.")
     cosine_max_len_value_wrong: float = arg(0.0, "cosine reward: value for a wrong answer at --cosine_max_len.")
     cosine_min_len_value_correct: float = arg(1.0, "cosine reward: value for a right answer of length 0.")
@@ -446,6 +444,9 @@ class MultiTurnOptions:
     vllm_server_pass_dataset: bool = arg(False, "--vllm_mode server: send each row's other columns (solution, "
                                          "env_config, ...) to the rollout server, whose scheduler reads them.",
                                          only=ONLINE)
+    external_plugins: list[str] = arg([], "Python files imported before any model loads, to register reward "
+                                      "functions, multi-turn schedulers, environments or tools by name.",
+                                      only=ONLINE)
 
     def __post_init__(self) -> None:
         _check_choices(self)

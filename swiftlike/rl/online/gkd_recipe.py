@@ -89,13 +89,16 @@ def train_gkd(args: RlhfArguments) -> TrainResult:
     from .gkd_trainer import GKD_PLOTTED, GkdTrainer
     from .rollout_worker import RolloutWorker
     from .online_trainer import load_policy, release_policy
+    from ..rewards.plugins import load_external_plugins
 
+    load_external_plugins(args.multi_turn_options().external_plugins)  # a broken plugin stops the run first
     run = prepare_run(args)
     resolved, tokenizer, template = run.resolved, run.tokenizer, run.template
     train_rows, val_rows = load_train_val_rows(args)
     encoder = PreferenceEncoder(template, args.max_length, args.max_completion_length, args.truncation_strategy)
     gkd, sampling, multi_turn = args.gkd_options(), args.sampling_options(), args.multi_turn_options()
-    scheduler = build_multi_turn_scheduler(multi_turn, template)  # a bad name stops the run before any model loads
+    # a bad name stops the run before any model loads; on rollout servers the servers run theirs
+    scheduler = build_multi_turn_scheduler(multi_turn, template, args.rollout_options().server_mode)
     rows, stats = gkd_rows(train_rows, encoder, needs_answers=gkd.lmbda < 1)
     logger.info("train data: %s", stats.describe(args.max_length, args.truncation_strategy))
     val = validation_rows(val_rows, encoder)

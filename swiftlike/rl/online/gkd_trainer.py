@@ -122,7 +122,7 @@ class GkdTrainer(RolloutTrainer):
             rollouts = self.worker.generate([prompt_only(r) for r in rows], self.model)
         self._metrics["timing/generate"].append(time.time() - t)
         sequences = [(r.prompt_ids, r.completion_ids) for r in rollouts]
-        if self.worker.scheduler is None:
+        if not self.worker.multi_turn.enabled:  # (on rollout servers the worker has no scheduler: theirs ran)
             return sequences, None
         for key, value in multi_turn_metrics(rollouts).items():
             self._metrics[key].append(value)

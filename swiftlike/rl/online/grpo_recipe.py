@@ -49,7 +49,7 @@ def train_grpo(args: RlhfArguments) -> TrainResult:
     grpo, sampling, rollout, reward = (args.grpo_options(), args.sampling_options(), args.rollout_options(),
                                        args.reward_options())
     multi_turn = args.multi_turn_options()
-    load_external_plugins(reward.external_plugins)  # a broken plugin stops the run before the model is touched
+    load_external_plugins(multi_turn.external_plugins)  # a broken plugin stops the run before the model is touched
     run = prepare_run(args)
     resolved, tokenizer, template = run.resolved, run.tokenizer, run.template
     # a bad name stops the run before any model loads

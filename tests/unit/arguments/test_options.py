@@ -195,16 +195,19 @@ def test_type_only_flags_are_derived_from_the_groups():
     refused_by_grpo = flags_not_read_by("grpo")
     assert sorted(n for names in refused_by_grpo.values() for n in names) == sorted(OLD_PREFERENCE_ONLY + gkd_only)
     refused_by_gkd = flags_not_read_by("gkd")
-    # gkd refuses what it did by hand, --external_plugins (reward plugins), which it never read, and
-    # the GRPO-only flags added since whose default reads "unset" (the others' defaults cannot tell)
-    added = ("external_plugins", "kl_in_reward", "rollout_rs", "rollout_rs_threshold", "rollout_bypass_mode")
+    # gkd refuses what it did by hand and the GRPO-only flags added since whose default reads "unset" (the
+    # others' defaults cannot tell); --external_plugins is read by both now (schedulers, environments, tools)
+    added = ("kl_in_reward", "rollout_rs", "rollout_rs_threshold", "rollout_bypass_mode")
     assert sorted(refused_by_gkd[options.GRPO]) == sorted(OLD_GKD_REFUSES_OF_GRPO + added)
     assert sorted(refused_by_gkd[options.PREFERENCE_TYPES]) == sorted(OLD_PREFERENCE_ONLY)
     refused_by_dpo = flags_not_read_by("dpo")
     assert sorted(refused_by_dpo[options.GKD]) == sorted(gkd_only)
-    assert sorted(refused_by_dpo[options.ONLINE]) == sorted(("use_vllm", *MULTI_TURN_ONLINE, *opd))
-    # dpo refused --reward_funcs, --reward_model, --external_plugins by hand; now every GRPO-only flag
-    assert {"reward_funcs", "reward_model", "external_plugins"} <= set(refused_by_dpo[options.GRPO])
+    assert sorted(refused_by_dpo[options.ONLINE]) == sorted(("use_vllm", *MULTI_TURN_ONLINE, "external_plugins",
+                                                             *opd))
+    # dpo refused --reward_funcs, --reward_model, --external_plugins by hand; now every GRPO-only flag and
+    # every flag of grpo and gkd
+    assert {"reward_funcs", "reward_model"} <= set(refused_by_dpo[options.GRPO])
+    assert "external_plugins" in refused_by_dpo[options.ONLINE]
 
 
 @pytest.mark.parametrize("kind, flags, message", [
@@ -233,17 +236,14 @@ def vars_of(argv: list[str]) -> dict:
     return values
 
 
-@pytest.mark.parametrize("flags, named", [
-    (["--train_backend", "megatron", "--use_vllm", "true"], "--train_backend megatron"),
-])
-def test_multi_turn_placements_not_built_exit_3_naming_them(flags, named):
-    with pytest.raises(NotBuiltError, match=f"--multi_turn_scheduler with {named}: not built yet"):
-        grpo("--multi_turn_scheduler", "tool_call_scheduler", *flags)
-
-
-def test_multi_turn_gkd_on_rollout_servers_is_not_built():
-    with pytest.raises(NotBuiltError, match="--multi_turn_scheduler with --rlhf_type gkd with --vllm_mode server"):
-        gkd("--multi_turn_scheduler", "tool_call_scheduler", "--use_vllm", "true", "--vllm_mode", "server")
+def test_multi_turn_runs_on_the_megatron_backend_and_gkd_on_rollout_servers():
+    """Placements once refused as not built: the arguments now build (the runs are tests/e2e's)."""
+    megatron = grpo("--multi_turn_scheduler", "tool_call_scheduler", "--train_backend", "megatron", "--use_vllm",
+                    "true")
+    assert megatron.multi_turn_options().enabled and megatron.train_backend == "megatron"
+    served = gkd("--multi_turn_scheduler", "tool_call_scheduler", "--use_vllm", "true", "--vllm_mode", "server",
+                 "--external_plugins", __file__)
+    assert served.rollout_options().server_mode and served.multi_turn_options().external_plugins == [__file__]
 
 
 def test_multi_turn_on_servers_with_async_generate_and_the_dataset_passed(capsys):
@@ -285,14 +285,6 @@ def test_rollout_server_has_the_servers_multi_turn_flags():
         RolloutServerArguments(model=TINY, context_manager="summary")
     with pytest.raises(ValueError, match="--max_turns must be >= 1"):
         RolloutServerArguments(model=TINY, max_turns=0)
-
-
-def test_cli_exits_3_for_multi_turn_not_built(capsys):
-    from swiftlike.cli.main import main as cli_main
-    assert cli_main(["rlhf", "--rlhf_type", "grpo", "--model", TINY, "--dataset", "d", "--reward_funcs", "format",
-                     "--num_generations", "2", "--per_device_train_batch_size", "2", "--multi_turn_scheduler",
-                     "tool_call_scheduler", "--train_backend", "megatron", "--use_vllm", "true"]) == 3
-    assert "--multi_turn_scheduler with --train_backend megatron: not built yet" in capsys.readouterr().err
 
 
 def test_rollout_server_with_an_unknown_scheduler_stops_before_the_model_loads(capsys, tmp_path):
