@@ -150,7 +150,7 @@ class RlhfArguments(TrainArguments, PreferenceArguments, GkdArguments, TeacherAr
                                  "disabled; use --ref_adapters to give the reference an adapter of its own")
             return groups
         groups[MultiTurnOptions] = multi_turn = MultiTurnOptions(**flag_values(self, MultiTurnOptions))
-        self._refuse_multi_turn_not_built(multi_turn)
+        self._check_pass_dataset(multi_turn)
         groups[TeacherOptions] = teacher = TeacherOptions(**flag_values(self, TeacherOptions))
         if self.rlhf_type == "grpo":
             opd = teacher.given
@@ -179,19 +179,12 @@ class RlhfArguments(TrainArguments, PreferenceArguments, GkdArguments, TeacherAr
             self.vllm_options()  # the engine's options check their own values, named by flag
         return groups
 
-    def _refuse_multi_turn_not_built(self, multi_turn: MultiTurnOptions) -> None:
-        """The placements multi-turn rollouts do not run in yet: exit 3, naming each one given."""
+    def _check_pass_dataset(self, multi_turn: MultiTurnOptions) -> None:
+        """--vllm_server_pass_dataset feeds the servers' scheduler; without one on servers it has no reader."""
         if self.vllm_server_pass_dataset and not (multi_turn.enabled and self.use_vllm and self.vllm_mode == "server"):
             raise ValueError("--vllm_server_pass_dataset true sends the rows' other columns to the rollout servers' "
                              "multi-turn scheduler; it needs --use_vllm true --vllm_mode server and "
                              "--multi_turn_scheduler (the server's)")
-        if not multi_turn.enabled:
-            return
-        if self.use_ray and self.use_vllm and self.vllm_mode == "server":
-            raise NotBuiltError("--multi_turn_scheduler with --use_ray true and a separate `rollout:` group: not "
-                                "built yet; the Ray rollout replicas do not start with the scheduler. On Ray, "
-                                "multi-turn runs with the rollout colocated (colocate_groups: [[train, rollout]]) or "
-                                "on the training model (use_vllm: false)")
 
     def _check_opd(self, grpo: GrpoOptions, reward: RewardOptions, teacher: TeacherOptions) -> None:
         """OPD-RL's per-token teacher advantage against what needs a per-sequence one or reward variance

@@ -377,16 +377,23 @@ def test_multi_turn_grpo_on_a_colocated_ray_train_worker(head, tmp_path):
     assert "colocated vLLM engines" in result.stderr
 
 
-def test_multi_turn_with_a_separate_rollout_group_is_refused_before_ray_starts(tmp_path):
-    config = write_job(tmp_path, GRPO, """
-        multi_turn_scheduler: tool_call_scheduler
-        train: {gpus: 1}
-        rollout: {gpus: 1}
+def test_multi_turn_grpo_with_a_separate_rollout_replica(head, tmp_path):
+    """Where ms-swift runs its scheduler: on the rollout replica (a `swiftlike rollout` server that Ray starts with
+    the job's multi-turn settings and plugin), the train worker receiving finished 3-turn trajectories."""
+    plugin = tmp_path / "scheduler.py"
+    plugin.write_text(MULTI_TURN_PLUGIN)
+    config = write_job(tmp_path, GRPO, f"""
+        external_plugins: [{plugin}]
+        multi_turn_scheduler: ray_observe_every_turn
+        max_turns: 3
+        train: {{gpus: 1}}
+        rollout: {{gpus: 1, vllm_max_model_len: 512}}
         """)
-    result = run_job(config, timeout=120)
-    assert result.returncode == 3, result.stderr[-2000:]
-    assert "--use_ray true and a separate `rollout:` group: not built yet" in result.stderr
-    assert "colocate_groups: [[train, rollout]]" in result.stderr and "starting" not in result.stderr
+    result = run_job(config, "--ray_address", head)
+    logged = finished_log(result, tmp_path)
+    check_synced(logged)
+    assert all(e["multi_turn/turns_mean"] == e["multi_turn/turns_max"] == 3 for e in logged), logged
+    assert "rollout replicas ready" in result.stderr
 
 
 def test_opd_rl_on_ray_is_refused_before_ray_starts(tmp_path):
