@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.setup-stamp
 
-.PHONY: setup test test-fast demo demo-dpo demo-gkd demo-agent-sft demo-agent examples bench bench-train bench-grpo bench-rollout bench-async bench-deploy bench-dpo bench-gkd bench-ray bench-delta bench-agent lint clean
+.PHONY: setup test test-fast demo demo-dpo demo-gkd demo-agent-sft demo-agent demo-algorithms examples bench bench-train bench-grpo bench-rollout bench-async bench-deploy bench-dpo bench-gkd bench-ray bench-delta bench-agent lint clean
 
 setup: $(STAMP)
 
@@ -33,6 +33,10 @@ demo-agent-sft: setup
 # DEMO_QUICK=1 for a smoke run on the tiny random model.
 demo-agent: setup
 	bash scripts/agent_demo.sh
+
+# Issue 31's evidence table: GRPO, RLOO, REINFORCE++, CISPO and top-entropy tokens, 3 seeds each (~50 min)
+demo-algorithms: setup
+	bash scripts/algorithms_evidence.sh
 
 # Every script under examples/ in smoke mode (2 steps, a few samples), with a PASS/FAIL line each; not part of
 # `make test`. `make examples ONLY="deploy grpo"` runs the scripts whose path contains one of the words.

@@ -5,8 +5,10 @@
 # on one small model shows, noise included.
 #
 # The recipe is the demo's (scripts/demo.sh: SFT warm-up, merged; LoRA GRPO, beta 0, constant lr 3e-4,
-# temperature 1) made shorter so that 15 runs fit one sitting on 2 CPU cores: ALG_STEPS steps of ALG_PROMPTS
-# prompts x 4 completions, then each run's merged model is sampled 4 times on ALG_HELD held-out questions.
+# temperature 1) made shorter so that 15 runs fit one sitting on 2 CPU cores: a lighter warm-up (the demo's 100
+# worked answers at batch 4 with the default accumulation of 4: 7 optimizer steps, where the demo takes 25),
+# ALG_STEPS steps of ALG_PROMPTS prompts x 4 completions, then each run's merged model sampled 4 times on
+# ALG_HELD held-out questions.
 # Resumable: a finished run, the warm-up and the warmed-up model's samples are kept (delete $OUT to start over;
 # after changing ALG_HELD, delete $OUT/before_sampled.jsonl and $OUT/runs).
 set -euo pipefail
@@ -46,7 +48,7 @@ sample_held_out() {  # sample_held_out <result file> <model>: K samples a held-o
 mkdir -p "$OUT"
 $PY scripts/demo_report.py split "$OUT" 100 "$N_HELD"
 if [ ! -d "$OUT/warm" ]; then
-  echo "=== the demo's SFT warm-up (100 worked answers, LoRA, merged) ==="
+  echo "=== SFT warm-up (100 worked answers, 7 LoRA steps, merged) ==="
   $SWIFTLIKE sft --model "$MODEL" --dataset "$OUT/warmup_sft.jsonl" --num_train_epochs 1 \
     --per_device_train_batch_size 4 --learning_rate 2e-4 --lora_rank 16 --lora_alpha 32 \
     --gradient_checkpointing false --save_steps 1000 --logging_steps 5 --report_to none --seed 42 \
