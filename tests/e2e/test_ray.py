@@ -356,44 +356,31 @@ class ObserveEveryTurn(MultiTurnScheduler):
 '''
 
 
-def test_multi_turn_grpo_on_a_colocated_ray_train_worker(head, tmp_path):
+@pytest.mark.parametrize("placement, said", [
+    ("colocate_groups: [[train, rollout]]\n", "colocated vLLM engines"),
+    ("", "rollout replicas ready"),
+], ids=["colocated", "separate_replica"])
+def test_multi_turn_grpo_on_ray(head, tmp_path, placement, said):
     """The scheduler, registered by an --external_plugins file that every actor loads, rolls out 3-turn
-    trajectories on the train worker's own vLLM engine; the trainer scores the sampled ids of all turns as the
-    engine did after each sync."""
+    trajectories: colocated, on the train worker's own vLLM engine; with a separate `rollout:` group, on the
+    replica (a `swiftlike rollout` server that Ray starts with the job's multi-turn settings and plugin, where
+    ms-swift runs its scheduler), the train worker receiving finished trajectories. Either way the trainer scores
+    the sampled ids of all turns as the engine did after each sync."""
     plugin = tmp_path / "scheduler.py"
     plugin.write_text(MULTI_TURN_PLUGIN)
     config = write_job(tmp_path, GRPO, f"""
         external_plugins: [{plugin}]
         multi_turn_scheduler: ray_observe_every_turn
         max_turns: 3
-        colocate_groups: [[train, rollout]]
-        train: {{gpus: 1}}
-        rollout: {{gpus: 1, vllm_max_model_len: 512}}
+        """, placement, """
+        train: {gpus: 1}
+        rollout: {gpus: 1, vllm_max_model_len: 512}
         """)
     result = run_job(config, "--ray_address", head)
     logged = finished_log(result, tmp_path)
     check_synced(logged)
     assert all(e["multi_turn/turns_mean"] == e["multi_turn/turns_max"] == 3 for e in logged), logged
-    assert "colocated vLLM engines" in result.stderr
-
-
-def test_multi_turn_grpo_with_a_separate_rollout_replica(head, tmp_path):
-    """Where ms-swift runs its scheduler: on the rollout replica (a `swiftlike rollout` server that Ray starts with
-    the job's multi-turn settings and plugin), the train worker receiving finished 3-turn trajectories."""
-    plugin = tmp_path / "scheduler.py"
-    plugin.write_text(MULTI_TURN_PLUGIN)
-    config = write_job(tmp_path, GRPO, f"""
-        external_plugins: [{plugin}]
-        multi_turn_scheduler: ray_observe_every_turn
-        max_turns: 3
-        train: {{gpus: 1}}
-        rollout: {{gpus: 1, vllm_max_model_len: 512}}
-        """)
-    result = run_job(config, "--ray_address", head)
-    logged = finished_log(result, tmp_path)
-    check_synced(logged)
-    assert all(e["multi_turn/turns_mean"] == e["multi_turn/turns_max"] == 3 for e in logged), logged
-    assert "rollout replicas ready" in result.stderr
+    assert said in result.stderr
 
 
 def test_opd_rl_on_ray_is_refused_before_ray_starts(tmp_path):
