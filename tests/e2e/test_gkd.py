@@ -138,8 +138,10 @@ def test_bad_arguments_fail_before_anything_loads(kw, message):
 def test_teacher_flags_are_refused_elsewhere_and_seq_kd_is_not_built():
     with pytest.raises(ValueError, match="--teacher_model: rollout and teacher arguments of grpo and gkd"):
         RlhfArguments(rlhf_type="dpo", model=TINY, dataset=["d"], teacher_model=TINY)
-    with pytest.raises(ValueError, match="--teacher_model_server: GKD's teacher arguments"):
+    with pytest.raises(ValueError, match="--teacher_model_server: rollout and teacher arguments of grpo and gkd"):
         RlhfArguments(rlhf_type="dpo", model=TINY, dataset=["d"], teacher_model_server=["http://127.0.0.1:1"])
+    with pytest.raises(ValueError, match="--gkd_logits_topk: GKD's teacher arguments"):
+        RlhfArguments(rlhf_type="dpo", model=TINY, dataset=["d"], gkd_logits_topk=4)
     with pytest.raises(NotBuiltError, match="--seq_kd"):
         args(seq_kd=True)
 
