@@ -101,7 +101,8 @@ def test_the_multi_turn_group_appears_in_the_ui_unchanged():
         assert [n for n, s in specs.items() if s.group == group] == names
         for f in settings:
             if f.name in names:
-                assert (specs[f.name].help, specs[f.name].default) == (f.metadata["help"], f.default), f.name
+                default = f.default_factory() if f.default is dataclasses.MISSING else f.default
+                assert (specs[f.name].help, specs[f.name].default) == (f.metadata["help"], default), f.name
     specs = field_specs(RlhfArguments)
     shown = {s.name: s.widget_value(s.default) for s in specs}
     shown.update(rlhf_type="grpo", model=TINY, dataset="swiftlike/calculator-agent-test#8", reward_funcs="accuracy",

@@ -12,7 +12,6 @@ from swiftlike.rl.core.options import GkdOptions, TeacherOptions
 from swiftlike.rl.online.gkd_trainer import gkd_loss, micro_batch_loss, trajectory_loss_mask
 from swiftlike.rl.online.rollout_worker import Rollout
 from swiftlike.rl.online.teacher import PackedSequences, TeacherOutput
-from swiftlike.utils.errors import NotBuiltError
 
 TINY = "tiny-random/qwen2_5"
 
@@ -128,9 +127,7 @@ def test_multi_turn_gkd_and_ray_placements():
     assert gkd(multi_turn_scheduler="math_tip_trick", lmbda=1.0).multi_turn_options().enabled
     with pytest.raises(ValueError, match="--multi_turn_scheduler with --lmbda 0: the student never samples"):
         gkd(multi_turn_scheduler="math_tip_trick", lmbda=0.0)
-    # Ray: the colocated rollout and the training model's own generate run multi-turn on the train role
-    assert grpo(multi_turn_scheduler="tool_call_scheduler", use_ray=True, use_vllm=True, vllm_mode="colocate")
-    assert grpo(multi_turn_scheduler="tool_call_scheduler", use_ray=True, use_vllm=False)
-    with pytest.raises(NotBuiltError, match="--use_ray true and a separate `rollout:` group: not built yet; the "
-                                            "Ray rollout replicas do not start with the scheduler"):
-        grpo(multi_turn_scheduler="tool_call_scheduler", use_ray=True, use_vllm=True, vllm_mode="server")
+    # Ray: every placement runs multi-turn (colocated on the train role, or on separate rollout replicas)
+    for placement in (dict(use_vllm=True, vllm_mode="colocate"), dict(use_vllm=False),
+                      dict(use_vllm=True, vllm_mode="server")):
+        assert grpo(multi_turn_scheduler="tool_call_scheduler", use_ray=True, **placement).multi_turn_options().enabled
