@@ -160,7 +160,36 @@ def test_prefix_cache_reset_with_a_request_in_flight_still_drops_every_block(vll
         done.result(300)
     finally:
         loop.call_soon_threadsafe(loop.stop)
+        vllm_tiny.stop_concurrent_serving()
     assert tokens == expected  # preempted, its KV recomputed: the same greedy answer
+
+
+def test_infer_takes_the_engine_back_from_an_idle_batcher_and_refuses_a_busy_one(vllm_tiny):
+    """Two threads stepping one vLLM engine corrupt its batch (a sampler assertion tokens later), so `infer`
+    after `generate_async` stops the idle batcher's thread first, and `infer` while it serves is refused."""
+    import asyncio
+    import threading
+    config = RequestConfig(max_tokens=48, temperature=0)
+    expected = vllm_tiny.infer(requests()[:1], config)[0].choices[0].token_ids
+    assert asyncio.run(vllm_tiny.generate_async(requests()[0], config)).choices[0].token_ids == expected
+    for _ in range(2):  # the batcher is idle now: infer steps the engine itself, again and again
+        assert vllm_tiny.infer(requests()[:1], config)[0].choices[0].token_ids == expected
+    loop = asyncio.new_event_loop()
+    threading.Thread(target=loop.run_forever, daemon=True).start()
+    started = threading.Event()
+
+    async def consume():
+        async for _ in vllm_tiny.stream_async(requests()[0], config):
+            started.set()
+    done = asyncio.run_coroutine_threadsafe(consume(), loop)
+    try:
+        assert started.wait(120)
+        with pytest.raises(RuntimeError, match="serving generate_async / stream_async requests"):
+            vllm_tiny.infer(requests()[:1], config)
+        done.result(300)
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+    assert vllm_tiny.infer(requests()[:1], config)[0].choices[0].token_ids == expected
 
 
 def test_prefix_cache_reset_that_vllm_refuses_is_an_error():

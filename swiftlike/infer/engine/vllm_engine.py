@@ -271,6 +271,7 @@ class VllmEngine(InferEngine):
     def infer(self, requests: list[InferRequest], config: RequestConfig, use_tqdm: bool = False) -> list[InferResponse]:
         for r in requests:
             self.check_adapter(r)
+        self._step_here()
         prompts = [self._prompt(r) for r in requests]
         loras = [self._lora(r) for r in requests]
         outputs = self.llm.generate(prompts, self.sampling_params(config), use_tqdm=use_tqdm,
@@ -280,6 +281,7 @@ class VllmEngine(InferEngine):
     def stream(self, request: InferRequest, config: RequestConfig) -> Iterator[StreamDelta]:
         """Drive the engine step by step; DELTA outputs carry only what is new."""
         self.check_adapter(request)
+        self._step_here()
         engine = self.llm.llm_engine
         request_id = f"stream-{next(self._request_ids)}"
         engine.add_request(request_id, self._prompt(request), self.sampling_params(config, delta=True),
@@ -322,6 +324,17 @@ class VllmEngine(InferEngine):
             return
         with self._continuous.paused():
             yield
+
+    def _step_here(self) -> None:
+        """`infer` / `stream` step the engine in the caller's thread. Two threads stepping one engine corrupt
+        vLLM's persistent batch (a sampler assertion a few tokens later, far from the cause), so the continuous
+        batcher's thread is stopped first when it is idle, and a call while it serves requests is refused."""
+        if self._continuous is None:
+            return
+        if self._continuous.busy():
+            raise RuntimeError("this vLLM engine is serving generate_async / stream_async requests; infer and "
+                               "stream cannot step it meanwhile: await them, or call stop_concurrent_serving()")
+        self.stop_concurrent_serving()
 
     def stop_concurrent_serving(self) -> None:
         """Stop the continuous batcher's stepping thread, so that `infer` / `stream` (which step the engine
@@ -384,6 +397,10 @@ class ContinuousBatcher:
         self._adds.put((request_id, prompt, params, self.engine._lora(request)))
         self._wake.set()
         return request_id, sink
+
+    def busy(self) -> bool:
+        """A request is waiting for its outputs, or submitted and not yet taken in."""
+        return bool(self._sinks) or not self._adds.empty()
 
     def _abort(self, request_id: str) -> None:
         if self._sinks.pop(request_id, None) is not None:
