@@ -3,7 +3,7 @@
 functions: the built-in reward functions by --reward_funcs name (accuracy, format, cosine, repetition,
     soft_overlong...) and how several combine under --reward_weights.
 plugins: --external_plugins files that register more reward functions.
-reward_model: --reward_model checkpoints scored as rewards.
+reward_model: --reward_model checkpoints and --reward_model_server deployments scored as rewards.
 """
 from .functions import REWARD_REGISTRY, build_reward_funcs, combine_rewards, register_reward
 
