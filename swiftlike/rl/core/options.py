@@ -213,7 +213,7 @@ class RewardOptions:
     built-in functions."""
 
     reward_funcs: list[str] = arg([], "Reward functions by name: accuracy, format, format_hash, cosine, repetition, "
-                                  "soft_overlong, or names registered in --external_plugins.", only=GRPO)
+                                  "soft_overlong, code_exec, or names registered in --external_plugins.", only=GRPO)
     reward_weights: list[float] | None = arg(None, "One weight per reward: the --reward_funcs entries, then the "
                                              "--reward_model entries (ms-swift's order), then the "
                                              "--reward_model_server entries; default 1.0 each.", only=GRPO)
