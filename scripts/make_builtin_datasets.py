@@ -561,6 +561,7 @@ def builtin_files() -> dict[str, list[dict]]:
         "text_mini.jsonl": text_mini_rows(),
         **_script("make_agent_datasets.py").agent_files(),
         **_script("make_frozen_lake_dataset.py").frozen_lake_files(),
+        **_script("make_code_tasks.py").code_task_files(),
     }
 
 

@@ -60,6 +60,49 @@ def tiny_adapter(tiny_resolved, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def tiny_reward_model(tiny_resolved, tmp_path_factory):
+    """A one-label sequence-classification checkpoint (`tiny_rm/`) of the tiny model with a seeded random score
+    head, large enough that different conversations score visibly apart."""
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+    out = tmp_path_factory.mktemp("rm") / "tiny_rm"
+    torch.manual_seed(0)
+    model = AutoModelForSequenceClassification.from_pretrained(tiny_resolved.model_dir, num_labels=1,
+                                                               dtype=torch.float32)
+    with torch.no_grad():
+        model.score.weight.normal_(0, 0.5)
+    model.save_pretrained(out)
+    AutoTokenizer.from_pretrained(tiny_resolved.model_dir).save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_reward_lora(tiny_resolved, tmp_path_factory):
+    """A LoRA reward-model checkpoint laid out as `swiftlike rlhf --rlhf_type rm --tuner_type lora` writes one:
+    `run/checkpoint-1/` holding a PEFT SEQ_CLS adapter (random non-zero LoRA weights and score head), with the
+    run's args.json beside it naming the base model."""
+    import json
+
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForSequenceClassification
+    torch.manual_seed(2)
+    base = AutoModelForSequenceClassification.from_pretrained(tiny_resolved.model_dir, num_labels=1,
+                                                              dtype=torch.float32)
+    model = get_peft_model(base, LoraConfig(task_type="SEQ_CLS", r=8, lora_alpha=16, init_lora_weights=False,
+                                            target_modules=list(tiny_resolved.meta.lora_target_modules)))
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_" in name or "score" in name:
+                p.normal_(0, 0.2)
+    run = tmp_path_factory.mktemp("rm_lora") / "v0-run"
+    model.save_pretrained(run / "checkpoint-1")
+    (run / "args.json").write_text(json.dumps({"model": TINY, "model_type": tiny_resolved.model_type,
+                                               "rlhf_type": "rm"}))
+    return run / "checkpoint-1"
+
+
+@pytest.fixture(scope="session")
 def pt_tiny(tiny_resolved, tiny_template, tiny_adapter):
     from swiftlike.infer.engine.pt_engine import PtEngine
     return PtEngine(tiny_resolved, tiny_template, torch_dtype="float32", adapters={"lora": tiny_adapter})

@@ -40,6 +40,9 @@ class AppArguments(DeployArguments, SamplingArguments):
                              f"{self.base_url!r}")
         if self.temperature < 0:
             raise ValueError(f"--temperature must be >= 0, got {self.temperature}")
+        if self.task_type == "seq_cls" or self.num_labels is not None:
+            raise ValueError("--task_type seq_cls / --num_labels: the chat page talks to a model that generates; serve "
+                             "a sequence-classification (reward) model with `swiftlike deploy` instead")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"--top_p must be in (0, 1], got {self.top_p}")
         self.check_serving()

@@ -203,7 +203,7 @@ class RlhfArguments(TrainArguments, PreferenceArguments, GkdArguments, TeacherAr
                              "answers its log-probs at temperature 1 (vLLM's prompt_logprobs are the raw "
                              "distribution), so OPD-RL would compare it with a student scaled by another "
                              "temperature; set --temperature 1.0 or use an in-process --teacher_model")
-        if not (reward.reward_funcs or reward.reward_model or reward.env_reward):
+        if not (reward.given or reward.env_reward):
             given = [f for f, on in (("--dynamic_sample true", grpo.dynamic_sample),
                                      ("--scale_rewards gdpo", grpo.scale_rewards == "gdpo")) if on]
             if given:

@@ -1,20 +1,29 @@
-"""`swiftlike deploy`: the OpenAI API over one engine until SIGTERM or Ctrl-C."""
+"""`swiftlike deploy`: the OpenAI API over one engine (or `/classify` over a sequence classifier) until SIGTERM or
+Ctrl-C."""
 from __future__ import annotations
 
 import time
 
 from ..arguments.deploy_args import DeployArguments
+from ..deploy.classify import create_classify_app
 from ..deploy.server import create_app, serve
-from ..infer.engine import build_engine
+from ..infer.engine import build_classifier, build_engine
 from . import arguments_of
 
 
 def deploy_main(args: DeployArguments | list[str] | None = None) -> None:
     args = arguments_of(DeployArguments, args)
-    engine = build_engine(args.engine_spec())
-    app = create_app(engine, args)
-    names = ", ".join([args.served_model_name or engine.model_name, *sorted(engine.adapters)])
-    print(f"swiftlike deploy ready on http://{args.host}:{args.port}/v1 (models: {names})", flush=True)
+    if args.task_type == "seq_cls":
+        engine = build_classifier(args.engine_spec())
+        args.check_num_labels(engine.num_labels)
+        app = create_classify_app(engine, args)
+        names, base = args.served_model_name or engine.model_name, "http://{host}:{port}/classify"
+    else:
+        engine = build_engine(args.engine_spec())
+        app = create_app(engine, args)
+        names = ", ".join([args.served_model_name or engine.model_name, *sorted(engine.adapters)])
+        base = "http://{host}:{port}/v1"
+    print(f"swiftlike deploy ready on {base.format(host=args.host, port=args.port)} (models: {names})", flush=True)
     started = time.time()
     try:
         serve(app, args.host, args.port)

@@ -130,3 +130,22 @@ register_dataset(DatasetMeta(
     columns=("messages", "env_config"),
     tags=("rl", "agent", "env"),
 ))
+register_dataset(DatasetMeta(
+    name="swiftlike/code-tasks",
+    path="code_tasks.jsonl",
+    description="200 small function-writing tasks for `--reward_funcs code_exec` (the sum of a list's multiples of k, "
+                "words reversed, a string reversed, rotated or Caesar-shifted, FizzBuzz with its own divisors, primes, "
+                "letters counted, digit powers, Fibonacci modulo m, palindromes in base b, long words, the k largest "
+                "numbers), each with a parameter in its prompt: a user turn, five assert statements in `test_cases`, "
+                "the `reference` solution and the `task` kind. Made by scripts/make_code_tasks.py.",
+    columns=("messages", "test_cases", "reference", "task"),
+    tags=("rl", "code"),
+))
+register_dataset(DatasetMeta(
+    name="swiftlike/code-tasks-test",
+    path="code_tasks_test.jsonl",
+    description="50 held-out tasks of the swiftlike/code-tasks kinds (no kind and parameter shared with it), for "
+                "evaluation.",
+    columns=("messages", "test_cases", "reference", "task"),
+    tags=("rl", "code"),
+))

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ..arguments.export_args import ExportArguments
 from ..model import check_adapter_dir, load_tokenizer, pick_dtype, resolve_model
+from ..model.seq_cls import is_seq_cls_adapter
 from ..template import get_template
 from ..utils import atomic_write_json, get_logger
 
@@ -23,16 +24,9 @@ def default_output_dir(adapter_dir: Path) -> Path:
     return adapter_dir.parent / f"{adapter_dir.name}-merged"
 
 
-def is_reward_adapter(adapter_dir: Path) -> bool:
-    """A LoRA adapter of a reward model (`rlhf --rlhf_type rm`): PEFT's SEQ_CLS task, with the scalar head."""
-    import json
-    config = json.loads((adapter_dir / "adapter_config.json").read_text())
-    return config.get("task_type") == "SEQ_CLS"
-
-
 def base_model_class(adapter_dir: Path):
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
-    return AutoModelForSequenceClassification if is_reward_adapter(adapter_dir) else AutoModelForCausalLM
+    return AutoModelForSequenceClassification if is_seq_cls_adapter(adapter_dir) else AutoModelForCausalLM
 
 
 def merge_lora(args: ExportArguments) -> Path:
@@ -48,7 +42,7 @@ def merge_lora(args: ExportArguments) -> Path:
     template = get_template(args.template or resolved.meta.template, tokenizer, args.system)
     start = time.time()
     base = base_model_class(adapter_dir).from_pretrained(resolved.model_dir, dtype=pick_dtype(args.torch_dtype, "cpu"),
-                                                         **({"num_labels": 1} if is_reward_adapter(adapter_dir) else {}))
+                                                         **({"num_labels": 1} if is_seq_cls_adapter(adapter_dir) else {}))
     merged = PeftModel.from_pretrained(base, str(adapter_dir)).merge_and_unload()
     staging = output_dir.parent / f".{output_dir.name}.partial"
     shutil.rmtree(staging, ignore_errors=True)

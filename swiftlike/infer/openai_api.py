@@ -191,6 +191,26 @@ def chat_request(body: dict) -> InferRequest:
     return InferRequest(messages=messages, tools=tools, tool_choice=body.get("tool_choice"))
 
 
+@cache
+def _messages_schema():
+    from openai.types.chat import ChatCompletionMessageParam
+    from pydantic import TypeAdapter
+    return TypeAdapter(list[ChatCompletionMessageParam])
+
+
+def chat_messages(messages) -> list[dict]:
+    """A chat `messages` list on its own (vLLM's `/classify` chat form), checked against OpenAI's message schema,
+    in the shape templates read."""
+    from pydantic import ValidationError
+    if not isinstance(messages, list) or not messages:
+        raise OpenAIRequestError("`messages` must be a non-empty list of {role, content} objects")
+    try:
+        checked = _materialised(_messages_schema().validate_python(messages), "messages")
+    except ValidationError as e:
+        raise _problem(e, "messages") from None
+    return [_chat_message(m, i) for i, m in enumerate(checked)]
+
+
 def _chat_message(message: dict, index: int) -> dict:
     """One message in the shape templates read; OpenAI's tool turns keep their calls and call ids."""
     role = "system" if message["role"] == "developer" else message["role"]  # the newer name of the system role

@@ -5,7 +5,9 @@ builtin: the `Tool` type, `TOOL_REGISTRY` with a safe calculator (no eval) and a
 calculator: the arithmetic the calculator evaluates, bounded in size.
 errors: `ToolRefusal` (a tool's answer to a call it cannot serve) and `ToolResultNotText`.
 plugins: `register_tool` for `--external_plugins` files.
-sandbox: `run_tool_isolated`, the call tool loops make: limits on time, memory, processes, files, no network.
+sandbox: `run_tool_isolated`, the call tool loops make: limits on time, memory, processes, files, no network;
+    `run_program_isolated`, the same for model-written Python code.
+program: what the sandbox's child does to run such code as a script, or as a module under test.
 isolation: what the sandbox's child process does to itself before a tool runs (namespaces, limits, uid).
 sandbox_server: the long-lived process that forks one isolated child per call.
 """

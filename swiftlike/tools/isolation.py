@@ -12,9 +12,10 @@ kernel kills everything the tool started, wherever it moved itself (a process gr
   namespace's own (other processes, their command lines and environments are not there); as root, a directory
   nobody cannot enter that holds the interpreter (a root-only home) is covered by a tmpfs showing only the
   interpreter's directories, so tools import what the caller can and see nothing else there;
-- limits: RLIMIT_CPU (SIGXCPU at the limit, SIGKILL a second later), RLIMIT_AS (the process's size at fork
-  plus the memory limit, so a server that imported much still leaves the tool its full budget), RLIMIT_FSIZE,
-  RLIMIT_NPROC, RLIMIT_NOFILE, no core files;
+- limits: RLIMIT_CPU (SIGXCPU at the limit, SIGKILL a second later; with a pid namespace the inner process is
+  its pid 1, which the kernel's SIGXCPU does not reach, so the SIGKILL is what ends it), RLIMIT_AS (the
+  process's size at fork plus the memory limit, so a server that imported much still leaves the tool its full
+  budget), RLIMIT_FSIZE, RLIMIT_NPROC, RLIMIT_NOFILE, no core files;
 - identity: as root, uid and gid 65534 (nobody) with no supplementary groups, which drops every capability and
   makes RLIMIT_NPROC bind (the kernel does not apply it to root); not as root, the namespaces are made inside a
   new user namespace mapping only the caller's own uid, and every capability is dropped after the mounts;

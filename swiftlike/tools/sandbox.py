@@ -1,16 +1,17 @@
-"""`run_tool_isolated`: run a tool on model-written arguments in a separate process it cannot get out of.
+"""`run_tool_isolated`: run a tool on model-written arguments in a separate process it cannot get out of;
+`run_program_isolated`: the same for model-written Python code (the `code_exec` reward's test cases).
 
-A tool call's name and arguments come from the model, so they are untrusted input, and a tool (a plugin
-tool above all) is code that input can steer. Each call runs in a child process forked by a small sandbox
-server (`sandbox_server.py`, started once per process on the first call, `python -I` importing only
-`swiftlike.tools` and the tools' plugin files). The child (`isolation.py` says how and why) has no network (a
-new network namespace), its own pid namespace (every process it starts dies with the call), a read-only
-filesystem but a private tmpfs working directory at /tmp, uid nobody when we are root (so RLIMIT_NPROC binds),
-a user namespace and no capabilities when we are not, CPU-time, memory, file-size, process and open-file
-limits, a minimal environment (no secret of ours: the server was started with PATH, LANG and thread counts
-only), and a
-wall-clock timeout after which the server kills its process group. A machine that refuses namespaces gets
-the rest; `sandbox_isolation()` says what holds, and the first call logs a warning when something does not.
+A tool call's name and arguments come from the model, so they are untrusted input, and a tool (a plugin tool
+above all) is code that input can steer; a program is such code outright. Each call runs in a child process
+forked by a small sandbox server (`sandbox_server.py`, started once per process on the first call, `python -I`
+importing only `swiftlike.tools` and the tools' plugin files). The child (`isolation.py` says how and why) has
+no network (a new network namespace), its own pid namespace (every process it starts dies with the call), a
+read-only filesystem but a private tmpfs working directory at /tmp, uid nobody when we are root (so
+RLIMIT_NPROC binds), a user namespace and no capabilities when we are not, CPU-time, memory, file-size,
+process and open-file limits, a minimal environment (no secret of ours: the server was started with PATH, LANG
+and thread counts only), and a wall-clock timeout after which the server kills its process group. A machine
+that refuses namespaces gets the rest; `sandbox_isolation()` says what holds, and the first call logs a
+warning when something does not.
 
 Outcomes: the tool's text, cut at `max_output_chars` with a note; an error answer `{"error": "..."}` (with
 `ToolOutcome.error` set) when the call is bad, the tool refuses it, raises, times out, runs out of memory,
@@ -151,22 +152,58 @@ def sandbox_isolation() -> dict[str, str]:
     return dict(_running_server().isolation["isolation"])
 
 
+def _check_limits(limits: ToolLimits) -> None:
+    if not isinstance(limits, ToolLimits):
+        raise TypeError(f"limits must be a ToolLimits, got {type(limits).__name__}")
+
+
+def _ask(request: dict, limits: ToolLimits) -> dict:
+    """The sandbox server's `{"text", "error"}` for one call; text None when there is no answer at all."""
+    request["limits"] = asdict(limits)
+    server = _running_server()
+    try:
+        return server.call(request, limits.timeout_s + ANSWER_GRACE_S)
+    except TimeoutError:
+        server.stop()  # a server that misses its own deadline is replaced on the next call
+        wait_s = limits.timeout_s + ANSWER_GRACE_S
+        return {"text": None, "error": f"the tool sandbox did not answer {request['tool']} within {wait_s:g} s"}
+
+
 def run_tool_isolated(name: str, arguments: dict, limits: ToolLimits = ToolLimits()) -> ToolOutcome:
     """Run tool `name` (a built-in or one registered by a plugin file) on `arguments` in an isolated child.
 
     Never raises for what the model or the tool did; see the module docstring for the outcomes."""
-    if not isinstance(limits, ToolLimits):
-        raise TypeError(f"limits must be a ToolLimits, got {type(limits).__name__}")
+    _check_limits(limits)
     if name not in TOOL_REGISTRY:
         return _error(f"unknown tool {name!r}; available: {', '.join(TOOL_REGISTRY)}")
     json.dumps(arguments)  # arguments parsed from model output are JSON; anything else is the caller's mistake
-    request = {"tool": name, "arguments": arguments, "limits": asdict(limits), "source": TOOL_REGISTRY[name].source}
-    server = _running_server()
-    try:
-        answer = server.call(request, limits.timeout_s + ANSWER_GRACE_S)
-    except TimeoutError:
-        server.stop()  # a server that misses its own deadline is replaced on the next call
-        return _error(f"the tool sandbox did not answer {name} within {limits.timeout_s + ANSWER_GRACE_S:g} s")
+    answer = _ask({"tool": name, "arguments": arguments, "source": TOOL_REGISTRY[name].source}, limits)
     if answer["text"] is None:
         return _error(answer["error"])
     return ToolOutcome(answer["text"], answer["error"])
+
+
+@dataclass
+class ProgramOutcome:
+    stdout: str  # what the program wrote to stdout, cut to fit `max_output_chars`
+    stdout_cut: bool  # it wrote more than `stdout` holds
+    error: str | None  # None = it (and its test) ran to the end; else why not (raised, exit code, timeout, ...)
+
+
+def run_program_isolated(code: str, stdin: str = "", test: str | None = None,
+                         limits: ToolLimits = ToolLimits()) -> ProgramOutcome:
+    """Run model-written Python `code` in an isolated child, as a script reading `stdin`, or, given `test`
+    (assert statements), as a module the test then runs against (`program.py` says how, and what a program can
+    and cannot fake). The same child, limits and outcomes as a tool call; never raises for what the code does."""
+    _check_limits(limits)
+    if not all(isinstance(text, str) for text in (code, stdin, "" if test is None else test)):
+        raise TypeError("code, stdin and test must be text")
+    answer = _ask({"tool": "the program", "program": {"code": code, "stdin": stdin, "test": test}}, limits)
+    try:
+        body = json.loads(answer["text"])
+        stdout, cut = body["stdout"], body["stdout_cut"]  # absent from the sandbox's own error answers
+    except (TypeError, ValueError, KeyError):
+        return ProgramOutcome("", False, answer["error"] or "the program's answer cannot be read")
+    if not isinstance(stdout, str) or not isinstance(cut, bool):  # an answer the program forged, and forged badly
+        return ProgramOutcome("", False, answer["error"] or "the program's answer cannot be read")
+    return ProgramOutcome(stdout, cut, answer["error"])

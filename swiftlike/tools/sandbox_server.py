@@ -1,4 +1,4 @@
-"""The sandbox server: one long-lived process per caller that forks an isolated child for each tool call.
+"""The sandbox server: one long-lived process per caller that forks an isolated child for each call (a tool, a program).
 
 Started by `sandbox.py` with `python -I` and an environment of PATH and LANG only, it imports no more than
 `swiftlike.tools` (plus the plugin files that define the tools it is asked for), so forking it costs a few
@@ -6,7 +6,8 @@ milliseconds where starting an interpreter would cost a hundred, and a forked to
 trainer: not its memory, its environment, its open files or its threads. On start it probes which isolation
 this machine allows (`isolation.probe_order`) and writes that as its first line.
 
-Protocol, one JSON object per line: requests on stdin `{"id", "tool", "arguments", "limits", "source"}`,
+Protocol, one JSON object per line: requests on stdin `{"id", "tool", "arguments", "limits", "source"}`, or
+`{"id", "tool", "program", "limits"}` for a Python program (`program.py`; "tool" then only names it in errors),
 answers on stdout `{"id", "text", "error"}`, in the order calls finish. Calls run at once; the event loop
 (selectors over each call's pipes and a pidfd for its outer process) never blocks on a tool. What a child
 writes is read as untrusted: bounded in size, parsed, checked, cut again. The server ends when its stdin
@@ -29,6 +30,7 @@ from pathlib import Path
 from .builtin import TOOL_REGISTRY
 from .errors import ToolResultNotText
 from .isolation import Isolation, enter_inner, enter_outer, interpreter_exposures, private_workdir, probe_order
+from .program import run_program
 
 PROBE_TIMEOUT_S = 10.0
 _READ_CHUNK = 1 << 16
@@ -63,6 +65,8 @@ def _answer_error(text: str) -> str | None:
 def _run_tool(request: dict) -> dict:
     """In the isolated child: the tool's answer, or why there is none, as `{"text", "error"}`."""
     name, limits = request["tool"], request["limits"]
+    if "program" in request:
+        return run_program(request["program"], limits["max_output_chars"])
     try:
         text = TOOL_REGISTRY[name](request["arguments"])
         return {"text": cut(text, limits["max_output_chars"]), "error": _answer_error(text)}
@@ -299,19 +303,25 @@ class _Server:
         return True
 
     def _begin(self, request: dict) -> None:
-        try:
-            _import_source(request["source"], self.imported)
-        except BaseException as failed:  # noqa: BLE001 - a plugin that imported in the caller but not here
-            error = f"the sandbox could not import {request['source'][1]} for {request['tool']}: {failed}"
-            return self._answer(request, {"text": _error_text(error), "error": error})
-        if request["tool"] not in TOOL_REGISTRY:
-            where = f"{request['source'][1]} did not register it" if request["source"] else "it is not a built-in"
-            error = f"the sandbox has no tool {request['tool']!r}: {where}"
+        error = None if "program" in request else self._tool_missing(request)
+        if error is not None:
             return self._answer(request, {"text": _error_text(error), "error": error})
         call = _start(request, self.isolation)
         self.calls[call.pidfd] = call
         for fd in (call.pidfd, call.result_fd, call.status_fd):
             self.selector.register(fd, selectors.EVENT_READ, call)
+
+    def _tool_missing(self, request: dict) -> str | None:
+        """Why the tool a request names cannot run here (its plugin file does not import, or does not register
+        it), None when it can."""
+        try:
+            _import_source(request["source"], self.imported)
+        except BaseException as failed:  # noqa: BLE001 - a plugin that imported in the caller but not here
+            return f"the sandbox could not import {request['source'][1]} for {request['tool']}: {failed}"
+        if request["tool"] not in TOOL_REGISTRY:
+            where = f"{request['source'][1]} did not register it" if request["source"] else "it is not a built-in"
+            return f"the sandbox has no tool {request['tool']!r}: {where}"
+        return None
 
     def _progress(self, call: _Call, exited: bool) -> None:
         if self.calls.get(call.pidfd) is not call:  # finished earlier in this round of events

@@ -1,5 +1,7 @@
-"""Inference engines behind one interface, built by one factory (factory.py)."""
+"""Inference engines behind one interface, built by one factory (factory.py); sequence classifiers (reward models)
+behind another (classifier.py), built by the same factory."""
 from .base import InferEngine
-from .factory import EngineSpec, build_engine
+from .classifier import Classifier
+from .factory import EngineSpec, build_classifier, build_engine
 
-__all__ = ["EngineSpec", "InferEngine", "build_engine"]
+__all__ = ["Classifier", "EngineSpec", "InferEngine", "build_classifier", "build_engine"]

@@ -1,5 +1,6 @@
 """The one engine factory: infer, deploy, eval, the app, the rollout server and the RL rollout worker all
-build their engines here, from an `EngineSpec` their arguments produce (`args.engine_spec()`).
+build their engines here, from an `EngineSpec` their arguments produce (`args.engine_spec()`); a sequence
+classifier (`deploy --task_type seq_cls`, GRPO's `--reward_model`) is built here too, by `build_classifier`.
 
 The spec lives at the engine layer so that engines never import arguments; the arguments layer, above it,
 translates flags into a spec.
@@ -9,15 +10,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ...model import ResolvedModel, load_tokenizer, resolve_model
+from ...model.seq_cls import SeqClsCheckpoint, is_seq_cls_adapter, is_seq_cls_model
 from ...template import Template, get_template
 from ...utils import get_logger, warn_once
 from ...utils.launch_env import keep_vllm_in_process
 from ..protocol import DEFAULT_MAX_LOGPROBS
 from .base import InferEngine
+from .classifier import Classifier
 
 logger = get_logger("swiftlike.infer")
 
 BACKENDS = ("pt", "vllm", "sglang", "lmdeploy", "openai")  # openai: a running OpenAI-compatible server
+CLASSIFIER_BACKENDS = ("pt", "vllm")
 GPU_ONLY_BACKENDS = ("sglang", "lmdeploy")
 SERVING_AGENT_TEMPLATE = "hermes"  # for requests with tools on a template that has no agent template of its own
 
@@ -70,6 +74,10 @@ def build_engine(spec: EngineSpec, *, resolved: ResolvedModel | None = None, tem
         return OpenAIEngine(spec.options, spec.model)
     if resolved is None:
         resolved = resolve_model(spec.model, spec.model_type, spec.use_hf, spec.model_revision)
+    if is_seq_cls_model(resolved.model_dir):
+        raise ValueError(f"{spec.model} is a sequence-classification (reward) model, which does not generate text; "
+                         "serve it with `swiftlike deploy --task_type seq_cls` or score with it through GRPO's "
+                         "--reward_model")
     if template is None:
         name, tokenizer = spec.template or resolved.meta.template, load_tokenizer(resolved)
         template = get_template(name, tokenizer, spec.system, spec.agent_template)
@@ -101,3 +109,42 @@ def build_engine(spec: EngineSpec, *, resolved: ResolvedModel | None = None, tem
     from .lmdeploy_engine import LmdeployEngine, LmdeployOptions
     return LmdeployEngine(resolved, template, options=spec.options or LmdeployOptions(torch_dtype=spec.torch_dtype),
                           adapters=spec.adapters)
+
+
+def build_classifier(spec: EngineSpec) -> Classifier:
+    """The sequence classifier (reward model) `spec` describes: `spec.model` a `...ForSequenceClassification`
+    checkpoint, or the base of the one LoRA checkpoint of `rlhf --rlhf_type rm` in `spec.adapters`, merged into it.
+    Rendered with the tokenizer's chat template unless `spec.template` names one of ours (and with ours when the
+    tokenizer has none); `spec.system` is a default system message."""
+    if spec.backend not in CLASSIFIER_BACKENDS:
+        raise ValueError(f"a sequence-classification model is served by the {' and '.join(CLASSIFIER_BACKENDS)} "
+                         f"backends, not {spec.backend}")
+    if len(spec.adapters) > 1:
+        raise ValueError(f"a sequence-classification model takes one LoRA reward-model checkpoint, merged into its "
+                         f"base; got {len(spec.adapters)} adapters")
+    adapter = next(iter(spec.adapters.values()), None)
+    if adapter is not None and not is_seq_cls_adapter(adapter):
+        raise ValueError(f"{adapter} is not the LoRA checkpoint of a classifier (its adapter_config.json task_type "
+                         "is not SEQ_CLS, as `swiftlike rlhf --rlhf_type rm` writes it)")
+    checkpoint = SeqClsCheckpoint(spec.model, spec.model_type, adapter)
+    resolved = resolve_model(spec.model, spec.model_type, spec.use_hf, spec.model_revision)
+    if adapter is None and not is_seq_cls_model(resolved.model_dir):
+        raise ValueError(f"{spec.model} has no sequence-classification head (its config.json names no "
+                         "...ForSequenceClassification architecture), so its scores would come from a random head; "
+                         "give a reward model (`swiftlike rlhf --rlhf_type rm` output, or any HF classifier)")
+    tokenizer = load_tokenizer(resolved)
+    template = None
+    if spec.template is not None or not tokenizer.chat_template:
+        template = get_template(spec.template or resolved.meta.template, tokenizer, spec.system)
+    system = spec.system if template is None else None
+    logger.info("classifier %s (%s, template %s) on the %s backend", checkpoint.adapter or resolved.model_id,
+                resolved.source, template.meta.name if template else "the tokenizer's", spec.backend)
+    if spec.backend == "pt":
+        from .classifier import PtClassifier
+        return PtClassifier(checkpoint, resolved, tokenizer, template, spec.torch_dtype,
+                            max_batch_size=spec.max_batch_size, system=system)
+    from .vllm_classifier import VllmClassifier
+    from .vllm_engine import VllmOptions
+    keep_vllm_in_process()
+    return VllmClassifier(checkpoint, resolved, tokenizer, template,
+                          spec.options or VllmOptions(torch_dtype=spec.torch_dtype), system)

@@ -209,15 +209,25 @@ class GrpoOptions:
 
 @dataclass(frozen=True)
 class RewardOptions:
-    """GRPO's rewards: functions, reward models, their weights and the parameters of the built-in functions."""
+    """GRPO's rewards: functions, reward models (in-process or served), their weights and the parameters of the
+    built-in functions."""
 
     reward_funcs: list[str] = arg([], "Reward functions by name: accuracy, format, format_hash, cosine, repetition, "
-                                  "soft_overlong, or names registered in --external_plugins.", only=GRPO)
+                                  "soft_overlong, code_exec, or names registered in --external_plugins.", only=GRPO)
     reward_weights: list[float] | None = arg(None, "One weight per reward: the --reward_funcs entries, then the "
-                                             "--reward_model entries (ms-swift's order); default 1.0 each.",
-                                             only=GRPO)
+                                             "--reward_model entries (ms-swift's order), then the "
+                                             "--reward_model_server entries; default 1.0 each.", only=GRPO)
     reward_model: list[str] = arg([], "Sequence-classification reward models (local dir or model id, resolved like "
                                   "--model); each scores prompt + completion and adds one reward column.", only=GRPO)
+    reward_model_server: list[str] = arg([], "URL(s) of served reward models (`swiftlike deploy --model RM`, or vLLM's "
+                                         "server for a classification model): each scores prompt + completion "
+                                         "through POST /classify and adds one reward column, named after the served "
+                                         "model.", only=GRPO)
+    reward_model_server_timeout: float = arg(60.0, "Seconds the trainer keeps retrying a reward model server that "
+                                             "does not answer (connection refused, 502-504, a read timeout) before "
+                                             "the run stops with an error naming it.")
+    reward_model_server_api_key: str | None = arg(None, "The reward model servers' --api_key, sent as a Bearer "
+                                                  "token.", only=GRPO)
     cosine_min_len_value_wrong: float = arg(-0.5, "cosine reward: value for a wrong answer of length 0.")
     cosine_max_len_value_wrong: float = arg(0.0, "cosine reward: value for a wrong answer at --cosine_max_len.")
     cosine_min_len_value_correct: float = arg(1.0, "cosine reward: value for a right answer of length 0.")
@@ -232,24 +242,46 @@ class RewardOptions:
     distill: bool = False  # a --teacher_model gives the signal: rewards may be left out (pure OPD-RL distillation)
 
     def __post_init__(self) -> None:
-        if not self.reward_funcs and not self.reward_model and not self.env_reward and not self.distill:
+        if not self.given and not self.env_reward and not self.distill:
             raise ValueError("--reward_funcs is required for grpo, e.g. --reward_funcs accuracy format "
-                             "(or a --reward_model, an environment's reward with --use_gym_env, or a --teacher_model "
-                             "for on-policy distillation)")
-        n_rewards = len(self.reward_funcs) + len(self.reward_model)
-        allowed = (n_rewards, n_rewards + 1) if self.env_reward else (n_rewards,)
+                             "(or a --reward_model / --reward_model_server, an environment's reward with "
+                             "--use_gym_env, or a --teacher_model for on-policy distillation)")
+        bad = [url for url in self.reward_model_server if not url.startswith(("http://", "https://"))]
+        if bad:
+            raise ValueError(f"--reward_model_server must be http(s) URLs, got {bad}")
+        if len(set(self.reward_model_server)) != len(self.reward_model_server):
+            raise ValueError(f"--reward_model_server lists a URL twice ({self.reward_model_server}); each one is a "
+                             "reward column")
+        if self.reward_model_server_api_key and not self.reward_model_server:
+            raise ValueError("--reward_model_server_api_key is the key of --reward_model_server; this run has no "
+                             "served reward model")
+        if self.reward_model_server_timeout <= 0:
+            raise ValueError(f"--reward_model_server_timeout must be > 0 seconds, got "
+                             f"{self.reward_model_server_timeout}")
+        allowed = (self.count, self.count + 1) if self.env_reward else (self.count,)
         if self.reward_weights is not None and len(self.reward_weights) not in allowed:
             env = (" (+ 1 for the environment's reward, which is 1.0 when left out)" if self.env_reward else "")
             raise ValueError(f"got {len(self.reward_weights)} --reward_weights for {len(self.reward_funcs)} "
-                             f"--reward_funcs + {len(self.reward_model)} --reward_model{env}; give one weight per "
-                             "reward, functions first")
+                             f"--reward_funcs + {len(self.reward_model)} --reward_model + "
+                             f"{len(self.reward_model_server)} --reward_model_server{env}; give one weight per "
+                             "reward in that order")
+
+    @property
+    def count(self) -> int:
+        """Reward columns the flags give: functions, in-process reward models, served reward models."""
+        return len(self.reward_funcs) + len(self.reward_model) + len(self.reward_model_server)
+
+    @property
+    def given(self) -> bool:
+        """Any reward from the flags (not counting an environment's)."""
+        return self.count > 0
 
     def weights(self) -> list[float] | None:
-        """One weight per reward column in order (functions, reward models, then `env`); None: 1.0 each."""
+        """One weight per reward column in order (functions, reward models, served reward models, then `env`);
+        None: 1.0 each."""
         if self.reward_weights is None or not self.env_reward:
             return self.reward_weights
-        n_rewards = len(self.reward_funcs) + len(self.reward_model)
-        return list(self.reward_weights) + [1.0] * (n_rewards + 1 - len(self.reward_weights))
+        return list(self.reward_weights) + [1.0] * (self.count + 1 - len(self.reward_weights))
 
     def function_params(self, max_completion_length: int) -> dict:
         """The values `build_reward_funcs` hands to parameterised reward functions."""

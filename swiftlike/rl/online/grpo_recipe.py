@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from ...arguments.rlhf_args import RlhfArguments
 from ...model import default_device
-from ..core.options import MultiTurnOptions, TeacherOptions
+from ..core.options import MultiTurnOptions, RewardOptions, TeacherOptions
 from ...train.data import EncodeStats, ListDataset
 from ...train.run import TrainResult, checkpoint_args_writer, load_train_val_rows, prepare_run
 from ...utils import get_logger
@@ -42,7 +42,6 @@ def train_grpo(args: RlhfArguments) -> TrainResult:
     from .teacher import ServedTeacher, TeacherReplicas
     from .online_trainer import load_policy, release_policy
     from ..rewards.plugins import load_external_plugins
-    from ..rewards.reward_model import load_reward_models
     from ..rewards.functions import ENV_REWARD, build_reward_funcs, environment_return
     from .rollout_worker import RolloutWorker
 
@@ -55,9 +54,10 @@ def train_grpo(args: RlhfArguments) -> TrainResult:
     # a bad name stops the run before any model loads
     scheduler = build_multi_turn_scheduler(multi_turn, template, rollout.server_mode)
     reward_funcs = build_reward_funcs(reward.reward_funcs, **reward.function_params(sampling.max_completion_length))
-    for name, reward_model in load_reward_models(reward.reward_model, args.use_hf, args.torch_dtype).items():
+    for name, reward_model in build_reward_models(reward, args.use_hf, args.torch_dtype).items():
         if name in reward_funcs:
-            raise ValueError(f"--reward_model {name!r} has the name of a --reward_funcs entry; rename its directory")
+            raise ValueError(f"{reward_model.origin} is named {name!r}, the name of a --reward_funcs entry; rename "
+                             "its directory (or --served_model_name)")
         reward_funcs[name] = reward_model  # after the functions: --reward_weights lists them in this order
     if reward.env_reward:
         if ENV_REWARD in reward_funcs:
@@ -104,6 +104,36 @@ def train_grpo(args: RlhfArguments) -> TrainResult:
             teacher.close()
         release_policy(model)
     return run.result(trainer, EncodeStats(rows=len(rows), kept=len(rows)))
+
+
+def build_reward_models(reward: RewardOptions, use_hf: bool, torch_dtype: str) -> dict:
+    """{column: RewardModel}: the --reward_model entries (in this process, on the pt backend), then the
+    --reward_model_server URLs (each reached, and checked to serve a one-label classifier, here, before the policy
+    loads), in --reward_weights' order. Two with one name are refused: each is a column."""
+    from ...infer.engine import EngineSpec, build_classifier
+    from ...infer.engine.classify_client import ClassifyClient
+    from ...model.seq_cls import SeqClsCheckpoint
+    from ..rewards.reward_model import RewardModel
+    models: dict = {}
+
+    def add(classifier, origin: str) -> None:
+        reward_model = RewardModel(classifier, origin)
+        if reward_model.name in models:
+            raise ValueError(f"{origin} and {models[reward_model.name].origin} are both named {reward_model.name!r}; "
+                             "each reward model is a column named after its model, so rename one (its directory, "
+                             "or the server's --served_model_name)")
+        models[reward_model.name] = reward_model
+
+    for name in reward.reward_model:
+        checkpoint = SeqClsCheckpoint.of(name)
+        adapters = {checkpoint.name: checkpoint.adapter} if checkpoint.adapter else {}
+        add(build_classifier(EngineSpec("pt", model=checkpoint.model, model_type=checkpoint.model_type,
+                                        use_hf=use_hf, torch_dtype=torch_dtype, adapters=adapters)),
+            f"--reward_model {name}")
+    for url in reward.reward_model_server:
+        add(ClassifyClient(url, reward.reward_model_server_timeout, reward.reward_model_server_api_key),
+            f"--reward_model_server {url}")
+    return models
 
 
 def build_opd_teacher(teacher: TeacherOptions, args: RlhfArguments, resolved, tokenizer, model):

@@ -28,6 +28,9 @@ Built-ins, by their `--reward_funcs` name:
 - cosine:        correctness scaled by completion length on a cosine curve (arXiv:2502.03373).
 - repetition:    n-gram repetition penalty in [repetition_max_penalty, 0] (arXiv:2502.03373).
 - soft_overlong: DAPO's soft overlong punishment (arXiv:2503.14476).
+- code_exec:     the share of the row's test cases (`test_cases` or ms-swift's `verification_info`) that the
+                 completion's Python code passes, run in the tool sandbox; in code_exec.py, registered when the
+                 package is imported.
 
 Parameterised built-ins are classes; `build_reward_funcs(names, **params)` instantiates them with the
 matching `--cosine_*`, `--repetition_*`, `--soft_*` and `--max_completion_length` values. Plain
@@ -64,7 +67,7 @@ DEFAULT_MAX_COMPLETION_LENGTH = 512
 def _origin(func: Any) -> str:
     """Where a registered reward came from, for the duplicate-name message."""
     target = func if inspect.isclass(func) or inspect.isfunction(func) else type(func)
-    if getattr(target, "__module__", None) == __name__:
+    if str(getattr(target, "__module__", "")).startswith(f"{__package__}."):  # functions.py or code_exec.py
         return "built-in"
     try:
         return inspect.getsourcefile(target) or target.__module__

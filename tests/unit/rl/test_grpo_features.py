@@ -191,27 +191,15 @@ def test_memory_options_are_reported_no_ops_without_cuda_or_vllm():
 # ---------------------------------------------------------------- reward model
 
 
-@pytest.fixture(scope="module")
-def tiny_reward_model(tmp_path_factory):
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
-    from swiftlike.model import resolve_model
-    src = resolve_model(TINY).model_dir
-    out = tmp_path_factory.mktemp("rm") / "tiny_rm"
-    torch.manual_seed(0)
-    AutoModelForSequenceClassification.from_pretrained(src, num_labels=1, dtype=torch.float32).save_pretrained(out)
-    AutoTokenizer.from_pretrained(src).save_pretrained(out)
-    return out
-
-
 def test_reward_model_scores_are_its_logits(tiny_reward_model):
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    from swiftlike.model import resolve_model
-    from swiftlike.rl.rewards.reward_model import RewardModel
+    from swiftlike.infer.engine import EngineSpec, build_classifier
     from swiftlike.rl.rewards.functions import combine_rewards
+    from swiftlike.rl.rewards.reward_model import RewardModel
 
-    rm = RewardModel(resolve_model(str(tiny_reward_model)), "float32", "cpu")
+    rm = RewardModel(build_classifier(EngineSpec("pt", model=str(tiny_reward_model), torch_dtype="float32")),
+                     "--reward_model")
     assert rm.name == "tiny_rm"
     prompts = [[{"role": "user", "content": "What is 2 + 2?"}]] * 2 + [[{"role": "user", "content": "Hi"}]]
     completions = ["#### 4", "I think the answer is four, #### 4", "Hello!"]
@@ -238,6 +226,31 @@ def test_reward_model_arguments_count_in_reward_weights(tiny_reward_model):
     grpo_args(reward_funcs=[], reward_model=[str(tiny_reward_model)])  # a reward model alone is enough
     with pytest.raises(ValueError, match="1 --reward_model"):
         grpo_args(reward_model=[str(tiny_reward_model)], reward_weights=[1.0])
+
+
+def test_reward_weights_order_functions_then_reward_models_then_servers(tiny_reward_model):
+    server = "http://127.0.0.1:9"
+    reward = grpo_args(reward_model=[str(tiny_reward_model)], reward_model_server=[server],
+                       reward_weights=[1.0, 0.5, 2.0]).reward_options()
+    assert reward.count == 3 and reward.weights() == [1.0, 0.5, 2.0]
+    with pytest.raises(ValueError, match=r"got 2 --reward_weights for 1 --reward_funcs \+ 1 --reward_model \+ 1 "
+                                         r"--reward_model_server; give one weight per reward in that order"):
+        grpo_args(reward_model=[str(tiny_reward_model)], reward_model_server=[server], reward_weights=[1.0, 0.5])
+    assert grpo_args(reward_funcs=[], reward_model_server=[server]).reward_options().weights() is None  # alone is enough
+    for bad, message in (({"reward_model_server": ["127.0.0.1:8000"]}, "must be http"),
+                         ({"reward_model_server": [server, server]}, "lists a URL twice"),
+                         ({"reward_model_server_api_key": "k"}, "this run has no served reward model"),
+                         ({"reward_model_server": [server], "reward_model_server_timeout": 0}, "must be > 0")):
+        with pytest.raises(ValueError, match=message):
+            grpo_args(**bad)
+    with pytest.raises(ValueError, match=r"^--reward_model_server: GRPO's rollout and reward arguments, not used by"):
+        RlhfArguments(rlhf_type="gkd", model=TINY, dataset=["d"], teacher_model=TINY, reward_model_server=[server])
+
+
+def test_a_checkpoint_without_a_classification_head_is_no_reward_model(tiny_resolved):
+    from swiftlike.infer.engine import EngineSpec, build_classifier
+    with pytest.raises(ValueError, match="has no sequence-classification head"):
+        build_classifier(EngineSpec("pt", model=TINY))
 
 
 # ---------------------------------------------------------------- curves

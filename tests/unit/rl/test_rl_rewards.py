@@ -243,7 +243,7 @@ def test_unknown_and_repeated_names():
         build_reward_funcs(["accuracy", "nope"])
     msg = str(e.value)
     assert "unknown --reward_funcs 'nope'" in msg
-    assert "accuracy, cosine, format, format_hash, repetition, soft_overlong" in msg
+    assert "accuracy, code_exec, cosine, format, format_hash, repetition, soft_overlong" in msg
     assert "--external_plugins" in msg
     with pytest.raises(ValueError, match="names 'format' twice"):
         build_reward_funcs(["format", "format"])

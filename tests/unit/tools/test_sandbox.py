@@ -1,7 +1,7 @@
 """Tools run on model-written arguments in the sandbox: each attack a tool can make (through a real plugin
 file, loaded as --external_plugins loads it) is contained, leaves nothing running, and the next call works.
 
-Every wait is bounded: a call by its ToolLimits (the sandbox's own deadline), leftovers by `_settled`.
+Every wait is bounded: a call by its ToolLimits (the sandbox's own deadline), leftovers by `settled`.
 """
 import json
 import os
@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from paths import REPO
+from sandbox_checks import nobody_processes, settled
 
 from swiftlike.rl.rewards.plugins import load_external_plugin
 from swiftlike.tools import TOOL_REGISTRY, call_tool, register_tool
@@ -147,31 +148,10 @@ def answer(outcome: ToolOutcome):
     return json.loads(outcome.text)
 
 
-def nobody_processes() -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            if entry.name.isdigit() and entry.stat().st_uid == NOBODY:
-                found.append(int(entry.name))
-        except FileNotFoundError:
-            pass
-    return found
-
-
-def _settled(check, within_s=3.0):
-    """Whether `check()` holds within `within_s` (the kernel reaps a dead namespace's processes promptly)."""
-    deadline = time.monotonic() + within_s
-    while not check():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
-
-
 def assert_contained():
     """Nothing the tool started is left, and the sandbox still answers."""
     if os.geteuid() == 0:
-        assert _settled(lambda: not nobody_processes()), nobody_processes()
+        assert settled(lambda: not nobody_processes()), nobody_processes()
     assert answer(run_tool_isolated("calculator", {"expression": "6 * 7"})) == {"result": 42}
 
 
@@ -414,7 +394,7 @@ def test_what_holds_where_the_sandbox_gets_less(plugin):
             assert json.loads(who["text"])["uid"] == NOBODY
             assert (json.loads(who["text"])["pid"] == 1) == ("processes" not in weak), (setting, who)
             assert set(json.loads(environment["text"])) == ENVIRONMENT, setting
-        assert _settled(lambda: not nobody_processes()), nobody_processes()
+        assert settled(lambda: not nobody_processes()), nobody_processes()
     finally:
         for process in running.values():
             process.kill()
