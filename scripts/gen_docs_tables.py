@@ -13,6 +13,7 @@ Each table lives between a pair of markers in its page and is replaced whole:
     docs/rollout.md    <!-- args-rollout-server:start --> ... (RolloutServerArguments + LogprobLimitArguments +
                        MultiTurnServerArguments + VllmArguments)
     docs/app.md        <!-- args-app:start --> ... (AppArguments' own fields + SamplingArguments)
+    docs/rewards.md    <!-- args-rewards:start --> ... (RewardArguments: GRPO's reward flags)
 
     .venv/bin/python scripts/gen_docs_tables.py          # rewrite the tables
     .venv/bin/python scripts/gen_docs_tables.py --check  # exit 1 if a table is out of date
@@ -29,7 +30,7 @@ from swiftlike.arguments.app_args import AppArguments
 from swiftlike.arguments.infer_args import LogprobLimitArguments, SamplingArguments, VllmArguments
 from swiftlike.arguments.megatron_args import MegatronArguments
 from swiftlike.arguments.rlhf_args import (GkdArguments, MultiTurnArguments, PreferenceArguments, RayArguments,
-                                           RolloutPlacementArguments, TeacherArguments)
+                                           RewardArguments, RolloutPlacementArguments, TeacherArguments)
 from swiftlike.arguments.rollout_args import MultiTurnServerArguments, RolloutServerArguments
 
 from swiftlike.dataset import DATASET_REGISTRY
@@ -157,6 +158,7 @@ TABLES = {
                                                               MultiTurnServerArguments, VllmArguments))],
     "app.md": [("args-app", lambda: args_table(AppArguments, SamplingArguments))],
     "ray.md": [("args-ray", lambda: args_table(RayArguments))],
+    "rewards.md": [("args-rewards", lambda: args_table(RewardArguments))],
     "megatron.md": [("args-megatron", lambda: args_table(MegatronArguments))],
 }
 

@@ -12,14 +12,16 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 import torch
-from servers import ENV, free_port, start
+from servers import ENV, DyingProxy, free_port, start
 
 from swiftlike.infer.engine import EngineSpec, build_classifier
-from swiftlike.infer.engine.classify_client import ClassifyClient, ClassifyServerError
+from swiftlike.infer.engine.classify_client import ClassifyClient
 from swiftlike.rl.core.options import RewardOptions
 from swiftlike.rl.online.grpo_recipe import build_reward_models
+from swiftlike.rl.rewards.functions import FAILED
 from swiftlike.rl.rewards.reward_model import RewardModel
 from swiftlike.train.outputs import read_log
+from swiftlike.utils.service_client import ServerError, ServerUnavailable
 
 TINY = "tiny-random/qwen2_5"
 KEY = "rm-key"
@@ -156,12 +158,34 @@ def test_reward_models_are_columns_in_flag_order_and_a_lora_rm_checkpoint_serves
 def test_an_unreachable_reward_server_stops_the_run_naming_it(pt_server):
     url = f"http://127.0.0.1:{free_port()}"
     started = time.monotonic()
-    with pytest.raises(ClassifyServerError, match=rf"{url} is not answering GET /v1/models \(ConnectionError.*gave "
-                                                  r"up after 1 s \(--reward_model_server_timeout\)"):
-        build_reward_models(RewardOptions(reward_model_server=[url], reward_model_server_timeout=1.0), False, "auto")
+    with pytest.raises(ServerUnavailable, match=rf"{url} is not answering GET /v1/models \(ConnectionError.*gave "
+                                                r"up after 1\.\d s \(--reward_server_timeout 1\)"):
+        build_reward_models(RewardOptions(reward_model_server=[url], reward_server_timeout=1.0), False, "auto")
     assert time.monotonic() - started < 10
-    with pytest.raises(ClassifyServerError, match=rf"{pt_server} refused GET /v1/models \(HTTP 401\)"):
+    with pytest.raises(ServerError, match=rf"{pt_server} refused GET /v1/models \(HTTP 401\)"):
         ClassifyClient(pt_server, 5, api_key="wrong")
+
+
+@pytest.mark.parametrize("on_error", ["stop", "skip"])
+def test_a_reward_model_server_that_dies_mid_run_stops_the_run_or_under_skip_fails_the_batch(pt_server, on_error):
+    """The server answers the probe at start, then dies at the batch's first /classify: the call is retried until
+    --reward_server_timeout, then raises naming the server and the call, or under skip scores the batch FAILED (the
+    trainer drops its groups: tests/e2e/test_llm_judge.py runs that through GRPO)."""
+    proxy = DyingProxy(pt_server, die_at=2)
+    try:
+        reward_model = RewardModel(ClassifyClient(proxy.url, 1.0, KEY), f"--reward_model_server {proxy.url}",
+                                   on_error)
+        completions, prompts = [c[-1]["content"] for c in CONVERSATIONS[:4]], [c[:-1] for c in CONVERSATIONS[:4]]
+        started = time.monotonic()
+        if on_error == "stop":
+            with pytest.raises(ServerUnavailable, match=rf"{proxy.url} is not answering POST /classify \(.*gave up "
+                                                        r"after 1\.\d s \(--reward_server_timeout 1\)"):
+                reward_model(completions, prompts=prompts)
+        else:
+            assert reward_model(completions, prompts=prompts) == [FAILED] * 4
+        assert time.monotonic() - started < 5
+    finally:
+        proxy.close()
 
 
 def test_grpo_logs_the_served_reward_model_scores(pt_server, in_process, tmp_path):

@@ -28,3 +28,54 @@ def start(argv: list[str], port: int, log_path, timeout: float = 300) -> subproc
         time.sleep(1)
     proc.kill()
     raise TimeoutError(f"{argv[0]} did not answer /health within {timeout:.0f} s")
+
+
+class DyingProxy:
+    """A reverse proxy in this process in front of a real server (`upstream`) that dies mid-run: from its
+    `die_at`-th POST on it drops every connection unanswered and closes its port, so later calls are refused, as
+    when the server's process is killed. `died_at` is the time.monotonic() of its death."""
+
+    def __init__(self, upstream: str, die_at: int):
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+        proxy = self
+        self.upstream, self.die_at, self.posts, self.died_at = upstream, die_at, 0, None
+        self.lock = threading.Lock()
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def forward(self, method: str) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if method == "POST":
+                    with proxy.lock:
+                        proxy.posts += 1
+                        if proxy.posts >= proxy.die_at and proxy.died_at is None:
+                            proxy.died_at = time.monotonic()
+                            threading.Thread(target=proxy.close, daemon=True).start()
+                if proxy.died_at is not None:
+                    self.close_connection = True  # no answer: the connection just ends
+                    return
+                headers = {k: v for k, v in self.headers.items() if k.lower() in ("authorization", "content-type")}
+                answer = httpx.request(method, proxy.upstream + self.path, content=body, headers=headers, timeout=120)
+                self.send_response(answer.status_code)
+                self.send_header("Content-Type", answer.headers.get("content-type", "application/json"))
+                self.send_header("Content-Length", str(len(answer.content)))
+                self.end_headers()
+                self.wfile.write(answer.content)
+
+            def do_GET(self):
+                self.forward("GET")
+
+            def do_POST(self):
+                self.forward("POST")
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_port}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()

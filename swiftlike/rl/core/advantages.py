@@ -3,9 +3,15 @@
 Rewards arrive flat, shape (num_prompts * num_generations,), with the completions of one prompt
 contiguous: that is the order the repeat sampler (TRL's `RepeatSampler`, ms-swift's the same)
 hands them out, so a `view(-1, num_generations)` recovers the groups.
+
+A completion may have no valid reward (`valid` False: a judge reply without a score, or a group dropped because a
+reward server failed). Such a reward is not a 0: it is left out of its group's mean and std and of the batch
+statistics, and the completion gets advantage 0, so it gives no policy-gradient signal. A group with one valid
+reward has nothing to compare it with (advantage 0 too); a group with none is all zeros, never NaN.
 """
 from __future__ import annotations
 
+import math
 from typing import Literal, get_args
 
 import torch
@@ -62,17 +68,27 @@ def _grouped(rewards: torch.Tensor, num_generations: int) -> torch.Tensor:
     return rewards.view(-1, num_generations)
 
 
-def _std(x: torch.Tensor, dim: int | None = None) -> torch.Tensor:
-    """Bessel-corrected std that is 0, not NaN, for a single element (a group of one, a batch of one)."""
-    n = x.numel() if dim is None else x.shape[dim]
-    if n > 1:
-        return x.std() if dim is None else x.std(dim=dim)
-    return torch.zeros((), dtype=x.dtype) if dim is None else torch.zeros(x.shape[:dim] + x.shape[dim + 1:],
-                                                                          dtype=x.dtype)
+def _valid_mask(valid: torch.Tensor | None, grouped: torch.Tensor) -> torch.Tensor:
+    """`valid` in the groups' shape (all True when None)."""
+    if valid is None:
+        return torch.ones_like(grouped, dtype=torch.bool)
+    if valid.shape != (grouped.numel(),):
+        raise ValueError(f"valid must hold one flag per reward ({grouped.numel()}), got shape {tuple(valid.shape)}")
+    return valid.bool().view_as(grouped)
 
 
-def gdpo_advantages(per_func_rewards: torch.Tensor, reward_weights: torch.Tensor,
-                    num_generations: int) -> torch.Tensor:
+def _masked_mean_std(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean and Bessel-corrected std of the entries of `x` where `mask` is set, over `dim` (None: all of them).
+    0, not NaN, where fewer than two entries are set (a group of one, a group whose rewards are all missing)."""
+    count = mask.sum() if dim is None else mask.sum(dim=dim, keepdim=True)
+    mean = torch.where(mask, x, 0.0).sum(dim=dim, keepdim=dim is not None) / count.clamp(min=1)
+    square = torch.where(mask, (x - mean) ** 2, 0.0).sum(dim=dim, keepdim=dim is not None)
+    std = torch.sqrt(square / (count - 1).clamp(min=1))
+    return (mean, std) if dim is None else (mean.squeeze(dim), std.squeeze(dim))
+
+
+def gdpo_advantages(per_func_rewards: torch.Tensor, reward_weights: torch.Tensor, num_generations: int,
+                    valid: torch.Tensor | None = None) -> torch.Tensor:
     """GDPO (`--scale_rewards gdpo`): each reward function is z-scored within its group first, then the
     weighted sum is z-scored over the batch.
 
@@ -80,26 +96,27 @@ def gdpo_advantages(per_func_rewards: torch.Tensor, reward_weights: torch.Tensor
     accuracy next to a 0-0.2 format reward drowns it. Normalising each function in its group gives each the
     weight the user set. A NaN reward (the function does not apply to that row) counts as 0 after its
     group's z-score, as does every value of a group whose rewards for that function are all NaN or all equal.
+    A row without a valid reward (`valid` False) is left out of every statistic and gets 0.
     `per_func_rewards` is (N, num_funcs), `reward_weights` (num_funcs,)."""
     if per_func_rewards.dim() != 2 or per_func_rewards.shape[1] != reward_weights.numel():
         raise ValueError(f"per_func_rewards must be (N, {reward_weights.numel()}), got "
                          f"{tuple(per_func_rewards.shape)}")
+    rows = torch.ones(per_func_rewards.shape[0], dtype=torch.bool) if valid is None else valid.bool()
     summed = torch.zeros(per_func_rewards.shape[0], dtype=torch.float32)
     for i in range(per_func_rewards.shape[1]):
         grouped = _grouped(per_func_rewards[:, i].float(), num_generations)
-        present = ~grouped.isnan()
-        count = present.sum(dim=1, keepdim=True)
-        mean = torch.where(present, grouped, 0.0).sum(dim=1, keepdim=True) / count.clamp(min=1)
-        square = torch.where(present, (grouped - mean) ** 2, 0.0).sum(dim=1, keepdim=True)
-        std = torch.sqrt(square / (count - 1).clamp(min=1))
-        z = torch.nan_to_num((grouped - mean) / (std + GDPO_EPS), nan=0.0)
+        present = ~grouped.isnan() & rows.view_as(grouped)
+        mean, std = _masked_mean_std(grouped, present, dim=1)
+        z = torch.where(present, (grouped - mean.unsqueeze(1)) / (std.unsqueeze(1) + GDPO_EPS), 0.0)
         summed += float(reward_weights[i]) * z.reshape(-1)
-    return (summed - summed.mean()) / (_std(summed) + GDPO_EPS)
+    mean, std = _masked_mean_std(summed, rows)
+    return torch.where(rows, (summed - mean) / (std + GDPO_EPS), 0.0)
 
 
 def group_advantages(rewards: torch.Tensor, num_generations: int, scale_rewards: ScaleRewards = "group",
                      estimator: AdvantageEstimator = "grpo", per_func_rewards: torch.Tensor | None = None,
-                     reward_weights: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                     reward_weights: torch.Tensor | None = None, valid: torch.Tensor | None = None
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
     """Advantage of each completion relative to the other completions of its prompt.
 
     No value model, so the baseline comes from the prompt's own group. `estimator`
@@ -122,37 +139,45 @@ def group_advantages(rewards: torch.Tensor, num_generations: int, scale_rewards:
 
     A group of one completion has std 0 here rather than NaN, as TRL does for eval with one generation.
 
-    Returns `(advantages, group_std)`: advantages shaped like `rewards`, and the per-group std of `rewards`
-    (num_prompts,) whatever the settings, because it is what the trainer logs (`frac_reward_zero_std`) and what
-    dynamic sampling looks at.
+    `valid` (bool, shaped like `rewards`; default all True): which rewards exist. The others (any value, NaN
+    included) are left out of every mean and std above, so `mean`, `K` and the leave-one-out baseline count the
+    group's valid rewards only, and their advantage is 0.
+
+    Returns `(advantages, group_std)`: advantages shaped like `rewards`, and the per-group std of the valid
+    `rewards` (num_prompts,) whatever the settings, because it is what the trainer logs (`frac_reward_zero_std`)
+    and what dynamic sampling looks at.
     """
     if scale_rewards not in SCALE_REWARDS:
         raise ValueError(f"scale_rewards must be one of {SCALE_REWARDS}, got {scale_rewards!r}")
     if estimator not in ADVANTAGE_ESTIMATORS:
         raise ValueError(f"advantage_estimator must be one of {ADVANTAGE_ESTIMATORS}, got {estimator!r}")
     grouped = _grouped(rewards, num_generations)
-    flat = grouped.reshape(-1)
+    mask = _valid_mask(valid, grouped)
     k = num_generations
-    group_std = _std(grouped, dim=1)
-    centred = flat - grouped.mean(dim=1).repeat_interleave(k)
+    mean, group_std = _masked_mean_std(grouped, mask, dim=1)
+    # 0 off the mask; a group with one valid reward is already 0 when centred: it has nothing to compare with
+    centred = torch.where(mask, grouped - mean.unsqueeze(1), 0.0)
     if scale_rewards == "gdpo":
         if estimator != "grpo":
             raise ValueError("scale_rewards='gdpo' replaces the estimator's baseline; use advantage_estimator "
                              f"'grpo', not {estimator!r}")
         if per_func_rewards is None or reward_weights is None:
             raise ValueError("scale_rewards='gdpo' needs the per-function rewards and their weights")
-        return gdpo_advantages(per_func_rewards, reward_weights, k), group_std
-    # A group of one is already 0 when centred: it has no others to compare with.
-    advantages = centred * (k / (k - 1)) if estimator == "rloo" and k > 1 else centred
+        return gdpo_advantages(per_func_rewards, reward_weights, k, mask.reshape(-1)), group_std
+    if estimator == "rloo":  # K / (K - 1) with K the group's valid rewards
+        count = mask.sum(dim=1, keepdim=True)
+        centred = centred * count / (count - 1).clamp(min=1)
+    advantages = centred.reshape(-1)
     if scale_rewards == "group":
         advantages = advantages / (group_std.repeat_interleave(k) + STD_EPS)
     elif scale_rewards == "batch":
-        spread = centred if estimator == "reinforce_plus_plus" else flat
-        advantages = advantages / (_std(spread) + STD_EPS)
+        spread = (torch.where(mask, grouped - mean.unsqueeze(1), 0.0) if estimator == "reinforce_plus_plus"
+                  else grouped)
+        advantages = advantages / (_masked_mean_std(spread, mask)[1] + STD_EPS)
     return advantages, group_std
 
 
-def groups_with_signal(rewards: torch.Tensor, num_generations: int) -> torch.Tensor:
+def groups_with_signal(rewards: torch.Tensor, num_generations: int, valid: torch.Tensor | None = None) -> torch.Tensor:
     """Which groups carry a learning signal, for DAPO's dynamic sampling (`--dynamic_sample`).
 
     A group whose completions all got the same reward has zero advantage everywhere, so it adds
@@ -162,10 +187,22 @@ def groups_with_signal(rewards: torch.Tensor, num_generations: int) -> torch.Ten
     seven copies of 0.1 is not exactly 0.1, so `std()` of a constant group can come out as
     ~1e-8 and would wrongly count as "has signal".
 
+    Only valid rewards count (`valid`, as in `group_advantages`): a group whose valid rewards are all equal, or
+    that has fewer than two, has no signal.
+
     Returns a bool tensor (num_prompts,); a group of one completion never has signal.
     """
     grouped = _grouped(rewards, num_generations)
-    return grouped.amax(dim=1) > grouped.amin(dim=1)
+    mask = _valid_mask(valid, grouped)
+    top = torch.where(mask, grouped, -math.inf).amax(dim=1)
+    bottom = torch.where(mask, grouped, math.inf).amin(dim=1)
+    return top > bottom
+
+
+def whole_groups(rows: torch.Tensor, num_generations: int) -> torch.Tensor:
+    """Every row of each group in which any of `rows` is set: a reward that failed drops its whole group
+    (`--reward_on_error skip`), since the group's other rewards alone would give a baseline of a different group."""
+    return rows.bool().view(-1, num_generations).any(dim=1).repeat_interleave(num_generations)
 
 
 def select_groups(has_signal: torch.Tensor, needed: int) -> list[int]:

@@ -43,6 +43,8 @@ WEIGHT_SYNC_MODES = get_args(WeightSync)
 WeightTransport = Literal["auto", "http", "path", "nccl", "gloo"]
 VllmMode = Literal["colocate", "server"]
 TrainBackend = Literal["transformers", "megatron"]
+# What a reward server call that failed after --reward_server_timeout does to the run (rl/rewards/functions.py).
+RewardOnError = Literal["stop", "skip"]
 GRPO = ("grpo",)
 GKD = ("gkd",)
 ONLINE = ("grpo", "gkd")
@@ -213,7 +215,8 @@ class RewardOptions:
     built-in functions."""
 
     reward_funcs: list[str] = arg([], "Reward functions by name: accuracy, format, format_hash, cosine, repetition, "
-                                  "soft_overlong, code_exec, or names registered in --external_plugins.", only=GRPO)
+                                  "soft_overlong, code_exec, llm_judge (a served generative judge, "
+                                  "--judge_model_server), or names registered in --external_plugins.", only=GRPO)
     reward_weights: list[float] | None = arg(None, "One weight per reward: the --reward_funcs entries, then the "
                                              "--reward_model entries (ms-swift's order), then the "
                                              "--reward_model_server entries; default 1.0 each.", only=GRPO)
@@ -223,11 +226,34 @@ class RewardOptions:
                                          "server for a classification model): each scores prompt + completion "
                                          "through POST /classify and adds one reward column, named after the served "
                                          "model.", only=GRPO)
-    reward_model_server_timeout: float = arg(60.0, "Seconds the trainer keeps retrying a reward model server that "
-                                             "does not answer (connection refused, 502-504, a read timeout) before "
-                                             "the run stops with an error naming it.")
     reward_model_server_api_key: str | None = arg(None, "The reward model servers' --api_key, sent as a Bearer "
                                                   "token.", only=GRPO)
+    judge_model_server: list[str] = arg([], "URL(s) of the OpenAI-compatible chat server of the generative judges "
+                                        "(--reward_funcs llm_judge or a registered judge plugin): `swiftlike deploy`, "
+                                        "`vllm serve`, a hosted API; several URLs are replicas, the requests spread "
+                                        "over them.", only=GRPO)
+    judge_model: str | None = arg(None, "The judge's model name in its requests; default the first model the "
+                                  "server lists at GET /v1/models.", only=GRPO)
+    judge_model_server_api_key: str | None = arg(None, "The judge servers' API key, sent as a Bearer token.",
+                                                 only=GRPO)
+    judge_prompt_template: str | None = arg(None, "A text file: the judge's prompt for one completion, with "
+                                            "{prompt}, {completion}, {conversation} and any dataset column "
+                                            "({solution}) as placeholders; default a built-in template asking for "
+                                            "`Score: N` from 0 to 10.", only=GRPO)
+    judge_temperature: float = arg(0.0, "The judge's sampling temperature (0: greedy, the same reply for the same "
+                                   "completion).", only=GRPO)
+    judge_max_tokens: int = arg(512, "Most tokens of one judge reply; the score is read from the reply, so a reply "
+                                "cut before it has none (missing).")
+    judge_max_concurrency: int = arg(32, "Judge requests in flight at once; a batch's completions are judged "
+                                     "concurrently.")
+    reward_server_timeout: float = arg(60.0, "Seconds a call to a reward server (--reward_model_server, "
+                                       "--judge_model_server) is retried with backoff while it does not answer "
+                                       "(connection refused or reset, 502-504, no answer) before it fails; see "
+                                       "--reward_on_error.")
+    reward_on_error: RewardOnError = arg("stop", "When a reward server call fails after --reward_server_timeout: "
+                                         "stop (the run stops, naming the server and the call) or skip (the groups "
+                                         "of the affected completions are dropped, counted in "
+                                         "reward_on_error/dropped_groups, and training goes on).")
     cosine_min_len_value_wrong: float = arg(-0.5, "cosine reward: value for a wrong answer of length 0.")
     cosine_max_len_value_wrong: float = arg(0.0, "cosine reward: value for a wrong answer at --cosine_max_len.")
     cosine_min_len_value_correct: float = arg(1.0, "cosine reward: value for a right answer of length 0.")
@@ -255,9 +281,22 @@ class RewardOptions:
         if self.reward_model_server_api_key and not self.reward_model_server:
             raise ValueError("--reward_model_server_api_key is the key of --reward_model_server; this run has no "
                              "served reward model")
-        if self.reward_model_server_timeout <= 0:
-            raise ValueError(f"--reward_model_server_timeout must be > 0 seconds, got "
-                             f"{self.reward_model_server_timeout}")
+        bad = [url for url in self.judge_model_server if not url.startswith(("http://", "https://"))]
+        if bad:
+            raise ValueError(f"--judge_model_server must be http(s) URLs, got {bad}")
+        judge_flags = [f"--{name}" for name in ("judge_model", "judge_model_server_api_key", "judge_prompt_template")
+                       if getattr(self, name) is not None]
+        if judge_flags and not self.judge_model_server:
+            raise ValueError(f"{', '.join(judge_flags)}: settings of the judge at --judge_model_server, which this run "
+                             "does not have")
+        _check_choices(self)
+        if self.reward_server_timeout <= 0:
+            raise ValueError(f"--reward_server_timeout must be > 0 seconds, got {self.reward_server_timeout}")
+        if self.judge_temperature < 0:
+            raise ValueError(f"--judge_temperature must be >= 0, got {self.judge_temperature}")
+        for name in ("judge_max_tokens", "judge_max_concurrency"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"--{name} must be >= 1, got {getattr(self, name)}")
         allowed = (self.count, self.count + 1) if self.env_reward else (self.count,)
         if self.reward_weights is not None and len(self.reward_weights) not in allowed:
             env = (" (+ 1 for the environment's reward, which is 1.0 when left out)" if self.env_reward else "")
@@ -287,7 +326,8 @@ class RewardOptions:
         """The values `build_reward_funcs` hands to parameterised reward functions."""
         names = ("cosine_min_len_value_wrong", "cosine_max_len_value_wrong", "cosine_min_len_value_correct",
                  "cosine_max_len_value_correct", "cosine_max_len", "repetition_n_grams", "repetition_max_penalty",
-                 "soft_max_length", "soft_cache_length")
+                 "soft_max_length", "soft_cache_length", "judge_prompt_template", "judge_temperature",
+                 "judge_max_tokens", "reward_on_error")
         return {**{n: getattr(self, n) for n in names}, "max_completion_length": max_completion_length}
 
 

@@ -53,7 +53,8 @@ def train_grpo(args: RlhfArguments) -> TrainResult:
     resolved, tokenizer, template = run.resolved, run.tokenizer, run.template
     # a bad name stops the run before any model loads
     scheduler = build_multi_turn_scheduler(multi_turn, template, rollout.server_mode)
-    reward_funcs = build_reward_funcs(reward.reward_funcs, **reward.function_params(sampling.max_completion_length))
+    reward_funcs = build_reward_funcs(reward.reward_funcs, **reward.function_params(sampling.max_completion_length),
+                                      judge_server=build_judge_server(reward))
     for name, reward_model in build_reward_models(reward, args.use_hf, args.torch_dtype).items():
         if name in reward_funcs:
             raise ValueError(f"{reward_model.origin} is named {name!r}, the name of a --reward_funcs entry; rename "
@@ -117,7 +118,7 @@ def build_reward_models(reward: RewardOptions, use_hf: bool, torch_dtype: str) -
     models: dict = {}
 
     def add(classifier, origin: str) -> None:
-        reward_model = RewardModel(classifier, origin)
+        reward_model = RewardModel(classifier, origin, reward.reward_on_error)
         if reward_model.name in models:
             raise ValueError(f"{origin} and {models[reward_model.name].origin} are both named {reward_model.name!r}; "
                              "each reward model is a column named after its model, so rename one (its directory, "
@@ -131,9 +132,24 @@ def build_reward_models(reward: RewardOptions, use_hf: bool, torch_dtype: str) -
                                         use_hf=use_hf, torch_dtype=torch_dtype, adapters=adapters)),
             f"--reward_model {name}")
     for url in reward.reward_model_server:
-        add(ClassifyClient(url, reward.reward_model_server_timeout, reward.reward_model_server_api_key),
+        add(ClassifyClient(url, reward.reward_server_timeout, reward.reward_model_server_api_key),
             f"--reward_model_server {url}")
     return models
+
+
+def build_judge_server(reward: RewardOptions):
+    """The `--judge_model_server` connection every generative judge of the run asks (reached and probed here, before
+    the policy loads), or None without a judge in --reward_funcs; a server given without a judge is refused."""
+    from ...infer.engine.chat_client import ChatClient
+    from ..rewards.judge import judge_names
+    judges = judge_names(reward.reward_funcs)
+    if not reward.judge_model_server:
+        return None  # a judge without a server is refused by its constructor, naming the flag
+    if not judges:
+        raise ValueError(f"--judge_model_server {' '.join(reward.judge_model_server)}: no --reward_funcs entry is a "
+                         "generative judge (llm_judge, or a plugin registered with register_judge)")
+    return ChatClient(reward.judge_model_server, reward.reward_server_timeout, reward.judge_model_server_api_key,
+                      reward.judge_model, reward.judge_max_concurrency)
 
 
 def build_opd_teacher(teacher: TeacherOptions, args: RlhfArguments, resolved, tokenizer, model):

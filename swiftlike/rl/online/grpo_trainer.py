@@ -29,7 +29,7 @@ from torch.utils.data import DataLoader, Sampler
 from ...train.outputs import PLOTTED
 from ...utils import get_logger
 from ..core.advantages import (group_advantages, groups_with_signal, select_groups, sequence_kl, teacher_kl,
-                               teacher_token_advantages)
+                               teacher_token_advantages, whole_groups)
 from ..core.staleness import prefetch_depth, stale_groups, steps_left
 from .prefetch import EpochLoader, GenerationRows, LookaheadBatches, Prefetch, replace_groups
 from ..core.correction import mismatch_metrics, off_policy_sequence_mask, rollout_is_weights
@@ -38,7 +38,7 @@ from .distributed import concat_across_processes, gather_ragged, sum_across_proc
 from .grpo_batch import completion_logps, per_token_rows, tensorize, unpadded_sequences
 from ..core.losses import aggregation_of, policy_loss
 from ..core.selection import clip_cov_mask, entropy_threshold, kl_cov_mask, top_entropy_mask
-from ..rewards.functions import combine_rewards
+from ..rewards.functions import ScoredRewards, combine_rewards
 from .rollout_worker import Rollout, RolloutWorker
 from .trajectories import drop_failed_trajectories, multi_turn_metrics, trajectory_record
 from .teacher import ServedTeacher, TeacherReplicas
@@ -263,9 +263,12 @@ class GrpoTrainer(RolloutTrainer):
         after this one."""
         model = self.model
         rollouts = self._collect_rollouts(rows, steps_left)
-        rewards, per_func = self._timed_rewards(rollouts)
+        scored = self._timed_rewards(rollouts)
         if self.grpo.dynamic_sample:
-            rollouts, rewards, per_func = self._dynamic_sample(rollouts, rewards, per_func)
+            rollouts, scored = self._dynamic_sample(rollouts, scored)
+        # a group with a failed reward (--reward_on_error skip) is dropped whole: no advantage, no loss
+        dropped = whole_groups(scored.failed_any, self.grpo.num_generations)
+        valid = scored.valid & ~dropped
         micro = self.args.per_device_train_batch_size
         t = time.time()
         batches = []
@@ -274,6 +277,7 @@ class GrpoTrainer(RolloutTrainer):
             batch = {k: v.to(self.args.device) if v is not None else None
                      for k, v in tensorize(part, self.processing_class.pad_token_id, self.grpo.overlong_filter).items()}
             batch["policy_versions"] = [r.policy_version for r in part]
+            batch["completion_mask"] &= ~dropped[s * micro:(s + 1) * micro].unsqueeze(1).to(self.args.device)
             # The policy's own log-probs at sampling time, without dropout: the PPO "old" policy when the batch
             # is reused (otherwise the loss uses the current log-probs detached), and the training side of
             # the mismatch metrics. A whole forward pass, so it is skipped when nothing reads it.
@@ -291,7 +295,7 @@ class GrpoTrainer(RolloutTrainer):
                 model.train()
             batches.append(batch)
         self._timed("logps", t)
-        advantages, group_std = self._advantages(rewards, per_func, batches)
+        advantages, group_std = self._advantages(scored, valid, batches)
         for s, batch in enumerate(batches):
             batch["advantages"] = advantages[s * micro:(s + 1) * micro].to(self.args.device)
             if self.teacher is not None:
@@ -300,9 +304,9 @@ class GrpoTrainer(RolloutTrainer):
                 batch["advantages"] = teacher_token_advantages(batch["advantages"], batch["teacher_logps"],
                                                                batch["old_logps"], batch["completion_mask"],
                                                                self.grpo.teacher_kl_coef)
-        self._log_rollout_metrics(rollouts, rewards, per_func, group_std)
+        self._log_rollout_metrics(rollouts, scored, valid, dropped, group_std)
         if self.grpo.log_completions and self.run_dir is not None and self.accelerator.is_main_process:
-            self._write_completions(rollouts, rewards, advantages)
+            self._write_completions(rollouts, scored, dropped, advantages)
         # bnpo's normaliser (see `aggregate`): the micro-batch's completion tokens on every rank. dapo's counts
         # the whole optimizer step, which may reach into the next generation batch (`get_batch_samples`).
         if self.grpo.loss_type == "bnpo":
@@ -311,13 +315,13 @@ class GrpoTrainer(RolloutTrainer):
                 b["num_items_in_batch"] = count
         return batches
 
-    def _advantages(self, rewards: torch.Tensor, per_func: dict[str, torch.Tensor],
+    def _advantages(self, scored: ScoredRewards, valid: torch.Tensor,
                     batches: list[dict]) -> tuple[torch.Tensor, torch.Tensor]:
         """Advantages of this rank's rows (`--advantage_estimator`, `--scale_rewards`), from rewards less
-        `--beta` x each sequence's KL under `--kl_in_reward`. Groups never straddle ranks, so only the batch-wide
-        statistics (`batch`'s std, `gdpo`'s z-score) need the others: they are taken over the global batch's
-        rows, as in one process."""
-        grpo = self.grpo
+        `--beta` x each sequence's KL under `--kl_in_reward`; a row without a valid reward is left out of every
+        statistic and gets 0. Groups never straddle ranks, so only the batch-wide statistics (`batch`'s std,
+        `gdpo`'s z-score) need the others: they are taken over the global batch's rows, as in one process."""
+        grpo, rewards, per_func = self.grpo, scored.total, scored.per_func
         if grpo.kl_in_reward and grpo.beta > 0:
             kl = torch.cat([sequence_kl(b["old_logps"], b["ref_logps"], b["completion_mask"]).cpu() for b in batches])
             self._metrics["kl_in_reward/kl"].append(float(kl.mean()))
@@ -327,11 +331,12 @@ class GrpoTrainer(RolloutTrainer):
                  else torch.zeros(len(rewards), 0))
         if grpo.scale_rewards not in ("batch", "gdpo") or self.accelerator.num_processes == 1:
             return group_advantages(rewards, grpo.num_generations, grpo.scale_rewards, grpo.advantage_estimator,
-                                    table, weights)
-        rows, mine = concat_across_processes(torch.cat([rewards.unsqueeze(1), table], 1).to(self.args.device))
+                                    table, weights, valid)
+        columns = torch.cat([valid.float().unsqueeze(1), rewards.unsqueeze(1), table], 1)
+        rows, mine = concat_across_processes(columns.to(self.args.device))
         rows = rows.cpu()
-        advantages, group_std = group_advantages(rows[:, 0], grpo.num_generations, grpo.scale_rewards,
-                                                 grpo.advantage_estimator, rows[:, 1:], weights)
+        advantages, group_std = group_advantages(rows[:, 1], grpo.num_generations, grpo.scale_rewards,
+                                                 grpo.advantage_estimator, rows[:, 2:], weights, rows[:, 0].bool())
         groups = slice(mine.start // grpo.num_generations, mine.stop // grpo.num_generations)
         return advantages[mine], group_std[groups]
 
@@ -352,46 +357,49 @@ class GrpoTrainer(RolloutTrainer):
         with self.worker.memory.offloaded(self.model, self.optimizer):
             rollouts = self.worker.generate(rows, self.model)
         self._timed("generate", t)
-        return (rollouts, *self._timed_rewards(rollouts))
+        return rollouts, self._timed_rewards(rollouts)
 
-    def _timed_rewards(self, rollouts: list[Rollout]):
+    def _timed_rewards(self, rollouts: list[Rollout]) -> ScoredRewards:
         t = time.time()
-        rewards, per_func = self._rewards(rollouts)
+        scored = self._rewards(rollouts)
         self._timed("reward", t)
-        return rewards, per_func
+        return scored
 
-    def _dynamic_sample(self, rollouts: list[Rollout], rewards: torch.Tensor, per_func: dict):
+    def _dynamic_sample(self, rollouts: list[Rollout], scored: ScoredRewards):
         """DAPO dynamic sampling: up to --max_resample_times rounds of fresh prompts replace zero-std groups.
 
         Extra prompts are a seeded random draw of distinct train-set rows (not the sampler's epoch order,
         which the Trainer owns), so a run is reproducible (a resumed one draws afresh). Whole groups are kept or dropped, in pool order.
         """
         group_size, needed = self.grpo.num_generations, len(rollouts) // self.grpo.num_generations
-        pool, pool_rewards, pool_funcs = list(rollouts), [rewards], [per_func]
+        pool, pool_scores = list(rollouts), [scored]
+
+        def with_signal(every: ScoredRewards) -> torch.Tensor:  # a dropped group has no valid reward: no signal
+            return groups_with_signal(every.total, group_size,
+                                      every.valid & ~whole_groups(every.failed_any, group_size))
         rounds = 0
         while (rounds < self.grpo.max_resample_times
-               and int(groups_with_signal(torch.cat(pool_rewards), group_size).sum()) < needed):
+               and int(with_signal(ScoredRewards.cat(pool_scores)).sum()) < needed):
             picks = torch.randperm(len(self.train_dataset), generator=self._resample_gen)[:needed].tolist()
-            more, more_rewards, more_funcs = self._generate_scored([self.train_dataset[i] for i in picks
-                                                                    for _ in range(group_size)])
+            more, more_scores = self._generate_scored([self.train_dataset[i] for i in picks
+                                                       for _ in range(group_size)])
             pool += more
-            pool_rewards.append(more_rewards)
-            pool_funcs.append(more_funcs)
+            pool_scores.append(more_scores)
             rounds += 1
-        all_rewards = torch.cat(pool_rewards)
-        signal = groups_with_signal(all_rewards, group_size)
+        every = ScoredRewards.cat(pool_scores)
+        signal = with_signal(every)
         groups = select_groups(signal, needed)
         index = torch.tensor([gi * group_size + k for gi in groups for k in range(group_size)])
         self._metrics["dynamic_sample/rounds"].append(float(rounds))
         # `reward` is over the kept groups, which the selection biases towards mixed outcomes; this one is the
         # policy's success rate on every prompt it was shown this step, the figure whose trend means learning.
-        self._metrics["dynamic_sample/reward_generated"].append(float(all_rewards.mean()))
+        if every.valid.any():
+            self._metrics["dynamic_sample/reward_generated"].append(float(every.total[every.valid].mean()))
         self._metrics["dynamic_sample/resampled_groups"].append(float(sum(gi >= needed for gi in groups)))
         self._metrics["dynamic_sample/zero_std_groups_kept"].append(float(sum(not signal[gi] for gi in groups)))
-        per_func = {name: torch.cat([f[name] for f in pool_funcs])[index] for name in per_func}
-        return [pool[i] for i in index.tolist()], all_rewards[index], per_func
+        return [pool[i] for i in index.tolist()], every.select(index)
 
-    def _rewards(self, rollouts: list[Rollout]):
+    def _rewards(self, rollouts: list[Rollout]) -> ScoredRewards:
         """The reward functions' columns (rl/rewards/functions.py); a trajectory is scored as a whole, on its
         final answer with its conversation. A trajectory whose environment raised is dropped: reward 0 (its
         per-function values NaN, so they stay out of the rewards/* means) and no loss (`tensorize`)."""
@@ -408,10 +416,10 @@ class GrpoTrainer(RolloutTrainer):
             columns["rollout_infos"] = [r.infos for r in rollouts]
             columns["step_rewards"] = [r.step_rewards for r in rollouts]
         if not self.reward_funcs:  # pure OPD-RL distillation: the teacher's per-token term is the whole signal
-            return torch.zeros(len(rollouts)), {}
-        total, per_func = combine_rewards(self.reward_funcs, self.reward.weights(), [r.answer for r in rollouts],
-                                          **columns)
-        return drop_failed_trajectories(rollouts, total, per_func)
+            return ScoredRewards(torch.zeros(len(rollouts)), {}, {}, {})
+        scored = combine_rewards(self.reward_funcs, self.reward.weights(), [r.answer for r in rollouts], **columns)
+        scored.total, scored.per_func = drop_failed_trajectories(rollouts, scored.total, scored.per_func)
+        return scored
 
     def _logps(self, model, batch: dict, with_entropy: bool = False, with_unfiltered: bool = False) -> SampledLogps:
         """Per-token log-probs (rows, completion width) of the completion tokens under vLLM's sampling
@@ -473,16 +481,26 @@ class GrpoTrainer(RolloutTrainer):
         return out
 
     # ------------------------------------------------------------------ logging
-    def _log_rollout_metrics(self, rollouts, rewards, per_func, group_std) -> None:
-        m = self._metrics
-        m["reward"].append(float(rewards.mean()))
-        m["reward_std"].append(float(rewards.std()) if rewards.numel() > 1 else 0.0)
+    def _log_rollout_metrics(self, rollouts, scored: ScoredRewards, valid: torch.Tensor, dropped: torch.Tensor,
+                             group_std: torch.Tensor) -> None:
+        """`reward` and `reward_std` over the valid rewards; per function its mean and std where it applies and
+        `rewards/<name>/missing`, the completions it could not score; under --reward_on_error skip also
+        `rewards/<name>/failed` (completions whose call failed) and `reward_on_error/dropped_groups`."""
+        m, rewards = self._metrics, scored.total[valid]
+        if rewards.numel():  # none: every group dropped or unscored, no mean to report
+            m["reward"].append(float(rewards.mean()))
+            m["reward_std"].append(float(rewards.std()) if rewards.numel() > 1 else 0.0)
         m["frac_reward_zero_std"].append(float((group_std == 0).float().mean()))
-        for name, vals in per_func.items():
+        for name, vals in scored.per_func.items():
+            m[f"rewards/{name}/missing"].append(float(scored.missing[name].sum()))
+            if self.reward.reward_on_error == "skip":
+                m[f"rewards/{name}/failed"].append(float(scored.failed[name].sum()))
             if vals.isnan().all():  # the function returned None for every sample: nothing to report
                 continue
             m[f"rewards/{name}/mean"].append(float(torch.nanmean(vals)))
             m[f"rewards/{name}/std"].append(float(vals[~vals.isnan()].std()) if (~vals.isnan()).sum() > 1 else 0.0)
+        if self.reward.reward_on_error == "skip":
+            m["reward_on_error/dropped_groups"].append(float(dropped.sum()) / self.grpo.num_generations)
         current = self.worker.policy_version
         if current is not None:
             m["policy_version"].append(float(current))
@@ -496,18 +514,33 @@ class GrpoTrainer(RolloutTrainer):
             for key, value in multi_turn_metrics(rollouts).items():
                 m[key].append(value)
 
-    def _write_completions(self, rollouts, rewards, advantages) -> None:
-        """One line per completion; a trajectory's line also has its turns (`trajectory_record`)."""
+    def _write_completions(self, rollouts, scored: ScoredRewards, dropped: torch.Tensor, advantages) -> None:
+        """One line per completion: its total reward and each function's (null where there is none: not
+        applicable, missing or failed; `missing` / `failed` name the functions of the last two; `dropped` marks
+        every completion of a group dropped for a failed call); a trajectory's line also has its turns
+        (`trajectory_record`)."""
         current = self.worker.policy_version
         decode = self.processing_class.decode
         with (self.run_dir / "completions.jsonl").open("a", encoding="utf-8") as f:
-            for r, rew, adv in zip(rollouts, rewards.tolist(), advantages.tolist()):
+            for i, (r, adv) in enumerate(zip(rollouts, advantages.tolist())):
                 line = {"step": self.state.global_step, "prompt": r.row["messages"][-1]["content"],
-                        "completion": r.text, "reward": rew, "advantage": adv,
+                        "completion": r.text, "reward": _number(scored.total[i]), "advantage": adv,
+                        "rewards": {name: _number(v[i]) for name, v in scored.per_func.items()},
                         "policy_version": r.policy_version, "trainer_version": current}
+                for kind, marks in (("missing", scored.missing), ("failed", scored.failed)):
+                    names = [name for name, marked in marks.items() if marked[i]]
+                    if names:
+                        line[kind] = names
+                if dropped[i]:
+                    line["dropped"] = True
                 if r.messages is not None:
                     line.update(answer=r.answer, **trajectory_record(r, decode))
                 f.write(json.dumps(line, ensure_ascii=False, default=str) + "\n")
+
+
+def _number(value: torch.Tensor) -> float | None:
+    """A reward for JSON: None for NaN (no reward), which JSON cannot write."""
+    return None if value.isnan() else float(value)
 
 
 def corrected_policy_loss(logps: torch.Tensor, inputs: dict, grpo: GrpoOptions, rollout: RolloutOptions,

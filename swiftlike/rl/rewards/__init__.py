@@ -1,12 +1,17 @@
 """Rewards for the online trainers.
 
 functions: the built-in reward functions by --reward_funcs name (accuracy, format, cosine, repetition,
-    soft_overlong...) and how several combine under --reward_weights.
+    soft_overlong...), how several combine under --reward_weights, and the MISSING / FAILED marks of a completion
+    without a valid reward.
 code_exec: --reward_funcs code_exec, a completion's Python code run against the row's tests in the tool sandbox.
-plugins: --external_plugins files that register more reward functions.
+judge: --reward_funcs llm_judge, a generative judge served over the OpenAI API, and the base class of judge plugins.
+plugins: --external_plugins files that register more reward functions and judges.
 reward_model: --reward_model checkpoints and --reward_model_server deployments scored as rewards.
 """
-from .functions import REWARD_REGISTRY, build_reward_funcs, combine_rewards, register_reward
+from .functions import (FAILED, MISSING, REWARD_REGISTRY, ScoredRewards, build_reward_funcs, combine_rewards,
+                        register_reward)
 from .code_exec import CodeExecReward  # importing it registers code_exec
+from .judge import LlmJudge, register_judge  # importing it registers llm_judge
 
-__all__ = ["REWARD_REGISTRY", "CodeExecReward", "build_reward_funcs", "combine_rewards", "register_reward"]
+__all__ = ["FAILED", "MISSING", "REWARD_REGISTRY", "CodeExecReward", "LlmJudge", "ScoredRewards", "build_reward_funcs",
+           "combine_rewards", "register_judge", "register_reward"]

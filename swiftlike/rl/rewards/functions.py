@@ -9,7 +9,10 @@ prompt reaches the function as a keyword argument holding one value per completi
 `solution` gives `solution=[...]`), together with `completion_ids` (token ids of each completion) and,
 where the trainer has them, `completion_lengths` (token counts). A function takes what it needs and
 ignores the rest through `**kwargs`. `None` (or NaN) for a completion means "not applicable here":
-`combine_rewards` leaves it out of the weighted sum (TRL and ms-swift use `nansum`).
+`combine_rewards` leaves it out of the weighted sum (TRL and ms-swift use `nansum`). Two other values say the
+completion has no valid reward at all: `MISSING`, the function ran but could not score it (a judge reply without a
+score), and `FAILED`, its server did not answer (`--reward_on_error skip`). Such a completion is left out of its
+group's advantage statistics and gets advantage 0 (rl/core/advantages.py); a FAILED one drops its whole group.
 
 Multi-turn rollouts (`--multi_turn_scheduler`) score the whole trajectory: `completions` holds each trajectory's
 final assistant text, and three more keyword arguments come with it, one value per trajectory: `messages` (the
@@ -38,11 +41,13 @@ functions and instances are used as registered.
 """
 from __future__ import annotations
 
+import enum
 import inspect
 import math
 import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -382,26 +387,74 @@ def reward_func_name(func: Any) -> str:
     return str(name)
 
 
+class Unscored(enum.Enum):
+    """A reward a function returns for a completion it has no valid reward for (unlike None: not applicable)."""
+
+    MISSING = "missing"  # it ran, but could not score this completion: a judge reply without a score
+    FAILED = "failed"  # its server did not answer in time, and --reward_on_error skip keeps the run going
+
+
+MISSING, FAILED = Unscored.MISSING, Unscored.FAILED
+
+
+@dataclass
+class ScoredRewards:
+    """One batch's rewards: the weighted total, each function's column and which completions have no valid reward.
+
+    `per_func` is NaN where a function does not apply, and where its reward is missing or failed; `missing` and
+    `failed` tell those apart (a bool column per function). A completion with any missing or failed reward has no
+    valid total (`valid` False, `total` NaN): the advantage leaves it out (`group_advantages(valid=...)`)."""
+
+    total: torch.Tensor
+    per_func: dict[str, torch.Tensor]
+    missing: dict[str, torch.Tensor]
+    failed: dict[str, torch.Tensor]
+
+    @property
+    def valid(self) -> torch.Tensor:
+        return ~_any_column(self.missing, len(self.total)) & ~self.failed_any
+
+    @property
+    def failed_any(self) -> torch.Tensor:
+        """The completions a reward of which failed: their groups are dropped (`--reward_on_error skip`)."""
+        return _any_column(self.failed, len(self.total))
+
+    def select(self, index: torch.Tensor) -> ScoredRewards:
+        return ScoredRewards(self.total[index], *({n: v[index] for n, v in d.items()}
+                                                  for d in (self.per_func, self.missing, self.failed)))
+
+    @staticmethod
+    def cat(parts: Sequence[ScoredRewards]) -> ScoredRewards:
+        return ScoredRewards(torch.cat([p.total for p in parts]),
+                             *({n: torch.cat([getattr(p, field)[n] for p in parts]) for n in getattr(parts[0], field)}
+                               for field in ("per_func", "missing", "failed")))
+
+
+def _any_column(marks: dict[str, torch.Tensor], n: int) -> torch.Tensor:
+    return torch.stack(list(marks.values())).any(dim=0) if marks else torch.zeros(n, dtype=torch.bool)
+
+
 def _as_float(value: Any, who: str, i: int) -> float:
-    if value is None:
+    if value is None or isinstance(value, Unscored):
         return math.nan
     if isinstance(value, torch.Tensor):
         value = value.item()
     try:
         return float(value)
     except (TypeError, ValueError):
-        raise ValueError(f"reward function {who!r} returned {value!r} for completion {i}; "
-                         f"expected a number, or None for 'not applicable'") from None
+        raise ValueError(f"reward function {who!r} returned {value!r} for completion {i}; expected a number, None "
+                         "for 'not applicable', or MISSING / FAILED for 'no valid reward'") from None
 
 
 def combine_rewards(funcs: Mapping[str, RewardFunc] | Sequence[RewardFunc], weights: Sequence[float] | None,
-                    completions: Sequence[str], **columns: Any) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Call every reward function on the batch and return (weighted total, {name: rewards}).
+                    completions: Sequence[str], **columns: Any) -> ScoredRewards:
+    """Call every reward function on the batch: the weighted total, each function's rewards and what is unscored.
 
     `columns` are passed to each function as keyword arguments (dataset columns as lists, plus
     `completion_ids` / `completion_lengths`). Weights default to 1.0 each. A None or NaN reward is "not
     applicable": it stays NaN in the per-function tensor and is skipped by the sum (`nansum`, as TRL
-    and ms-swift do); a completion no function applies to gets 0 and a warning.
+    and ms-swift do); a completion no function applies to gets 0 and a warning. A MISSING or FAILED reward makes
+    the completion's total NaN: it has no valid reward (see `ScoredRewards`).
     """
     named = dict(funcs) if isinstance(funcs, Mapping) else {}
     if not isinstance(funcs, Mapping):
@@ -423,6 +476,8 @@ def combine_rewards(funcs: Mapping[str, RewardFunc] | Sequence[RewardFunc], weig
         weight_t = torch.tensor([float(w) for w in weights], dtype=torch.float32)
 
     per_func: dict[str, torch.Tensor] = {}
+    missing: dict[str, torch.Tensor] = {}
+    failed: dict[str, torch.Tensor] = {}
     for name, func in named.items():
         out = func(list(completions), **columns)
         if out is None or isinstance(out, (str, bytes)) or not hasattr(out, "__len__"):
@@ -430,15 +485,19 @@ def combine_rewards(funcs: Mapping[str, RewardFunc] | Sequence[RewardFunc], weig
                              f"got {type(out).__name__}")
         if len(out) != n:
             raise ValueError(f"reward function {name!r} returned {len(out)} rewards for {n} completions")
+        out = list(out)
         per_func[name] = torch.tensor([_as_float(v, name, i) for i, v in enumerate(out)], dtype=torch.float32)
+        missing[name] = torch.tensor([v is MISSING for v in out], dtype=torch.bool)
+        failed[name] = torch.tensor([v is FAILED for v in out], dtype=torch.bool)
 
     stacked = torch.stack(list(per_func.values()), dim=1) if n else torch.zeros(0, len(named))
-    total = (stacked * weight_t.unsqueeze(0)).nansum(dim=1)
-    unscored = torch.isnan(stacked).all(dim=1)
+    scored = ScoredRewards((stacked * weight_t.unsqueeze(0)).nansum(dim=1), per_func, missing, failed)
+    scored.total = scored.total.masked_fill(~scored.valid, math.nan)
+    unscored = torch.isnan(stacked).all(dim=1) & scored.valid
     if unscored.any():
         logger.warning("no reward function applies to completion(s) %s (all returned None); they get 0",
                        unscored.nonzero().flatten().tolist())
-    return total, per_func
+    return scored
 
 
 # The reward column of an environment's return (--use_gym_env); not a --reward_funcs name, so it is never counted twice.

@@ -1,5 +1,6 @@
 """`--external_plugins file.py ...`: user Python files imported before any model loads, so they can register
-rewards, tools (`register_tool`), multi-turn schedulers (`register_scheduler`) and environments (`register_env`).
+rewards, generative judges (`register_judge`), tools (`register_tool`), multi-turn schedulers (`register_scheduler`)
+and environments (`register_env`).
 
 A plugin file is ordinary Python; at import time it calls
 

@@ -14,6 +14,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from ...utils import get_logger
+from ...utils.service_client import ServerUnavailable
+from .functions import FAILED, Unscored
+
+logger = get_logger("swiftlike.rl")
+
 
 class ConversationClassifier(Protocol):
     """What a reward model scores with: `PtClassifier` (in-process) or `ClassifyClient` (served)."""
@@ -36,18 +42,30 @@ class RewardModel:
     the in-process one does here, so it may use another tokenizer than the policy: it reads the policy's text,
     not its token ids. (GKD's served teacher is the opposite case: its log-probs are over the student's token ids,
     so it must share the student's tokenizer, and `--teacher_model_server` checks that.) No tokenizer check here.
+
+    A served one that stops answering raises `ServerUnavailable` (the run stops, naming the server and the call),
+    or with `on_error="skip"` (`--reward_on_error skip`) scores the whole batch FAILED: a batch is one call to
+    `classify`, so every group of it is dropped.
     """
 
-    def __init__(self, classifier: ConversationClassifier, origin: str):
+    def __init__(self, classifier: ConversationClassifier, origin: str, on_error: str = "stop"):
         if classifier.num_labels != 1:
             raise ValueError(f"{origin}: {classifier.model_name} classifies into {classifier.num_labels} labels; a "
                              "reward model has one (its logit is the reward)")
         self.classifier, self.origin = classifier, origin  # origin: the flag and value, for messages
+        self.on_error = on_error
         self.name = reward_column(classifier.model_name)
 
     def __call__(self, completions: Sequence[str], prompts: Sequence[list[dict]] | None = None,
-                 **kwargs: Any) -> list[float]:
+                 **kwargs: Any) -> list[float | Unscored]:
         if prompts is None or len(prompts) != len(completions):
             raise ValueError(f"reward model {self.name!r} needs one prompt (messages) per completion")
         conversations = [[*p, {"role": "assistant", "content": c}] for p, c in zip(prompts, completions)]
-        return [logits[0] for logits in self.classifier.classify(conversations)]
+        try:
+            return [logits[0] for logits in self.classifier.classify(conversations)]
+        except ServerUnavailable as e:
+            if self.on_error != "skip":
+                raise
+            logger.warning("%s: the batch's %d scores failed; its groups are dropped (--reward_on_error skip): %s",
+                           self.origin, len(completions), e)
+            return [FAILED] * len(completions)

@@ -198,7 +198,8 @@ def test_type_only_flags_are_derived_from_the_groups():
     # gkd refuses what it did by hand and the GRPO-only flags added since whose default reads "unset" (the
     # others' defaults cannot tell); --external_plugins is read by both now (schedulers, environments, tools)
     added = ("kl_in_reward", "rollout_rs", "rollout_rs_threshold", "rollout_bypass_mode", "reward_model_server",
-             "reward_model_server_api_key")
+             "reward_model_server_api_key", "judge_model_server", "judge_model", "judge_model_server_api_key",
+             "judge_prompt_template", "judge_temperature")
     assert sorted(refused_by_gkd[options.GRPO]) == sorted(OLD_GKD_REFUSES_OF_GRPO + added)
     assert sorted(refused_by_gkd[options.PREFERENCE_TYPES]) == sorted(OLD_PREFERENCE_ONLY)
     refused_by_dpo = flags_not_read_by("dpo")

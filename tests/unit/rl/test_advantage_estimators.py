@@ -1,15 +1,24 @@
 """--advantage_estimator rloo / reinforce_plus_plus, --scale_rewards gdpo and --kl_in_reward's sequence KL,
-against values worked out by hand: a batch with ties, a zero-variance group, and groups of two."""
+against values worked out by hand: a batch with ties, a zero-variance group, and groups of two; and rewards that are
+missing (an unparseable judge reply, a dropped group), which every estimator leaves out of its statistics."""
 import math
 
 import pytest
 import torch
 
 from swiftlike.rl.core.advantages import (default_kl_in_reward, default_scale_rewards, gdpo_advantages,
-                                          group_advantages, sequence_kl, teacher_kl, teacher_token_advantages)
+                                          group_advantages, groups_with_signal, sequence_kl, teacher_kl,
+                                          teacher_token_advantages, whole_groups)
 
 TIES = torch.tensor([1.0, 0.0, 0.0, 1.0, 2.0, 2.0, 2.0, 2.0])  # a group with ties, then a zero-variance group
 PAIRS = torch.tensor([1.0, 3.0, 0.5, 0.5])  # groups of two
+NAN = float("nan")
+# a group with its third reward missing, then a group with none: a missing reward may hold NaN or any value
+ONE_MISSING = torch.tensor([1.0, 0.0, NAN, 1.0, NAN, 5.0, NAN, NAN])
+ONE_MISSING_VALID = torch.tensor([True, True, False, True, False, False, False, False])
+# then a group whose first and last rewards are missing (7 and 9 must not count)
+TWO_GROUPS = torch.tensor([1.0, 0.0, NAN, 1.0, 7.0, 2.0, 4.0, 9.0])
+TWO_GROUPS_VALID = torch.tensor([True, True, False, True, False, True, True, False])
 
 
 def approx(x):
@@ -98,3 +107,67 @@ def test_teacher_log_ratio_is_added_per_token():
     assert teacher_token_advantages(torch.zeros(2), teacher, old, mask, 1.0)[1].tolist() == approx([-1, -2, 0])
     k3 = [math.exp(0.5) - 0.5 - 1, 0.0, math.exp(-1) + 1 - 1, math.exp(-2) + 2 - 1, 0.0]
     assert float(teacher_kl(teacher, old, mask)) == approx(sum(k3) / 5)
+
+
+# ---------------------------------------------------------------- missing rewards
+
+
+def test_a_missing_reward_is_left_out_of_its_groups_mean_and_std_and_gets_advantage_0():
+    adv, std = group_advantages(ONE_MISSING, 4, "group", valid=ONE_MISSING_VALID)
+    # group 1: valid {1, 0, 1}, mean 2/3, Bessel std sqrt((1/9 + 4/9 + 1/9) / 2) = sqrt(1/3); group 2: nothing valid
+    s = math.sqrt(1 / 3)
+    assert adv.tolist() == approx([(1 / 3) / (s + 1e-4), (-2 / 3) / (s + 1e-4), 0, (1 / 3) / (s + 1e-4), 0, 0, 0, 0])
+    assert std.tolist() == approx([s, 0.0])
+    assert not adv.isnan().any() and not std.isnan().any()
+    # all-valid is the default; a missing mask the wrong size is refused
+    every = torch.ones(8, dtype=torch.bool)
+    assert torch.equal(group_advantages(TIES, 4, valid=every)[0], group_advantages(TIES, 4)[0])
+    with pytest.raises(ValueError, match="one flag per reward"):
+        group_advantages(TIES, 4, valid=torch.ones(4, dtype=torch.bool))
+
+
+def test_a_group_with_every_reward_missing_is_all_zeros_under_every_setting():
+    rewards, valid = torch.full((4,), NAN), torch.zeros(4, dtype=torch.bool)
+    for estimator in ("grpo", "rloo", "reinforce_plus_plus"):
+        for scale in ("group", "batch", "none"):
+            adv, std = group_advantages(rewards, 4, scale, estimator, valid=valid)
+            assert adv.tolist() == [0.0] * 4 and std.tolist() == [0.0], (estimator, scale)
+
+
+def test_rloo_with_a_missing_reward_counts_the_others_that_exist():
+    adv, _ = group_advantages(ONE_MISSING, 4, "none", "rloo", valid=ONE_MISSING_VALID)
+    # 1 - mean(0, 1) = 0.5; 0 - mean(1, 1) = -1; 1 - mean(1, 0) = 0.5; a group of one valid reward has no others
+    assert adv.tolist() == approx([0.5, -1.0, 0.0, 0.5, 0, 0, 0, 0])
+    adv, _ = group_advantages(TWO_GROUPS, 4, "none", "rloo", valid=TWO_GROUPS_VALID)
+    assert adv.tolist() == approx([0.5, -1.0, 0.0, 0.5, 0.0, 2 - 4, 4 - 2, 0.0])
+
+
+def test_batch_statistics_leave_missing_rewards_out():
+    # centred: group 1 {1/3, -2/3, 1/3} (mean 2/3), group 2 {-1, 1} (mean 3); their std over the batch, mean 0:
+    # sqrt((1/9 + 4/9 + 1/9 + 1 + 1) / 4) = sqrt(2/3)
+    centred = [1 / 3, -2 / 3, 0, 1 / 3, 0, -1, 1, 0]
+    adv, _ = group_advantages(TWO_GROUPS, 4, "batch", "reinforce_plus_plus", valid=TWO_GROUPS_VALID)
+    assert adv.tolist() == approx([c / (math.sqrt(2 / 3) + 1e-4) for c in centred])
+    # grpo's batch std is of the valid rewards {1, 0, 1, 2, 4}: mean 1.6, sqrt(9.2 / 4)
+    adv, _ = group_advantages(TWO_GROUPS, 4, "batch", "grpo", valid=TWO_GROUPS_VALID)
+    assert adv.tolist() == approx([c / (math.sqrt(2.3) + 1e-4) for c in centred])
+
+
+def test_gdpo_leaves_a_row_without_a_valid_reward_out():
+    per_func = torch.tensor([[1.0, 0.2], [0.0, 0.0], [1.0, NAN], [1.0, 0.1]])
+    valid = torch.tensor([True, True, True, False])
+    # group 1 as before: +-1/sqrt(2) per function; group 2 keeps row 2 alone, which z-scores to 0 in both functions,
+    # so the summed [1.5 z, -1.5 z, 0] has mean 0 and std 1.5 z over the valid rows
+    adv = gdpo_advantages(per_func, torch.tensor([1.0, 0.5]), 2, valid)
+    assert adv.tolist() == approx([1.0, -1.0, 0.0, 0.0])
+    total = torch.nansum(per_func * torch.tensor([1.0, 0.5]), dim=1)
+    assert group_advantages(total, 2, "gdpo", per_func_rewards=per_func, reward_weights=torch.tensor([1.0, 0.5]),
+                            valid=valid)[0].tolist() == approx([1.0, -1.0, 0.0, 0.0])
+
+
+def test_signal_counts_valid_rewards_only_and_a_failed_reward_takes_its_whole_group():
+    rewards = torch.tensor([1.0, NAN, 1.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0, NAN, NAN])
+    valid = torch.tensor([True, False, True, True, True, False, True, True, True, True, False, False])
+    assert groups_with_signal(rewards, 4, valid).tolist() == [False, False, True]
+    failed = torch.tensor([False, True, False, False] + [False] * 8)
+    assert whole_groups(failed, 4).tolist() == [True] * 4 + [False] * 8

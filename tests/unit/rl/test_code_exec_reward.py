@@ -156,8 +156,9 @@ def test_the_row_layouts_and_their_errors():
 def test_built_by_name_and_combined_with_the_trainers_columns():
     funcs = build_reward_funcs(["code_exec", "format"], cosine_max_len=64, max_completion_length=128)
     assert isinstance(funcs["code_exec"], CodeExecReward) and funcs["code_exec"].limits == CODE_LIMITS
-    total, per_func = combine_rewards(funcs, [1.0, 0.5], [RIGHT, "nothing"], test_cases=[ADD_TESTS, ADD_TESTS],
-                                      completion_ids=[[1, 2], [3]], completion_lengths=[2, 1], prompts=[[], []])
+    scored = combine_rewards(funcs, [1.0, 0.5], [RIGHT, "nothing"], test_cases=[ADD_TESTS, ADD_TESTS],
+                             completion_ids=[[1, 2], [3]], completion_lengths=[2, 1], prompts=[[], []])
+    total, per_func = scored.total, scored.per_func
     assert per_func["code_exec"].tolist() == [1.0, 0.0] and total.tolist() == [1.0, 0.0]
 
 

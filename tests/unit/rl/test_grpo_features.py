@@ -215,9 +215,10 @@ def test_reward_model_scores_are_its_logits(tiny_reward_model):
         assert score == pytest.approx(float(logit), abs=1e-4)
     assert len(set(scores)) == 3
 
-    total, per = combine_rewards({"format": lambda cs, **kw: [0.0] * len(cs), "tiny_rm": rm}, [1.0, 0.5],
-                                 completions, prompts=prompts)
-    assert torch.allclose(per["tiny_rm"], torch.tensor(scores)) and torch.allclose(total, 0.5 * torch.tensor(scores))
+    scored = combine_rewards({"format": lambda cs, **kw: [0.0] * len(cs), "tiny_rm": rm}, [1.0, 0.5],
+                             completions, prompts=prompts)
+    assert torch.allclose(scored.per_func["tiny_rm"], torch.tensor(scores))
+    assert torch.allclose(scored.total, 0.5 * torch.tensor(scores))
 
 
 def test_reward_model_arguments_count_in_reward_weights(tiny_reward_model):
@@ -240,7 +241,7 @@ def test_reward_weights_order_functions_then_reward_models_then_servers(tiny_rew
     for bad, message in (({"reward_model_server": ["127.0.0.1:8000"]}, "must be http"),
                          ({"reward_model_server": [server, server]}, "lists a URL twice"),
                          ({"reward_model_server_api_key": "k"}, "this run has no served reward model"),
-                         ({"reward_model_server": [server], "reward_model_server_timeout": 0}, "must be > 0")):
+                         ({"reward_model_server": [server], "reward_server_timeout": 0}, "must be > 0")):
         with pytest.raises(ValueError, match=message):
             grpo_args(**bad)
     with pytest.raises(ValueError, match=r"^--reward_model_server: GRPO's rollout and reward arguments, not used by"):

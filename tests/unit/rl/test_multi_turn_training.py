@@ -159,10 +159,11 @@ def test_reward_functions_see_the_final_answer_and_the_trajectory():
 
     rollouts = [trajectory(step_rewards=[0.5, 0.25], infos={"moves": 2}), trajectory(step_rewards=[])]
     funcs = {"probe": probe, ENV_REWARD: environment_return}
-    total, per_func = combine_rewards(funcs, [0.5, 2.0], [r.answer for r in rollouts],
-                                      messages=[r.messages for r in rollouts],
-                                      rollout_infos=[r.infos for r in rollouts],
-                                      step_rewards=[r.step_rewards for r in rollouts])
+    scored = combine_rewards(funcs, [0.5, 2.0], [r.answer for r in rollouts],
+                             messages=[r.messages for r in rollouts],
+                             rollout_infos=[r.infos for r in rollouts],
+                             step_rewards=[r.step_rewards for r in rollouts])
+    total, per_func = scored.total, scored.per_func
     assert seen["completions"] == ["b", "b"]  # the last assistant turn, not the whole completion text
     assert seen["messages"][0][2] == {"role": "tool", "content": "r"} and seen["infos"][0] == {"moves": 2}
     assert per_func[ENV_REWARD].tolist() == [0.75, 0.0]

@@ -7,9 +7,9 @@ import torch
 
 from swiftlike.rl.rewards import plugins
 from swiftlike.rl.rewards.plugins import load_external_plugins
-from swiftlike.rl.rewards.functions import (REWARD_REGISTRY, CosineReward, MathAccuracy, RepetitionPenalty,
-                                            SoftOverlong, build_reward_funcs, combine_rewards, format_hash_reward,
-                                            format_reward, register_reward)
+from swiftlike.rl.rewards.functions import (FAILED, MISSING, REWARD_REGISTRY, CosineReward, MathAccuracy,
+                                            RepetitionPenalty, ScoredRewards, SoftOverlong, build_reward_funcs,
+                                            combine_rewards, format_hash_reward, format_reward, register_reward)
 from paths import REPO
 
 ARITHMETIC = REPO / "swiftlike" / "dataset" / "data" / "arithmetic.jsonl"
@@ -186,23 +186,46 @@ def test_combine_weights_and_not_applicable():
     def b(completions, **kw):
         return [0.5, 0.5, 0.5]
 
-    total, per_func = combine_rewards({"a": a, "b": b}, [2.0, 1.0], ["x", "y", "z"])
+    scored = combine_rewards({"a": a, "b": b}, [2.0, 1.0], ["x", "y", "z"])
+    total, per_func = scored.total, scored.per_func
     assert total.tolist() == approx([2.5, 0.5, 0.5])  # the None is skipped, not counted as 0 * 2
     assert per_func["b"].tolist() == [0.5, 0.5, 0.5]
     assert per_func["a"][:2].tolist() == [1.0, 0.0] and math.isnan(per_func["a"][2])
     # default weights: 1.0 each; a list of functions is keyed by function name
-    total, per_func = combine_rewards([a, b], None, ["x", "y", "z"])
+    scored = combine_rewards([a, b], None, ["x", "y", "z"])
+    total, per_func = scored.total, scored.per_func
     assert total.tolist() == approx([1.5, 0.5, 0.5]) and list(per_func) == ["a", "b"]
     # a completion no function applies to sums to 0
-    total, _ = combine_rewards({"a": a}, None, ["x", "y", "z"])
-    assert total.tolist() == [1.0, 0.0, 0.0]
+    assert combine_rewards({"a": a}, None, ["x", "y", "z"]).total.tolist() == [1.0, 0.0, 0.0]
+
+
+def test_a_missing_or_failed_reward_leaves_the_completion_without_a_valid_total():
+    def judge(completions, **kw):
+        return [0.5, MISSING, None, FAILED]
+
+    def rule(completions, **kw):
+        return [1.0, 1.0, 1.0, 1.0]
+
+    scored = combine_rewards({"judge": judge, "rule": rule}, [2.0, 1.0], ["w", "x", "y", "z"])
+    # missing and failed are not "not applicable" (y): the whole total is gone, the others' rewards stay logged
+    assert scored.total.isnan().tolist() == [False, True, False, True]
+    assert scored.total[[0, 2]].tolist() == [2.0, 1.0]
+    assert scored.valid.tolist() == [True, False, True, False]
+    assert scored.missing["judge"].tolist() == [False, True, False, False] and not scored.missing["rule"].any()
+    assert scored.failed["judge"].tolist() == [False, False, False, True] and scored.failed_any.tolist()[3]
+    assert scored.per_func["judge"].isnan().tolist() == [False, True, True, True]
+    assert scored.per_func["rule"].tolist() == [1.0] * 4
+    picked = ScoredRewards.cat([scored, scored.select(torch.tensor([1, 0]))])
+    assert picked.valid.tolist() == [True, False, True, False, False, True]
+    assert picked.missing["judge"].tolist()[4] and picked.per_func["rule"].tolist() == [1.0] * 6
 
 
 def test_combine_passes_columns_to_builtins():
     funcs = build_reward_funcs(["accuracy", "format_hash", "soft_overlong"], soft_max_length=10, soft_cache_length=4)
     completions = ["2 + 5 = 7\n#### 7", "#### 8", "seven"]
-    total, per_func = combine_rewards(funcs, [1.0, 0.5, 1.0], completions, solution=["7", "7", "7"],
-                                      completion_ids=[[1] * 5, [1] * 8, [1] * 12])
+    scored = combine_rewards(funcs, [1.0, 0.5, 1.0], completions, solution=["7", "7", "7"],
+                             completion_ids=[[1] * 5, [1] * 8, [1] * 12])
+    total, per_func = scored.total, scored.per_func
     assert per_func["accuracy"].tolist() == [1.0, 0.0, 0.0]
     assert per_func["format_hash"].tolist() == [1.0, 1.0, 0.0]
     assert per_func["soft_overlong"].tolist() == approx([0.0, -0.5, -1.0])
@@ -243,7 +266,7 @@ def test_unknown_and_repeated_names():
         build_reward_funcs(["accuracy", "nope"])
     msg = str(e.value)
     assert "unknown --reward_funcs 'nope'" in msg
-    assert "accuracy, code_exec, cosine, format, format_hash, repetition, soft_overlong" in msg
+    assert "accuracy, code_exec, cosine, format, format_hash, llm_judge, repetition, soft_overlong" in msg
     assert "--external_plugins" in msg
     with pytest.raises(ValueError, match="names 'format' twice"):
         build_reward_funcs(["format", "format"])
@@ -284,8 +307,9 @@ def test_plugin_registers_rewards_used_by_name(tmp_path, clean_registry):
     plugin.write_text(PLUGIN)
     load_external_plugins([str(plugin), str(plugin)])  # the same file twice is imported once
     funcs = build_reward_funcs(["contains_solution", "length_bonus", "format_hash"], max_completion_length=10)
-    total, per_func = combine_rewards(funcs, [1.0, 1.0, 2.0], ["it is 7\n#### 7", "#### 8"], solution=["7", "7"],
-                                      completion_lengths=[5, 2])
+    scored = combine_rewards(funcs, [1.0, 1.0, 2.0], ["it is 7\n#### 7", "#### 8"], solution=["7", "7"],
+                             completion_lengths=[5, 2])
+    total, per_func = scored.total, scored.per_func
     assert per_func["contains_solution"].tolist() == [1.0, 0.0]
     assert per_func["length_bonus"].tolist() == approx([0.5, 0.2])
     assert total.tolist() == approx([1.0 + 0.5 + 2.0, 0.0 + 0.2 + 2.0])
