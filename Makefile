@@ -29,7 +29,7 @@ demo-gkd: setup
 demo-agent-sft: setup
 	bash scripts/agent_sft_demo.sh
 
-# Multi-turn GRPO with tools from the demo-agent-sft checkpoint (run that first, or this runs its SFT warm-up);
+# Multi-turn GRPO with tools after its own short agent-SFT warm-up (AGENT_DEMO_SFT_ROWS=0: from demo-agent-sft);
 # DEMO_QUICK=1 for a smoke run on the tiny random model.
 demo-agent: setup
 	bash scripts/agent_demo.sh

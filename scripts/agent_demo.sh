@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# `make demo-agent`: multi-turn GRPO on SmolLM2-135M-Instruct, offline, from the agent-SFT checkpoint of
-# `make demo-agent-sft` (output/agent_sft_demo, reused when it is there; else this script runs the same SFT
-# warm-up first). GRPO: LoRA, vLLM colocated, tool_call_scheduler with hermes calls on questions of
+# `make demo-agent`: multi-turn GRPO on SmolLM2-135M-Instruct, offline, after its own short agent-SFT warm-up
+# (64 tool traces, one epoch: right on part of the held-out questions, so GRPO has room; AGENT_DEMO_SFT_ROWS=0
+# starts from `make demo-agent-sft`'s checkpoint instead, which already answers every single-call question). GRPO: LoRA, vLLM colocated, tool_call_scheduler with hermes calls on questions of
 # swiftlike/calculator-agent, the `accuracy` reward on the final '#### N'. Before and after, the same held-out
 # questions of swiftlike/calculator-agent-test run as real tool loops (swiftlike deploy + the openai client, as
 # in the SFT demo); the report prints the share answered right with the paired 95% CI of the change, the turns
@@ -17,11 +17,16 @@ if [ "${DEMO_QUICK:-0}" = 1 ]; then
   OUT=output/agent_demo_quick; MODEL=tiny-random/qwen2_5; SFT_DEMO=
   N_HELD=4; N_PROMPTS=8; STEPS=2; MICRO=4; ACCUM=1; GENERATIONS=4; REPLY_TOKENS=24; SFT_ROWS=16; SFT_STEPS=2
 else
-  OUT=output/agent_demo; MODEL=HuggingFaceTB/SmolLM2-135M-Instruct; SFT_DEMO=output/agent_sft_demo
-  N_HELD=${AGENT_DEMO_HELD:-64}; N_PROMPTS=${AGENT_DEMO_PROMPTS:-256}; STEPS=${AGENT_DEMO_STEPS:-8}
+  OUT=output/agent_demo; MODEL=HuggingFaceTB/SmolLM2-135M-Instruct
+  # AGENT_DEMO_SFT_ROWS=0 starts from `make demo-agent-sft`'s checkpoint (all its single-call questions right
+  # already, so GRPO had nothing left to win there: docs/agent.md); by default the demo runs its own short
+  # warm-up, which leaves the model right on part of them
+  SFT_ROWS=${AGENT_DEMO_SFT_ROWS:-64}; SFT_STEPS=-1; SFT_DEMO=
+  [ "$SFT_ROWS" = 0 ] && SFT_DEMO=output/agent_sft_demo
+  N_HELD=${AGENT_DEMO_HELD:-64}; N_PROMPTS=${AGENT_DEMO_PROMPTS:-256}; STEPS=${AGENT_DEMO_STEPS:-10}
   # 16 trajectories a step (2 questions x 8) in micro-batches of 4: one micro-batch of 16 whole trajectories
   # (fp32 logits over a 49k vocabulary) took 17 GB and was killed on this 23 GB machine
-  MICRO=4; ACCUM=4; GENERATIONS=8; REPLY_TOKENS=128; SFT_ROWS=128; SFT_STEPS=-1
+  MICRO=4; ACCUM=4; GENERATIONS=8; REPLY_TOKENS=128
 fi
 rm -rf "$OUT" && mkdir -p "$OUT"
 START=$(date +%s)
@@ -35,8 +40,11 @@ if [ -n "$SFT_DEMO" ]; then
 fi
 if [ -n "$SFT_CKPT" ]; then
   echo "reusing $SFT_CKPT (make demo-agent-sft)"
+elif [ "$SFT_ROWS" = 0 ]; then
+  echo "AGENT_DEMO_SFT_ROWS=0 starts from make demo-agent-sft's checkpoint: run make demo-agent-sft first" >&2
+  exit 1
 else
-  echo "no make demo-agent-sft checkpoint: SFT warm-up on $SFT_ROWS tool traces"
+  echo "SFT warm-up on $SFT_ROWS tool traces"
   agent_sft_warmup "$OUT/sft" "$MODEL" "$SFT_ROWS" "$SFT_STEPS"
 fi
 
@@ -58,7 +66,7 @@ $SWIFTLIKE rlhf --rlhf_type grpo --model "$SFT_CKPT" --tuner_type lora --lora_ra
   --reward_funcs accuracy --use_vllm true --vllm_mode colocate --vllm_gpu_memory_utilization 0.3 \
   --vllm_max_model_len 2048 --torch_dtype float32 --num_generations "$GENERATIONS" \
   --per_device_train_batch_size "$MICRO" --gradient_accumulation_steps "$ACCUM" --max_completion_length "$REPLY_TOKENS" \
-  --temperature 1.0 --beta 0.0 --learning_rate "${AGENT_RL_LR:-5e-5}" --max_steps "$STEPS" --logging_steps 1 \
+  --temperature 1.0 --beta 0.0 --learning_rate "${AGENT_RL_LR:-3e-4}" --max_steps "$STEPS" --logging_steps 1 \
   --save_steps "$STEPS" --gradient_checkpointing false --log_completions true --report_to none --seed 42 \
   --output_dir "$OUT/grpo"
 GRPO_RUN=$(ls -d "$OUT"/grpo/v*-* | tail -n 1)
