@@ -216,8 +216,9 @@ def test_writes_outside_the_throw_away_directory_do_not_reach_the_host(reward, t
     for line in outcome.stdout.splitlines():
         verb, path, *why = line.split(" ", 2)
         said[path] = (verb, *why)
+    # the repo is read-only in the sandbox, or absent when it lives under /tmp (the sandbox's /tmp is its own)
     assert said[str(targets[0])][0] == "refused" and any(
-        reason in said[str(targets[0])][1] for reason in ("Read-only", "Permission denied")), said
+        reason in said[str(targets[0])][1] for reason in ("Read-only", "Permission denied", "No such file")), said
     assert said[str(host_tmp)] == ("wrote",)  # its own /tmp, a tmpfs that goes with the call
     assert [verb for verb, *_ in said.values()].count("wrote") == 1, said
     for target in targets:
