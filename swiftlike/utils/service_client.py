@@ -20,23 +20,31 @@ CONNECT_TIMEOUT = 5.0  # seconds to open a connection, at most: a refused one fa
 
 
 class ServerError(RuntimeError):
-    """A reward server refused a call or answered something unusable; the message names the server and the call."""
+    """A server refused a call or answered something unusable; the message names the server and the call."""
+
+    def __init__(self, message: str, status: int | None = None):
+        super().__init__(message)
+        self.status = status  # the HTTP status of a refusal; None when the server did not answer
 
 
 class ServerUnavailable(ServerError):
-    """A reward server did not answer a call within the deadline (down, killed, overloaded or hung)."""
+    """A server did not answer a call within the deadline (down, killed, overloaded or hung)."""
 
 
 class ServiceClient:
     """One server at `url`: JSON calls through a pooled session, each retried until `timeout` seconds have passed.
 
-    `timeout_flag` names the flag that sets `timeout` and `hint` says what to check, both for the error message.
-    One attempt waits for an answer only until the deadline, so a server that accepts and never answers costs
-    `timeout` seconds, not more."""
+    `timeout_flag` names the flag that sets `timeout`, `hint` says what to check and `name` what the server is, all
+    for the error message. By default one attempt waits for an answer only until the deadline, so a server that
+    accepts and never answers costs `timeout` seconds, not more; `read_timeout` lets one answer take longer than
+    the retry deadline (a rollout server's generation batch may run for minutes, while a server that is down
+    should be given up on sooner)."""
 
     def __init__(self, url: str, timeout: float, api_key: str | None = None, *, timeout_flag: str, hint: str = "",
-                 pool_size: int = 32):
+                 pool_size: int = 32, name: str = "", read_timeout: float | None = None):
         self.url, self.timeout, self.timeout_flag, self.hint = url.rstrip("/"), timeout, timeout_flag, hint
+        self.label = f"{name} {self.url}" if name else self.url
+        self.read_timeout = read_timeout
         self.http = requests.Session()
         self.http.mount("http://", HTTPAdapter(pool_maxsize=pool_size))
         self.http.mount("https://", HTTPAdapter(pool_maxsize=pool_size))
@@ -52,8 +60,8 @@ class ServiceClient:
         while True:
             left = max(deadline - time.monotonic(), 0.05)
             try:
-                response = self.http.request(method, self.url + path, timeout=(min(CONNECT_TIMEOUT, left), left),
-                                             **kwargs)
+                response = self.http.request(method, self.url + path, timeout=(
+                    min(CONNECT_TIMEOUT, left), self.read_timeout or left), **kwargs)
             except (requests.ConnectionError, requests.Timeout) as e:
                 problem = f"{type(e).__name__}: {e}"
             else:
@@ -61,19 +69,26 @@ class ServiceClient:
                     try:
                         return response.json()
                     except ValueError:
-                        raise ServerError(f"{self.url} answered {method} {path} with something that is not JSON: "
+                        raise ServerError(f"{self.label} answered {method} {path} with something that is not JSON: "
                                           f"{response.text[:300]!r}") from None
                 message = error_message(response)
                 if response.status_code not in RETRY_STATUSES:
-                    raise ServerError(f"{self.url} refused {method} {path} (HTTP {response.status_code}): {message}")
+                    raise ServerError(f"{self.label} refused {method} {path} (HTTP {response.status_code}): "
+                                      f"{message}", response.status_code)
                 problem = f"HTTP {response.status_code}: {message}"
             now = time.monotonic()
             if now >= deadline:
                 raise ServerUnavailable(
-                    f"{self.url} is not answering {method} {path} ({problem}); gave up after {now - started:.1f} s "
+                    f"{self.label} is not answering {method} {path} ({problem}); gave up after {now - started:.1f} s "
                     f"({self.timeout_flag} {self.timeout:g}). {self.hint}".rstrip())
             time.sleep(min(delay, deadline - now))  # the last attempt is made at the deadline
             delay = min(delay * 2, 5.0)
+
+    def get(self, path: str, **kwargs) -> dict:
+        return self.request("GET", path, **kwargs)
+
+    def post(self, path: str, **kwargs) -> dict:
+        return self.request("POST", path, **kwargs)
 
     def close(self) -> None:
         self.http.close()

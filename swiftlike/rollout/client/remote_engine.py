@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 
@@ -17,79 +16,39 @@ from ...rl.core.options import WeightSync
 from ...infer.protocol import Choice, InferRequest, InferResponse, RequestConfig, StreamDelta, TokenLogprob, Usage
 from ...template import Template
 from ...utils import get_logger
+from ...utils.service_client import ServerError, ServiceClient
 from ..wire.delta import SyncedWeights, SyncStats
 from ..wire.fingerprint import WeightsFingerprint
 
 logger = get_logger("swiftlike.rollout")
 
-RETRY_STATUSES = (502, 503, 504)
 GENERATIONS_IN_FLIGHT = 8  # generation batches one trainer may have on the servers at once
 GENERATE_READ_TIMEOUT = 1800.0  # seconds one generation batch may take before the client gives up on it
 
 
-class RolloutServerError(RuntimeError):
+class RolloutServerError(ServerError):
     """The server refused a request (4xx / 500) or stopped answering; the message says which and why."""
 
-    def __init__(self, message: str, status: int | None = None):
-        super().__init__(message)
-        self.status = status  # the HTTP status of a refusal; None when the server did not answer
 
-
-class ServerClient:
+class ServerClient(ServiceClient):
     """One rollout server. Transient failures (connection refused or reset, 502-504) are retried with
-    exponential backoff until `timeout` seconds have passed; a 4xx is the caller's mistake and raised at once."""
+    exponential backoff until `timeout` seconds (--vllm_server_timeout) have passed; a 4xx is the caller's mistake
+    and raised at once. One answer may take up to GENERATE_READ_TIMEOUT (a generation batch), independent of
+    the retry deadline."""
 
     def __init__(self, host: str, port: int, timeout: float, api_key: str | None = None):
-        self.host, self.port, self.timeout = host, port, timeout
-        self.url = f"http://{host}:{port}"
-        # requests, not httpx: httpx sends a large body ~10x slower (264 MiB: 6.9 s vs 0.7 s here), and
-        # weight buckets are hundreds of MiB.
-        self.http = requests.Session()
-        if api_key:
-            self.http.headers["Authorization"] = f"Bearer {api_key}"
+        # requests (ServiceClient's), not httpx: httpx sends a large body ~10x slower (264 MiB: 6.9 s vs 0.7 s
+        # here), and weight buckets are hundreds of MiB.
+        super().__init__(f"http://{host}:{port}", timeout, api_key, timeout_flag="--vllm_server_timeout",
+                         hint=f"Is `swiftlike rollout --port {port}` running and reachable?", name="rollout server",
+                         pool_size=GENERATIONS_IN_FLIGHT * 4, read_timeout=GENERATE_READ_TIMEOUT)
+        self.host, self.port = host, port
 
     def request(self, method: str, path: str, **kwargs) -> dict:
-        deadline = time.monotonic() + self.timeout
-        delay = 0.2
-        kwargs.setdefault("timeout", (5.0, GENERATE_READ_TIMEOUT))
-        while True:
-            try:
-                resp = self.http.request(method, self.url + path, **kwargs)
-            except (requests.ConnectionError, requests.Timeout) as e:
-                problem = f"{type(e).__name__}: {e}"
-            else:
-                if resp.status_code < 400:
-                    return resp.json()
-                message = _message(resp)
-                if resp.status_code not in RETRY_STATUSES:
-                    raise RolloutServerError(f"rollout server {self.url} refused {method} {path} "
-                                             f"({resp.status_code}): {message}", resp.status_code)
-                problem = f"HTTP {resp.status_code}: {message}"
-            if time.monotonic() + delay > deadline:
-                raise RolloutServerError(
-                    f"rollout server {self.url} is not answering {method} {path} ({problem}); gave up after "
-                    f"{self.timeout:g} s (--vllm_server_timeout). Is `swiftlike rollout --port {self.port}` "
-                    "running and reachable?")
-            time.sleep(delay)
-            delay = min(delay * 2, 5.0)
-
-    def get(self, path: str, **kwargs) -> dict:
-        return self.request("GET", path, **kwargs)
-
-    def post(self, path: str, **kwargs) -> dict:
-        return self.request("POST", path, **kwargs)
-
-    def close(self) -> None:
-        self.http.close()
-
-
-def _message(resp: requests.Response) -> str:
-    try:
-        body = resp.json()
-    except ValueError:
-        return resp.text[:500]
-    error = body.get("error") if isinstance(body, dict) else None
-    return str(error.get("message") if isinstance(error, dict) else body)[:1000]
+        try:
+            return super().request(method, path, **kwargs)
+        except ServerError as e:
+            raise RolloutServerError(str(e), e.status) from e
 
 
 class RemoteEngine(InferEngine):

@@ -243,7 +243,8 @@ def test_client_gives_up_with_a_clear_error_when_no_server_answers():
     client = ServerClient("127.0.0.1", port, timeout=1.0)
     start = time.monotonic()
     with pytest.raises(RolloutServerError, match=rf"rollout server http://127.0.0.1:{port} is not answering "
-                                                 r"GET /info .*gave up after 1 s \(--vllm_server_timeout\)"):
+                                                 r"GET /info .*gave up after 1\.\d s \(--vllm_server_timeout 1\)\. "
+                                                 rf"Is `swiftlike rollout --port {port}` running"):
         client.get("/info")
     assert time.monotonic() - start < 5
 
