@@ -103,7 +103,7 @@ def run_swiftlike(args, lora_sync: bool, workdir: Path, tag: str) -> dict:
         "sync_seconds": [e["sync/seconds"] for e in later if "sync/seconds" in e],
         "sync_bytes": _mean([e["sync/bytes"] for e in later if "sync/bytes" in e]),
         "timing": {k: _mean([e[k] for e in later if k in e]) for k in
-                   ("timing/generate", "timing/reward", "timing/logps", "timing/train")},
+                   ("timing/generate", "timing/reward_wait", "timing/logps", "timing/train")},
         "completion_mean_length": [e.get("completions/mean_length") for e in steps],
         "reward": [e.get("reward") for e in steps],
         "train_runtime": final[-1]["train_runtime"] if final else None,

@@ -64,7 +64,7 @@ def test_grpo_pt_rollout_logs_rewards_and_metrics(tmp_path):
     for key in ("reward", "reward_std", "rewards/format_hash/mean", "rewards/text_length/mean",
                 "completions/mean_length", "completions/min_length", "completions/max_length",
                 "completions/clipped_ratio", "kl", "entropy", "clip_ratio/region_mean", "rollout_correction/k3_kl",
-                "timing/generate", "timing/reward", "timing/logps", "timing/train"):
+                "timing/generate", "timing/reward_wait", "timing/logps", "timing/train"):
         assert key in steps[-1], key
     assert steps[0]["reward_std"] > 0 and steps[0]["grad_norm"] > 0
     # pt generates with the training model itself: the mismatch is rounding only

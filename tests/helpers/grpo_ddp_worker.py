@@ -60,7 +60,7 @@ class InjectedRolloutTrainer(grpo_trainer.GrpoTrainer):
             assert all(r["messages"][-1]["content"] == prompt for r in group), "a group split across rows"
             self.prompts_seen.append(prompt)
             out += [Rollout(**{**rec, "row": row}) for rec, row in zip(RECORDED[prompt], group, strict=True)]
-        return out
+        return out, self._rewards(out)
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)

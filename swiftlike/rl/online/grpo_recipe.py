@@ -97,6 +97,7 @@ def train_grpo(args: RlhfArguments) -> TrainResult:
         try:
             trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
         finally:
+            trainer.close()
             trainer.write_timeline()
     finally:
         if worker is not None:

@@ -31,7 +31,8 @@ from ...utils import get_logger
 from ..core.advantages import (group_advantages, groups_with_signal, select_groups, sequence_kl, teacher_kl,
                                teacher_token_advantages, whole_groups)
 from ..core.staleness import prefetch_depth, stale_groups, steps_left
-from .prefetch import EpochLoader, GenerationRows, LookaheadBatches, Prefetch, replace_groups
+from .prefetch import EpochLoader, GenerationRows, LookaheadBatches, Prefetch, spliced_index
+from .scoring import GroupScoring, ScoredBatch, score_after
 from ..core.correction import mismatch_metrics, off_policy_sequence_mask, rollout_is_weights
 from ..core.rejection import rollout_rejection_mask
 from .distributed import concat_across_processes, gather_ragged, sum_across_processes
@@ -122,8 +123,11 @@ class GrpoTrainer(RolloutTrainer):
         # Generation batches kept in flight ahead of training (--async_generate; 0 = synchronous)
         self._depth = (prefetch_depth(rollout.max_staleness, self._micro_steps, self.args.gradient_accumulation_steps)
                        if rollout.async_generate else 0)
-        worker.generations_in_flight = max(self._depth, 1)
-        self._prefetch = Prefetch(worker.submit)
+        # Server mode: a batch goes out as one request per group, each scored as soon as it is back (scoring.py)
+        self._scoring = (GroupScoring(worker.generate, self._rewards, grpo.num_generations, len(worker.engine.clients),
+                                      self._record_batch) if rollout.server_mode else None)
+        self._prefetch = Prefetch(lambda rows: self._scoring.submit(rows, background=True))
+        self._reward_wait = 0.0  # this generation batch's seconds waiting for rewards (timing/reward_wait)
         self._warned_stale = False
         self._timeline: list[dict] = []
         if policy_training.disable_dropout and ref_model is not None:
@@ -207,8 +211,17 @@ class GrpoTrainer(RolloutTrainer):
             for span in sorted(spans, key=lambda s: s["start"]):
                 f.write(json.dumps(span) + "\n")
 
-    def _collect_rollouts(self, rows: list[dict], steps_left: int) -> list[Rollout]:
-        """This batch's rollouts: prefetched in the background (async) or generated now, after the sync.
+    def _record_batch(self, start: float, end: float, rollouts: list[Rollout], background: bool) -> None:
+        self.worker.record_generation(start, end, len(rollouts), sum(r.sampled_tokens for r in rollouts), background)
+
+    def close(self) -> None:
+        """Stop the group requests and reward calls still in flight (a run that stopped early)."""
+        self._prefetch.clear()
+        if self._scoring is not None:
+            self._scoring.close()
+
+    def _collect_rollouts(self, rows: list[dict], steps_left: int) -> tuple[list[Rollout], ScoredRewards]:
+        """This batch's rollouts and rewards: prefetched in the background (async) or generated now, after the sync.
 
         The sync comes first and does not wait for the batches generating ahead (the servers continue them
         under the new weights); then this batch is taken, the groups too stale for its `steps_left` further
@@ -219,33 +232,46 @@ class GrpoTrainer(RolloutTrainer):
         t = time.time()
         self._sync_weights()
         self._span("sync", t)
-        t = time.time()
-        rollouts = self._prefetch.take(rows) if self._depth else None
-        if rollouts is not None:
-            self._timed("generate_wait", t)
+        batch: ScoredBatch | None = self._prefetch.take(rows) if self._depth else None
+        if batch is not None:
+            self._metrics["timing/generate_wait"].append(batch.generate_wait)
+            self._reward_wait += batch.reward_wait
         else:
-            rollouts = self._generate_now(rows)
-        rollouts = self._drop_stale(rollouts, steps_left)
+            batch = self._generate_scored(rows)
+        rollouts, scored = self._drop_stale(batch.rollouts, batch.scored, steps_left)
         if self._depth:
             self._prefetch.top_up(getattr(rows, "ahead", []))
-        return rollouts
+        return rollouts, scored
 
-    def _generate_now(self, rows: list[dict]) -> list[Rollout]:
-        t = time.time()
-        with self.worker.memory.offloaded(self.model, self.optimizer):
-            rollouts = self.worker.generate(rows, self.model)
-        self._timed("generate", t)
-        return rollouts
+    def _generate_scored(self, rows: list[dict]) -> ScoredBatch:
+        """`rows` generated and scored now: in groups scored as they come back (server mode), else the batch
+        generated in this process and then scored."""
+        if self._scoring is not None:
+            batch = self._scoring.submit(rows).result()
+        else:
+            t = time.time()
+            with self.worker.memory.offloaded(self.model, self.optimizer):
+                rollouts = self.worker.generate(rows, self.model)
+            batch = score_after(rollouts, self._rewards, time.time() - t)
+        self._metrics["timing/generate"].append(batch.generate_wait)
+        self._reward_wait += batch.reward_wait
+        return batch
 
-    def _drop_stale(self, rollouts: list[Rollout], steps_left: int) -> list[Rollout]:
+    def _drop_stale(self, rollouts: list[Rollout], scored: ScoredRewards,
+                    steps_left: int) -> tuple[list[Rollout], ScoredRewards]:
         """Groups that would be more than --max_staleness steps old at the last of the `steps_left` further steps
         that train on them are generated again now (fresh), in place. Synchronous training (bound 0) drops
-        only what is behind the weights of this step."""
+        only what is behind the weights of this step. The new groups are scored; the others keep their rewards."""
         current, group_size = self.worker.policy_version, self.grpo.num_generations
         if current is not None:
             bound = max(self.rollout.max_staleness - steps_left, 0)
             stale = stale_groups([r.policy_version for r in rollouts], current, bound, group_size)
-            rollouts = replace_groups(rollouts, stale, group_size, self._generate_now)
+            if stale:
+                fresh = self._generate_scored([rollouts[k * group_size + i].row for k in stale
+                                               for i in range(group_size)])
+                index = spliced_index(len(rollouts), stale, group_size)
+                rollouts = [(rollouts + fresh.rollouts)[i] for i in index]
+                scored = ScoredRewards.cat([scored, fresh.scored]).select(torch.tensor(index))
             self._metrics["staleness/dropped"].append(float(len(stale) * group_size))
             behind = max((current - r.policy_version for r in rollouts if r.policy_version is not None), default=0)
             if behind > 0 and self.rollout.rollout_importance_sampling_mode is None and not self._warned_stale:
@@ -255,17 +281,20 @@ class GrpoTrainer(RolloutTrainer):
                     "without --rollout_importance_sampling_mode: the loss treats them as samples of the current "
                     "policy. Set --rollout_importance_sampling_mode token_truncate (or another mode) to reweight "
                     "each token by pi_current / pi_behaviour", behind + steps_left, self.rollout.max_staleness)
-        return rollouts
+        return rollouts, scored
 
     @torch.no_grad()
     def _generate_and_score(self, rows: list[dict], steps_left: int) -> list[dict]:
         """The generation batch's micro-batches, ready to train on; it serves `steps_left` more optimizer steps
         after this one."""
         model = self.model
-        rollouts = self._collect_rollouts(rows, steps_left)
-        scored = self._timed_rewards(rollouts)
+        self._reward_wait = 0.0
+        rollouts, scored = self._collect_rollouts(rows, steps_left)
         if self.grpo.dynamic_sample:
             rollouts, scored = self._dynamic_sample(rollouts, scored)
+        # the seconds this batch's rewards held the trainer up: all of them in-process, what outlasted the
+        # generation in server mode (scoring.py)
+        self._metrics["timing/reward_wait"].append(self._reward_wait)
         # a group with a failed reward (--reward_on_error skip) is dropped whole: no advantage, no loss
         dropped = whole_groups(scored.failed_any, self.grpo.num_generations)
         valid = scored.valid & ~dropped
@@ -352,19 +381,6 @@ class GrpoTrainer(RolloutTrainer):
         """A generation batch serves more than one optimizer step, so the policy moves between its uses."""
         return self.grpo.num_iterations > 1 or self.grpo.steps_per_generation > self.args.gradient_accumulation_steps
 
-    def _generate_scored(self, rows: list[dict]):
-        t = time.time()
-        with self.worker.memory.offloaded(self.model, self.optimizer):
-            rollouts = self.worker.generate(rows, self.model)
-        self._timed("generate", t)
-        return rollouts, self._timed_rewards(rollouts)
-
-    def _timed_rewards(self, rollouts: list[Rollout]) -> ScoredRewards:
-        t = time.time()
-        scored = self._rewards(rollouts)
-        self._timed("reward", t)
-        return scored
-
     def _dynamic_sample(self, rollouts: list[Rollout], scored: ScoredRewards):
         """DAPO dynamic sampling: up to --max_resample_times rounds of fresh prompts replace zero-std groups.
 
@@ -381,10 +397,9 @@ class GrpoTrainer(RolloutTrainer):
         while (rounds < self.grpo.max_resample_times
                and int(with_signal(ScoredRewards.cat(pool_scores)).sum()) < needed):
             picks = torch.randperm(len(self.train_dataset), generator=self._resample_gen)[:needed].tolist()
-            more, more_scores = self._generate_scored([self.train_dataset[i] for i in picks
-                                                       for _ in range(group_size)])
-            pool += more
-            pool_scores.append(more_scores)
+            more = self._generate_scored([self.train_dataset[i] for i in picks for _ in range(group_size)])
+            pool += more.rollouts
+            pool_scores.append(more.scored)
             rounds += 1
         every = ScoredRewards.cat(pool_scores)
         signal = with_signal(every)

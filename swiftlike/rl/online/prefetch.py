@@ -9,27 +9,22 @@ most batches ahead whose samples are still within the bound at the last step tha
 (rl/core/staleness.py), so a prefetched batch normally arrives within it. A batch taken from
 the buffer is filtered by `rl.core.staleness.stale_groups` against what is left of the bound after its remaining steps: a
 group that would be too old by its last use (a request that waited long on a busy server) is dropped and
-generated again with the current weights (`replace_groups`), so the batch stays full.
+generated again with the current weights (`spliced_index`), so the batch stays full.
 """
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
 from concurrent.futures import Future
 
 from torch.utils.data import DataLoader, Sampler
 
 
-def replace_groups(rollouts: list, stale: list[int], group_size: int, generate: Callable[[list[dict]], list]) -> list:
-    """`rollouts` with each group in `stale` replaced, at its place, by new rollouts of the same rows, all made
-    by one `generate(rows)` call (rows in group order)."""
-    if not stale:
-        return rollouts
-    again = iter(generate([rollouts[k * group_size + i].row for k in stale for i in range(group_size)]))
-    out = list(rollouts)
-    for k in stale:
-        out[k * group_size:(k + 1) * group_size] = [next(again) for _ in range(group_size)]
-    return out
+def spliced_index(n: int, stale: list[int], group_size: int) -> list[int]:
+    """Where each of `n` items comes from once the groups `stale` are replaced at their places: an index into the
+    old items followed by the new ones (the stale groups' replacements, in the order of `stale`)."""
+    replacement = {k: j for j, k in enumerate(stale)}
+    return [n + replacement[i // group_size] * group_size + i % group_size if i // group_size in replacement else i
+            for i in range(n)]
 
 
 class GenerationRows(list):
@@ -85,11 +80,11 @@ class Prefetch:
     """Generation batches submitted ahead, in the order they will be trained on."""
 
     def __init__(self, submit):
-        self._submit = submit  # rows -> Future of rollouts (RolloutWorker.submit)
+        self._submit = submit  # rows -> a Future of the batch (scoring.GroupScoring.submit)
         self._pending: deque[tuple[list[dict], Future]] = deque()
 
     def take(self, rows: list[dict]):
-        """This batch's rollouts if it was prefetched (waits for it), else None; a prefetched batch for other
+        """This batch's result if it was prefetched (waits for it), else None; a prefetched batch for other
         rows (a resumed run) is discarded."""
         if self._pending and self._pending[0][0] == list(rows):
             return self._pending.popleft()[1].result()

@@ -24,10 +24,8 @@ import copy
 import dataclasses
 import shutil
 import tempfile
-import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,7 +40,6 @@ from .memory import ColocateMemory
 logger = get_logger("swiftlike.rl")
 
 POLICY_ADAPTER = "grpo_policy"
-BACKGROUND = "swiftlike-async-rollout"  # the threads of `submit`
 # Turns a colocated engine's default context makes room for when --max_turns is unset (_completion_budget).
 DEFAULT_TURN_ALLOWANCE = 8
 
@@ -135,8 +132,6 @@ class RolloutWorker:
         self._weights_dropped = False
         self._synced_model = None
         self._step_of_sync = [0]  # the optimizer step whose weights each sync pushed; sync 0 = the start
-        self._background: ThreadPoolExecutor | None = None
-        self.generations_in_flight = 1  # background generations at once (submit); the trainer sets it
         self.timeline: list[dict] = []  # wall-clock spans of each generation, drained by the trainer
         # Several trainer processes in server mode: each generates on its share of the servers and pushes the
         # weights of the servers it owns (`server_shares`); shared servers are waited for at every sync.
@@ -198,23 +193,19 @@ class RolloutWorker:
     def _step(self, sync_version: int) -> int:
         return self._step_of_sync[min(max(sync_version, 0), len(self._step_of_sync) - 1)]
 
-    def submit(self, rows: list[dict]) -> Future:
-        """Generate in the background (server mode): the trainer learns meanwhile and collects it later."""
-        if self._background is None:
-            self._background = ThreadPoolExecutor(self.generations_in_flight,
-                                                  thread_name_prefix=BACKGROUND)
-        return self._background.submit(self.generate, rows)
-
-    def generate(self, rows: list[dict], model=None) -> list[Rollout]:
+    def generate(self, rows: list[dict], model=None, server: int | None = None) -> list[Rollout]:
         """One completion per row (rows already repeated num_generations times); with a multi-turn scheduler,
-        one trajectory per row."""
+        one trajectory per row. `server` (server mode): all of them on that one of this worker's servers, as one
+        group of a batch whose caller records its span (rl/online/scoring.py); else split across the servers."""
         if self.multi_turn.enabled:
-            return self._generate_trajectories(rows, model)
+            return self._generate_trajectories(rows, model, server)
         config = request_config(self.sampling)
         requests = [InferRequest(messages=_prompt_messages(r), adapter=self._adapter()) for r in rows]
         with self._sampling(model) as start:
-            responses = self.engine.infer(requests, config)
-        self._record_generation(start, len(rows), sum(len(r.choices[0].token_ids) for r in responses))
+            responses = (self.engine.infer(requests, config) if server is None
+                         else self.engine.infer_on(server, requests, config))
+        if server is None:
+            self.record_generation(start, time.time(), len(rows), sum(len(r.choices[0].token_ids) for r in responses))
         local_version = self.policy_version
         out = []
         for row, resp in zip(rows, responses):
@@ -228,7 +219,7 @@ class RolloutWorker:
                                version, spans))
         return out
 
-    def _generate_trajectories(self, rows: list[dict], model) -> list[Rollout]:
+    def _generate_trajectories(self, rows: list[dict], model, server: int | None = None) -> list[Rollout]:
         """Each row rolled out by the scheduler (rollout/multi_turn): its `tools` column offered to the model,
         its other columns in the request's data_dict for the scheduler and the environment. In server mode the
         servers run their scheduler (POST /rollout) and the columns go only with --vllm_server_pass_dataset."""
@@ -239,7 +230,8 @@ class RolloutWorker:
                 sent = [{"messages": _prompt_messages(r), "tools": r.get("tools"),
                          "data_dict": _extra_columns(r) if options.vllm_server_pass_dataset else {}} for r in rows]
                 trajectories = [Trajectory(**t) for t in self.engine.run_trajectories(
-                    sent, request_config(self.sampling), options.completion_length_limit_scope, self._adapter())]
+                    sent, request_config(self.sampling), options.completion_length_limit_scope, self._adapter(),
+                    server=server)]
             else:
                 requests = [RolloutRequest(messages=copy.deepcopy(_prompt_messages(r)), tools=r.get("tools"),
                                            data_dict=_extra_columns(r))
@@ -248,7 +240,8 @@ class RolloutWorker:
                     self.engine, self.template, self.scheduler, requests, request_config(self.sampling),
                     max_turns=options.max_turns, max_completion_length=self.sampling.max_completion_length,
                     limit_scope=options.completion_length_limit_scope, adapter=self._adapter())
-        self._record_generation(start, len(rows), sum(sum(t.loss_mask) for t in trajectories))
+        if server is None:
+            self.record_generation(start, time.time(), len(rows), sum(sum(t.loss_mask) for t in trajectories))
         local_version = self.policy_version
         return [trajectory_rollout(row, t, self._step, local_version) for row, t in zip(rows, trajectories, strict=True)]
 
@@ -273,9 +266,10 @@ class RolloutWorker:
                 self._asleep = True
                 self._weights_dropped = self.memory.sleep_level >= 2
 
-    def _record_generation(self, start: float, samples: int, tokens: int) -> None:
-        self.timeline.append({"event": "generate", "start": start, "end": time.time(), "samples": samples,
-                              "tokens": tokens, "background": threading.current_thread().name.startswith(BACKGROUND)})
+    def record_generation(self, start: float, end: float, samples: int, tokens: int, background: bool = False) -> None:
+        """A generation's span on the trainer's timeline; `background`: prefetched while the trainer learned."""
+        self.timeline.append({"event": "generate", "start": start, "end": end, "samples": samples, "tokens": tokens,
+                              "background": background})
 
     def sync(self, model, step: int) -> dict[str, float]:
         """Push the trainer's weights, those of optimizer step `step`; returns sync/bytes (sent by this process),
@@ -349,8 +343,6 @@ class RolloutWorker:
             shutil.rmtree(self._old_dirs.pop(0), ignore_errors=True)
 
     def close(self) -> None:
-        if self._background is not None:
-            self._background.shutdown(wait=True, cancel_futures=True)
         for d in self._old_dirs:
             shutil.rmtree(d, ignore_errors=True)
         self._old_dirs = []

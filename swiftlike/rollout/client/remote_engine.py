@@ -41,7 +41,7 @@ class ServerClient(ServiceClient):
         # here), and weight buckets are hundreds of MiB.
         super().__init__(f"http://{host}:{port}", timeout, api_key, timeout_flag="--vllm_server_timeout",
                          hint=f"Is `swiftlike rollout --port {port}` running and reachable?", name="rollout server",
-                         pool_size=GENERATIONS_IN_FLIGHT * 4, read_timeout=GENERATE_READ_TIMEOUT)
+                         pool_size=64, read_timeout=GENERATE_READ_TIMEOUT)
         self.host, self.port = host, port
 
     def request(self, method: str, path: str, **kwargs) -> dict:
@@ -125,6 +125,13 @@ class RemoteEngine(InferEngine):
         futures = [self._pool.submit(self._generate, i, chunk, config) for i, chunk in chunks]
         return [resp for f in futures for resp in f.result()]
 
+    def infer_on(self, server: int, requests: list[InferRequest], config: RequestConfig) -> list[InferResponse]:
+        """All of `requests` on server `server` (an index into this engine's servers), in the calling thread: one
+        group of a batch whose groups the caller spreads and runs concurrently (rl/online/scoring.py)."""
+        for r in requests:
+            self.check_adapter(r)
+        return self._generate(server % len(self.clients), requests, config)
+
     def _generate(self, server: int, requests: list[InferRequest], config: RequestConfig) -> list[InferResponse]:
         out: list[InferResponse | None] = [None] * len(requests)
         for adapter in dict.fromkeys(r.adapter for r in requests):  # one call per adapter
@@ -145,7 +152,7 @@ class RemoteEngine(InferEngine):
         return out
 
     def run_trajectories(self, rows: list[dict], config: RequestConfig, limit_scope: str,
-                         adapter: str | None = None) -> list[dict]:
+                         adapter: str | None = None, server: int | None = None) -> list[dict]:
         """Multi-turn rollouts by the servers' scheduler (POST /rollout): one finished trajectory per row
         (`messages`, `tools`, `data_dict`), as the server's Trajectory fields, with `version_spans` on this
         engine's count. The rows are split across the servers like `infer`'s requests."""
@@ -154,6 +161,8 @@ class RemoteEngine(InferEngine):
         share = -(-len(rows) // len(self.clients))
         chunks = [(i, rows[k:k + share]) for i, k in enumerate(range(0, len(rows), share))]
         body = {"adapter": adapter, "config": asdict(config), "completion_length_limit_scope": limit_scope}
+        if server is not None:  # one group, in the calling thread (as `infer_on`)
+            return self._rollout(server % len(self.clients), {**body, "rows": rows})
         futures = [self._pool.submit(self._rollout, i, {**body, "rows": chunk}) for i, chunk in chunks]
         return [t for f in futures for t in f.result()]
 

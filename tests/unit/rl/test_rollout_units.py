@@ -11,7 +11,7 @@ from swiftlike.arguments import RlhfArguments
 from swiftlike.infer import openai_api
 from swiftlike.rl.core.staleness import (min_async_staleness, prefetch_depth, prefetch_lag, stale_groups, steps_left,
                                          trained_steps)
-from swiftlike.rl.online.prefetch import EpochLoader, GenerationRows, LookaheadBatches, Prefetch, replace_groups
+from swiftlike.rl.online.prefetch import EpochLoader, GenerationRows, LookaheadBatches, Prefetch, spliced_index
 from swiftlike.rl.online.grpo_trainer import RepeatSampler
 from swiftlike.rl.online.rollout_worker import Rollout
 from swiftlike.rollout.client.remote_engine import RolloutServerError, ServerClient
@@ -193,21 +193,14 @@ def test_prefetched_batches_stay_within_the_bound_at_every_use(max_staleness, mi
     assert prefetch_lag(deeper, micro_steps, accumulation) > max_staleness
 
 
-def test_replace_groups_regenerates_whole_groups_in_place():
-    def rollout(prompt: str, version: int) -> Rollout:
-        return Rollout([1], [2], "x", "stop", None, {"messages": [{"role": "user", "content": prompt}]}, version)
-    batch = [rollout(p, v) for p, v in [("a", 0), ("a", 0), ("b", 0), ("b", 3), ("c", 3), ("c", 3)]]
-    calls = []
-
-    def generate(rows):
-        calls.append([r["messages"][0]["content"] for r in rows])
-        return [rollout(r["messages"][0]["content"], 5) for r in rows]
-    stale = stale_groups([r.policy_version for r in batch], current=5, max_staleness=2, group_size=2)
-    out = replace_groups(batch, stale, 2, generate)
-    assert stale == [0, 1] and calls == [["a", "a", "b", "b"]]  # one call for every stale group
-    assert [(r.row["messages"][0]["content"], r.policy_version) for r in out] == [
-        ("a", 5), ("a", 5), ("b", 5), ("b", 5), ("c", 3), ("c", 3)]
-    assert replace_groups(batch, [], 2, generate) is batch and len(calls) == 1
+def test_spliced_index_puts_the_new_groups_in_the_places_of_the_stale_ones():
+    # 3 groups of 2; groups 0 and 2 stale: their replacements are items 6-7 (for group 0) and 8-9 (group 2)
+    assert spliced_index(6, [0, 2], 2) == [6, 7, 2, 3, 8, 9]
+    assert spliced_index(6, [2, 0], 2) == [8, 9, 2, 3, 6, 7]  # in the order the stale groups were regenerated
+    assert spliced_index(4, [], 2) == [0, 1, 2, 3]
+    items = ["a0", "a1", "b0", "b1"]
+    stale = stale_groups([0, 0, 5, 5], current=5, max_staleness=2, group_size=2)
+    assert [(items + ["A0", "A1"])[i] for i in spliced_index(4, stale, 2)] == ["A0", "A1", "b0", "b1"]
 
 
 def test_stale_groups_are_those_with_any_sample_over_the_bound():

@@ -1,0 +1,135 @@
+"""Rewards scored while generation goes on (server mode): each group is sent to a rollout server as its own request
+and scored as soon as its completions are back, while the other groups are still generating.
+
+A reward that is a service (a served judge or reward model, a code sandbox) takes seconds per batch; scored after
+the whole batch is generated, that time is added to every step. Here a generation batch is one request per group
+(num_generations completions of one prompt, all on one server so they share its prefix cache), each on its own
+thread; the servers batch them together as they would one large request. When a group's request returns, its
+rewards are computed on the reward thread, so by the time the last group is generated most of the batch is
+already scored, and the trainer waits only for what is left: `timing/reward_wait`.
+
+One reward thread, not one per group: reward functions and plugins were written for one call at a time, and a
+served reward already overlaps its own calls (`--judge_max_concurrency`, the reward model client's requests in
+flight). A group's rewards are its own: the reward functions see one group per call, which is what GRPO's
+per-group advantages need; no built-in reward looks across groups.
+
+Colocated and pt rollouts generate in the trainer's process, one batch at a time; they are scored after it
+(`score_after`), and `timing/reward_wait` is then the whole reward time.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+
+from ..rewards.functions import ScoredRewards
+from .rollout_worker import Rollout
+
+GROUP_THREADS_PER_SERVER = 64  # group requests one trainer may have waiting on one rollout server
+
+
+@dataclass
+class ScoredBatch:
+    """A generation batch's rollouts and rewards, with how long the caller waited for each."""
+
+    rollouts: list[Rollout]
+    scored: ScoredRewards
+    generate_wait: float  # seconds the caller waited for the last group to be generated
+    reward_wait: float  # seconds it then waited for the rewards of the groups not scored yet
+
+
+def score_after(rollouts: list[Rollout], score: Callable[[list[Rollout]], ScoredRewards],
+                generate_seconds: float) -> ScoredBatch:
+    """A batch generated in the trainer's process, scored now: the trainer waits for every reward."""
+    start = time.time()
+    scored = score(rollouts)
+    return ScoredBatch(rollouts, scored, generate_seconds, time.time() - start)
+
+
+class PendingBatch:
+    """A generation batch in flight: one future per group for its rollouts and one for its rewards.
+
+    Quacks like a Future where `Prefetch` needs it to (`result`, `cancel`)."""
+
+    def __init__(self, generated: list[Future], scored: list[Future]):
+        self.generated, self.scored = generated, scored
+
+    def result(self) -> ScoredBatch:
+        """Waits for every group; an error of any generation or reward is raised here, in the trainer."""
+        start = time.time()
+        rollouts = [r for future in self.generated for r in future.result()]
+        generated_at = time.time()
+        scored = ScoredRewards.cat([future.result() for future in self.scored])
+        return ScoredBatch(rollouts, scored, generated_at - start, time.time() - generated_at)
+
+    def cancel(self) -> bool:
+        """Cancel the groups not started yet and wait for the others and their rewards to end (their errors are
+        dropped with them): afterwards nothing of this batch runs."""
+        for future in self.generated:
+            future.cancel()
+        wait(self.generated + self.scored)
+        return True
+
+
+class GroupScoring:
+    """Generation batches sent as one request per group, each group scored as soon as it is generated.
+
+    `generate_group(rows, server)` generates one group on rollout server `server` (RolloutWorker.generate);
+    `score(rollouts)` computes one group's rewards (GrpoTrainer._rewards). `on_generated(start, end, rollouts,
+    background)` is told when a whole batch has been generated, for the trainer's timeline."""
+
+    def __init__(self, generate_group: Callable[[list[dict], int], list[Rollout]],
+                 score: Callable[[list[Rollout]], ScoredRewards], group_size: int, servers: int,
+                 on_generated: Callable[[float, float, list[Rollout], bool], None] | None = None):
+        self._generate_group, self._score, self.group_size = generate_group, score, group_size
+        self.servers, self._on_generated = servers, on_generated
+        self._generation = ThreadPoolExecutor(GROUP_THREADS_PER_SERVER * max(servers, 1),
+                                              thread_name_prefix="swiftlike-group")
+        self._rewards = ThreadPoolExecutor(1, thread_name_prefix="swiftlike-reward")
+
+    def submit(self, rows: Sequence[dict], background: bool = False) -> PendingBatch:
+        """Start generating `rows` (num_generations copies of each prompt, in groups); group k goes to server
+        k mod servers."""
+        if len(rows) % self.group_size:
+            raise ValueError(f"{len(rows)} rows are not whole groups of {self.group_size}")
+        starts = range(0, len(rows), self.group_size)
+        started, left, lock = time.time(), [len(starts)], threading.Lock()
+        generated = [self._generation.submit(self._generate_group, list(rows[s:s + self.group_size]),
+                                             k % max(self.servers, 1)) for k, s in enumerate(starts)]
+
+        def batch_done(_: Future) -> None:
+            with lock:
+                left[0] -= 1
+                last = left[0] == 0
+            if last and self._on_generated is not None and all(not f.cancelled() and f.exception() is None
+                                                                for f in generated):
+                self._on_generated(started, time.time(), [r for f in generated for r in f.result()], background)
+        for future in generated:
+            future.add_done_callback(batch_done)
+        return PendingBatch(generated, [self._score_when_generated(future) for future in generated])
+
+    def _score_when_generated(self, generated: Future) -> Future:
+        scored: Future = Future()
+
+        def run() -> None:
+            try:
+                scored.set_result(self._score(generated.result()))
+            except BaseException as e:  # noqa: BLE001 - handed to the trainer, which raises it
+                scored.set_exception(e)
+
+        def start(done: Future) -> None:
+            if done.cancelled():
+                scored.cancel()
+                scored.set_running_or_notify_cancel()  # what an executor does: `wait` counts it done only then
+            elif done.exception() is not None:
+                scored.set_exception(done.exception())
+            else:
+                self._rewards.submit(run)
+        generated.add_done_callback(start)
+        return scored
+
+    def close(self) -> None:
+        self._generation.shutdown(wait=False, cancel_futures=True)
+        self._rewards.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,122 @@
+"""GroupScoring (rl/online/scoring.py) on plain functions with known timings: a group is scored as soon as it is
+generated, while later groups still generate, so the trainer waits only for what outlasts the generation."""
+import threading
+import time
+
+import pytest
+import torch
+
+from swiftlike.rl.online.prefetch import Prefetch
+from swiftlike.rl.online.rollout_worker import Rollout
+from swiftlike.rl.online.scoring import GroupScoring, score_after
+from swiftlike.rl.rewards.functions import ScoredRewards
+
+GROUP = 2
+
+
+def rows(prompts: str) -> list[dict]:
+    return [{"messages": [{"role": "user", "content": p}], "delay": 0.3 * i} for i, p in enumerate(prompts)
+            for _ in range(GROUP)]
+
+
+def rollout(row: dict) -> Rollout:
+    return Rollout([1], [2, 3], row["messages"][0]["content"], "stop", None, row, 0)
+
+
+class Recorder:
+    """Group k generates in 0.3 k s; scoring one group takes `score_s`; every start and end is written down."""
+
+    def __init__(self, score_s: float = 0.5, fail_on: str | None = None):
+        self.score_s, self.fail_on, self.events, self.lock = score_s, fail_on, [], threading.Lock()
+        self.servers_used: list[int] = []
+
+    def note(self, what: str, prompt: str) -> None:
+        with self.lock:
+            self.events.append((time.monotonic(), what, prompt))
+
+    def generate(self, group: list[dict], server: int) -> list[Rollout]:
+        self.servers_used.append(server)
+        time.sleep(group[0]["delay"])
+        self.note("generated", group[0]["messages"][0]["content"])
+        return [rollout(r) for r in group]
+
+    def score(self, group: list[Rollout]) -> ScoredRewards:
+        prompt = group[0].text
+        self.note("scoring", prompt)
+        if prompt == self.fail_on:
+            raise RuntimeError(f"judge down while scoring {prompt}")
+        time.sleep(self.score_s)
+        self.note("scored", prompt)
+        values = torch.tensor([float(ord(prompt)) + k for k in range(len(group))])
+        return ScoredRewards(values.clone(), {"judge": values}, {"judge": torch.zeros(len(group), dtype=torch.bool)},
+                             {"judge": torch.zeros(len(group), dtype=torch.bool)})
+
+    def at(self, what: str, prompt: str) -> float:
+        return next(t for t, w, p in self.events if w == what and p == prompt)
+
+
+def test_each_group_is_scored_as_soon_as_it_is_generated_and_the_trainer_waits_only_for_the_rest():
+    recorder = Recorder(score_s=0.5)
+    spans = []
+    scoring = GroupScoring(recorder.generate, recorder.score, GROUP, servers=2,
+                           on_generated=lambda start, end, rollouts, bg: spans.append((end - start, len(rollouts), bg)))
+    try:
+        start = time.monotonic()
+        batch = scoring.submit(rows("abcd")).result()
+        took = time.monotonic() - start
+    finally:
+        scoring.close()
+    # in order, whatever order they finished in; each group's rewards are its own
+    assert [r.text for r in batch.rollouts] == list("aabbccdd")
+    assert batch.scored.total.tolist() == [97, 98, 98, 99, 99, 100, 100, 101]
+    # group a was scored while d was still generating (d takes 0.9 s; each score 0.5 s)
+    assert recorder.at("scored", "a") < recorder.at("generated", "d")
+    # the generation took 0.9 s; four scores in a row after it would be 2 s more, the wait is what outlasts it
+    assert batch.generate_wait == pytest.approx(0.9, abs=0.25)
+    assert batch.reward_wait < 1.2 and took < 0.9 + 4 * 0.5 - 0.4, (batch, took)
+    assert sorted(recorder.servers_used) == [0, 0, 1, 1]  # groups spread over the servers
+    assert len(spans) == 1 and spans[0][1] == 8 and spans[0][2] is False
+
+
+def test_an_error_of_a_reward_or_a_generation_reaches_the_trainer():
+    recorder = Recorder(score_s=0.0, fail_on="b")
+    scoring = GroupScoring(recorder.generate, recorder.score, GROUP, servers=1)
+    try:
+        with pytest.raises(RuntimeError, match="judge down while scoring b"):
+            scoring.submit(rows("abc")).result()
+
+        def broken(group, server):
+            raise ConnectionError("rollout server gone")
+        failing = GroupScoring(broken, recorder.score, GROUP, servers=1)
+        with pytest.raises(ConnectionError, match="rollout server gone"):
+            failing.submit(rows("a")).result()
+        failing.close()
+        with pytest.raises(ValueError, match="3 rows are not whole groups of 2"):
+            scoring.submit(rows("ab")[:3])
+    finally:
+        scoring.close()
+
+
+def test_prefetched_batches_are_scored_in_the_background_and_a_cleared_one_leaves_nothing_running():
+    recorder = Recorder(score_s=0.2)
+    scoring = GroupScoring(recorder.generate, recorder.score, GROUP, servers=1)
+    prefetch = Prefetch(lambda batch_rows: scoring.submit(batch_rows, background=True))
+    try:
+        ahead = rows("ab")
+        prefetch.top_up([ahead])
+        time.sleep(1.0)  # the trainer trains meanwhile: generation (0.3 s) and scoring (2 x 0.2 s) finish
+        batch = prefetch.take(ahead)
+        assert batch.reward_wait < 0.05 and batch.generate_wait < 0.05
+        assert batch.scored.total.tolist() == [97, 98, 98, 99]
+        prefetch.top_up([rows("cd")])
+        prefetch.clear()  # a resumed run: waits for what started, cancels the rest
+        assert len(prefetch) == 0
+    finally:
+        scoring.close()
+
+
+def test_a_batch_generated_in_process_is_scored_after_it_and_all_of_it_is_waited_for():
+    recorder = Recorder(score_s=0.2)
+    batch = score_after([rollout(r) for r in rows("ab")], recorder.score, generate_seconds=1.5)
+    assert batch.generate_wait == 1.5 and batch.reward_wait >= 0.2
+    assert batch.scored.total.tolist() == [97, 98, 99, 100]  # one call for the whole batch
