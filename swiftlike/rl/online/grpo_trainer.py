@@ -124,8 +124,10 @@ class GrpoTrainer(RolloutTrainer):
         self._depth = (prefetch_depth(rollout.max_staleness, self._micro_steps, self.args.gradient_accumulation_steps)
                        if rollout.async_generate else 0)
         # Server mode: a batch goes out as one request per group, each scored as soon as it is back (scoring.py)
-        self._scoring = (GroupScoring(worker.generate, self._rewards, grpo.num_generations, len(worker.engine.clients),
-                                      self._record_batch) if rollout.server_mode else None)
+        self._scoring = None
+        if rollout.server_mode:
+            self._scoring = GroupScoring(lambda rows, server: worker.generate(rows, server=server), self._rewards,
+                                         grpo.num_generations, len(worker.engine.clients), self._record_batch)
         self._prefetch = Prefetch(lambda rows: self._scoring.submit(rows, background=True))
         self._reward_wait = 0.0  # this generation batch's seconds waiting for rewards (timing/reward_wait)
         self._warned_stale = False
