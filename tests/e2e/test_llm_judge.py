@@ -12,7 +12,7 @@ import time
 
 import pytest
 import torch
-from servers import DyingProxy, free_port, start
+from servers import FaultyProxy, free_port, start
 
 from swiftlike import rlhf_main
 from swiftlike.rl.core.advantages import group_advantages
@@ -136,7 +136,7 @@ def test_a_judge_that_is_not_listening_stops_the_run_at_start(files):
 
 def test_a_judge_that_dies_mid_run_stops_it_naming_the_server_and_the_call(judge, files, tmp_path):
     # the judge answers the probe at start, then dies at the run's first judge call, after the policy generated
-    proxy = DyingProxy(judge, die_at=2)
+    proxy = FaultyProxy(judge, die_at=2)
     try:
         with pytest.raises(ServerUnavailable, match=rf"{proxy.url} is not answering POST /v1/chat/completions "
                                                     r"\(ConnectionError.*\(--reward_server_timeout 2\)"):
@@ -149,7 +149,7 @@ def test_a_judge_that_dies_mid_run_stops_it_naming_the_server_and_the_call(judge
 
 def test_under_skip_the_groups_of_a_dead_judge_are_dropped_counted_and_training_goes_on(judge, files, tmp_path):
     # POSTs: the probe at start and the 8 judge calls of step 1; the first call of step 2 kills it
-    proxy = DyingProxy(judge, die_at=10)
+    proxy = FaultyProxy(judge, die_at=10)
     try:
         run = grpo(tmp_path / "out", proxy.url, files, "--reward_server_timeout", "1", "--reward_on_error", "skip")
     finally:
@@ -164,3 +164,33 @@ def test_under_skip_the_groups_of_a_dead_judge_are_dropped_counted_and_training_
     assert len(dropped) == 8 and all(line["failed"] == [NAME] and line["dropped"] and line["reward"] is None
                                      and line["advantage"] == 0.0 for line in dropped)
     assert not any("failed" in line or "dropped" in line for line in lines if line["step"] == 0)
+
+
+@pytest.fixture(scope="module")
+def rollout_server(tmp_path_factory):
+    """A vLLM rollout server of the policy, for server mode, where groups are scored while others generate."""
+    from test_rollout_server import stop_server
+    port = free_port()
+    proc = start(["rollout", "--model", TINY, "--port", str(port), "--torch_dtype", "float32",
+                  "--vllm_max_model_len", "512"], port, tmp_path_factory.mktemp("policy") / "rollout.log")
+    yield port
+    stop_server(proc)
+
+
+def test_a_slow_judge_is_scored_while_the_servers_generate(judge, files, rollout_server, tmp_path):
+    # every judge call held 1 s: scored one after another after the batch, a step would take generation + 8 s
+    delay, calls_per_step = 1.0, 8
+    proxy = FaultyProxy(judge, delay=delay)
+    try:
+        run = grpo(tmp_path / "out", proxy.url, files, "--use_vllm", "true", "--vllm_mode", "server",
+                   "--vllm_server_host", "127.0.0.1", "--vllm_server_port", str(rollout_server),
+                   "--max_completion_length", "32", steps=3)
+    finally:
+        proxy.close()
+    assert proxy.posts == 1 + 3 * calls_per_step  # the probe at start, then every completion judged once
+    steps = [e for e in read_log(run.run_dir) if "timing/reward_wait" in e]
+    assert len(steps) == 3 and all(f"rewards/{NAME}/mean" in e or e[f"rewards/{NAME}/missing"] == 8 for e in steps)
+    for before, after in zip(steps, steps[1:]):  # a step's time: between two log lines (the first has the warm-up)
+        step_s = after["elapsed_s"] - before["elapsed_s"]
+        assert step_s < after["timing/generate"] + calls_per_step * delay, (step_s, after)
+        assert after["timing/reward_wait"] < calls_per_step * delay / 2, after

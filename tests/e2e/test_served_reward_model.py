@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 import torch
-from servers import ENV, DyingProxy, free_port, start
+from servers import ENV, FaultyProxy, free_port, start
 
 from swiftlike.infer.engine import EngineSpec, build_classifier
 from swiftlike.infer.engine.classify_client import ClassifyClient
@@ -171,7 +171,7 @@ def test_a_reward_model_server_that_dies_mid_run_stops_the_run_or_under_skip_fai
     """The server answers the probe at start, then dies at the batch's first /classify: the call is retried until
     --reward_server_timeout, then raises naming the server and the call, or under skip scores the batch FAILED (the
     trainer drops its groups: tests/e2e/test_llm_judge.py runs that through GRPO)."""
-    proxy = DyingProxy(pt_server, die_at=2)
+    proxy = FaultyProxy(pt_server, die_at=2)
     try:
         reward_model = RewardModel(ClassifyClient(proxy.url, 1.0, KEY), f"--reward_model_server {proxy.url}",
                                    on_error)

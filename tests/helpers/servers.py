@@ -30,12 +30,15 @@ def start(argv: list[str], port: int, log_path, timeout: float = 300) -> subproc
     raise TimeoutError(f"{argv[0]} did not answer /health within {timeout:.0f} s")
 
 
-class DyingProxy:
-    """A reverse proxy in this process in front of a real server (`upstream`) that dies mid-run: from its
-    `die_at`-th POST on it drops every connection unanswered and closes its port, so later calls are refused, as
-    when the server's process is killed. `died_at` is the time.monotonic() of its death."""
+class FaultyProxy:
+    """A reverse proxy in this process in front of a real server (`upstream`) that is slow or dies mid-run.
 
-    def __init__(self, upstream: str, die_at: int):
+    Each POST is held `delay` seconds before it is forwarded (a slow judge), on its own thread, so concurrent calls
+    are delayed together. With `die_at`, from its `die_at`-th POST on it drops every connection unanswered and
+    closes its port, so later calls are refused, as when the server's process is killed. `died_at` is the
+    time.monotonic() of its death; `posts` counts the POSTs."""
+
+    def __init__(self, upstream: str, die_at: int | None = None, delay: float = 0.0):
         import threading
         from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
         proxy = self
@@ -51,12 +54,14 @@ class DyingProxy:
                 if method == "POST":
                     with proxy.lock:
                         proxy.posts += 1
-                        if proxy.posts >= proxy.die_at and proxy.died_at is None:
+                        if proxy.die_at is not None and proxy.posts >= proxy.die_at and proxy.died_at is None:
                             proxy.died_at = time.monotonic()
                             threading.Thread(target=proxy.close, daemon=True).start()
                 if proxy.died_at is not None:
                     self.close_connection = True  # no answer: the connection just ends
                     return
+                if method == "POST":
+                    time.sleep(delay)
                 headers = {k: v for k, v in self.headers.items() if k.lower() in ("authorization", "content-type")}
                 answer = httpx.request(method, proxy.upstream + self.path, content=body, headers=headers, timeout=120)
                 self.send_response(answer.status_code)

@@ -10,19 +10,24 @@ already scored, and the trainer waits only for what is left: `timing/reward_wait
 
 One reward thread, not one per group: reward functions and plugins were written for one call at a time, and a
 served reward already overlaps its own calls (`--judge_max_concurrency`, the reward model client's requests in
-flight). A group's rewards are its own: the reward functions see one group per call, which is what GRPO's
-per-group advantages need; no built-in reward looks across groups.
+flight). Each call scores every group generated since the last one began, so the groups that finish together
+(completions of even length do) reach a served judge or reward model as one batch, which it serves far faster than
+one group after another. Rewards are per completion (no built-in reward looks across the batch), so scoring a
+group alone or with others gives it the same rewards.
 
 Colocated and pt rollouts generate in the trainer's process, one batch at a time; they are scored after it
 (`score_after`), and `timing/reward_wait` is then the whole reward time.
 """
 from __future__ import annotations
 
+import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
+
+import torch
 
 from ..rewards.functions import ScoredRewards
 from .rollout_worker import Rollout
@@ -77,7 +82,7 @@ class GroupScoring:
     """Generation batches sent as one request per group, each group scored as soon as it is generated.
 
     `generate_group(rows, server)` generates one group on rollout server `server` (RolloutWorker.generate);
-    `score(rollouts)` computes one group's rewards (GrpoTrainer._rewards). `on_generated(start, end, rollouts,
+    `score(rollouts)` computes the rewards of one or more groups (GrpoTrainer._rewards). `on_generated(start, end, rollouts,
     background)` is told when a whole batch has been generated, for the trainer's timeline."""
 
     def __init__(self, generate_group: Callable[[list[dict], int], list[Rollout]],
@@ -87,7 +92,8 @@ class GroupScoring:
         self.servers, self._on_generated = servers, on_generated
         self._generation = ThreadPoolExecutor(GROUP_THREADS_PER_SERVER * max(servers, 1),
                                               thread_name_prefix="swiftlike-group")
-        self._rewards = ThreadPoolExecutor(1, thread_name_prefix="swiftlike-reward")
+        self._ready: queue.SimpleQueue = queue.SimpleQueue()  # (group's rollouts, its rewards' future); None: stop
+        threading.Thread(target=self._score_ready_groups, name="swiftlike-reward", daemon=True).start()
 
     def submit(self, rows: Sequence[dict], background: bool = False) -> PendingBatch:
         """Start generating `rows` (num_generations copies of each prompt, in groups); group k goes to server
@@ -113,23 +119,37 @@ class GroupScoring:
     def _score_when_generated(self, generated: Future) -> Future:
         scored: Future = Future()
 
-        def run() -> None:
-            try:
-                scored.set_result(self._score(generated.result()))
-            except BaseException as e:  # noqa: BLE001 - handed to the trainer, which raises it
-                scored.set_exception(e)
-
-        def start(done: Future) -> None:
+        def ready(done: Future) -> None:
             if done.cancelled():
                 scored.cancel()
                 scored.set_running_or_notify_cancel()  # what an executor does: `wait` counts it done only then
             elif done.exception() is not None:
                 scored.set_exception(done.exception())
             else:
-                self._rewards.submit(run)
-        generated.add_done_callback(start)
+                self._ready.put((done.result(), scored))
+        generated.add_done_callback(ready)
         return scored
+
+    def _score_ready_groups(self) -> None:
+        """The reward thread: score every group generated so far in one call, hand each its part, repeat."""
+        while True:
+            waiting = [self._ready.get()]
+            while not self._ready.empty():
+                waiting.append(self._ready.get())
+            if any(item is None for item in waiting):
+                return
+            rollouts = [r for group, _ in waiting for r in group]
+            try:
+                scored = self._score(rollouts)
+            except BaseException as e:  # noqa: BLE001 - handed to the trainer, which raises it
+                for _, future in waiting:
+                    future.set_exception(e)
+                continue
+            offset = 0
+            for group, future in waiting:
+                future.set_result(scored.select(torch.arange(offset, offset + len(group))))
+                offset += len(group)
 
     def close(self) -> None:
         self._generation.shutdown(wait=False, cancel_futures=True)
-        self._rewards.shutdown(wait=False, cancel_futures=True)
+        self._ready.put(None)

@@ -13,7 +13,6 @@ from swiftlike.rl.core.staleness import (min_async_staleness, prefetch_depth, pr
                                          trained_steps)
 from swiftlike.rl.online.prefetch import EpochLoader, GenerationRows, LookaheadBatches, Prefetch, spliced_index
 from swiftlike.rl.online.grpo_trainer import RepeatSampler
-from swiftlike.rl.online.rollout_worker import Rollout
 from swiftlike.rollout.client.remote_engine import RolloutServerError, ServerClient
 from swiftlike.rollout.client.transport import buckets
 from swiftlike.rollout.wire.buckets import WeightStager, WeightUpdateError, read_header

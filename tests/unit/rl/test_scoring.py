@@ -15,7 +15,7 @@ GROUP = 2
 
 
 def rows(prompts: str) -> list[dict]:
-    return [{"messages": [{"role": "user", "content": p}], "delay": 0.3 * i} for i, p in enumerate(prompts)
+    return [{"messages": [{"role": "user", "content": p}], "delay": 0.4 * i} for i, p in enumerate(prompts)
             for _ in range(GROUP)]
 
 
@@ -24,11 +24,13 @@ def rollout(row: dict) -> Rollout:
 
 
 class Recorder:
-    """Group k generates in 0.3 k s; scoring one group takes `score_s`; every start and end is written down."""
+    """Group k generates in 0.4 k s; a scoring call takes `score_s`; every start and end is written down, and the
+    groups of each scoring call. A completion's reward is its prompt's character code."""
 
     def __init__(self, score_s: float = 0.5, fail_on: str | None = None):
         self.score_s, self.fail_on, self.events, self.lock = score_s, fail_on, [], threading.Lock()
         self.servers_used: list[int] = []
+        self.calls: list[list[str]] = []
 
     def note(self, what: str, prompt: str) -> None:
         with self.lock:
@@ -40,23 +42,24 @@ class Recorder:
         self.note("generated", group[0]["messages"][0]["content"])
         return [rollout(r) for r in group]
 
-    def score(self, group: list[Rollout]) -> ScoredRewards:
-        prompt = group[0].text
-        self.note("scoring", prompt)
-        if prompt == self.fail_on:
-            raise RuntimeError(f"judge down while scoring {prompt}")
+    def score(self, rollouts: list[Rollout]) -> ScoredRewards:
+        prompts = list(dict.fromkeys(r.text for r in rollouts))
+        self.calls.append(prompts)
+        if self.fail_on in prompts:
+            raise RuntimeError(f"judge down while scoring {self.fail_on}")
         time.sleep(self.score_s)
-        self.note("scored", prompt)
-        values = torch.tensor([float(ord(prompt)) + k for k in range(len(group))])
-        return ScoredRewards(values.clone(), {"judge": values}, {"judge": torch.zeros(len(group), dtype=torch.bool)},
-                             {"judge": torch.zeros(len(group), dtype=torch.bool)})
+        for prompt in prompts:
+            self.note("scored", prompt)
+        values = torch.tensor([float(ord(r.text)) for r in rollouts])
+        none = torch.zeros(len(rollouts), dtype=torch.bool)
+        return ScoredRewards(values.clone(), {"judge": values}, {"judge": none}, {"judge": none.clone()})
 
     def at(self, what: str, prompt: str) -> float:
         return next(t for t, w, p in self.events if w == what and p == prompt)
 
 
 def test_each_group_is_scored_as_soon_as_it_is_generated_and_the_trainer_waits_only_for_the_rest():
-    recorder = Recorder(score_s=0.5)
+    recorder = Recorder(score_s=0.7)
     spans = []
     scoring = GroupScoring(recorder.generate, recorder.score, GROUP, servers=2,
                            on_generated=lambda start, end, rollouts, bg: spans.append((end - start, len(rollouts), bg)))
@@ -68,12 +71,14 @@ def test_each_group_is_scored_as_soon_as_it_is_generated_and_the_trainer_waits_o
         scoring.close()
     # in order, whatever order they finished in; each group's rewards are its own
     assert [r.text for r in batch.rollouts] == list("aabbccdd")
-    assert batch.scored.total.tolist() == [97, 98, 98, 99, 99, 100, 100, 101]
-    # group a was scored while d was still generating (d takes 0.9 s; each score 0.5 s)
+    assert batch.scored.total.tolist() == [97, 97, 98, 98, 99, 99, 100, 100]
+    # a is scored alone at once (0-0.7 s) while the others generate (b, c, d done at 0.4, 0.8, 1.2 s); b waits for
+    # it; c and d, both done by the time b's call ends (1.4 s), go in one call
     assert recorder.at("scored", "a") < recorder.at("generated", "d")
-    # the generation took 0.9 s; four scores in a row after it would be 2 s more, the wait is what outlasts it
-    assert batch.generate_wait == pytest.approx(0.9, abs=0.25)
-    assert batch.reward_wait < 1.2 and took < 0.9 + 4 * 0.5 - 0.4, (batch, took)
+    assert recorder.calls == [["a"], ["b"], ["c", "d"]]
+    # generation took 1.2 s; four calls in a row after it would be 2.8 s more: the wait is what outlasts it (0.9 s)
+    assert batch.generate_wait == pytest.approx(1.2, abs=0.25)
+    assert batch.reward_wait < 1.3 and took < 1.2 + 4 * 0.7 - 1.0, (batch, took)
     assert sorted(recorder.servers_used) == [0, 0, 1, 1]  # groups spread over the servers
     assert len(spans) == 1 and spans[0][1] == 8 and spans[0][2] is False
 
@@ -104,10 +109,10 @@ def test_prefetched_batches_are_scored_in_the_background_and_a_cleared_one_leave
     try:
         ahead = rows("ab")
         prefetch.top_up([ahead])
-        time.sleep(1.0)  # the trainer trains meanwhile: generation (0.3 s) and scoring (2 x 0.2 s) finish
+        time.sleep(1.2)  # the trainer trains meanwhile: generation (0.4 s) and scoring (at most 2 x 0.2 s) finish
         batch = prefetch.take(ahead)
         assert batch.reward_wait < 0.05 and batch.generate_wait < 0.05
-        assert batch.scored.total.tolist() == [97, 98, 98, 99]
+        assert batch.scored.total.tolist() == [97, 97, 98, 98]
         prefetch.top_up([rows("cd")])
         prefetch.clear()  # a resumed run: waits for what started, cancels the rest
         assert len(prefetch) == 0
@@ -119,4 +124,4 @@ def test_a_batch_generated_in_process_is_scored_after_it_and_all_of_it_is_waited
     recorder = Recorder(score_s=0.2)
     batch = score_after([rollout(r) for r in rows("ab")], recorder.score, generate_seconds=1.5)
     assert batch.generate_wait == 1.5 and batch.reward_wait >= 0.2
-    assert batch.scored.total.tolist() == [97, 98, 99, 100]  # one call for the whole batch
+    assert batch.scored.total.tolist() == [97, 97, 98, 98] and recorder.calls == [["a", "b"]]  # one call
