@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.setup-stamp
 
-.PHONY: setup test test-fast demo demo-dpo demo-gkd demo-agent-sft demo-agent demo-algorithms examples bench bench-train bench-grpo bench-rollout bench-async bench-deploy bench-dpo bench-gkd bench-ray bench-delta bench-agent lint clean
+.PHONY: setup test test-fast demo demo-dpo demo-gkd demo-agent-sft demo-agent demo-algorithms examples bench bench-train bench-grpo bench-rollout bench-async bench-deploy bench-dpo bench-gkd bench-ray bench-delta bench-agent bench-reward lint clean
 
 setup: $(STAMP)
 
@@ -75,6 +75,9 @@ bench-delta: setup
 
 bench-agent: setup
 	$(PY) benchmarks/bench_agent.py
+
+bench-reward: setup
+	$(PY) benchmarks/bench_reward.py
 
 lint: setup
 	$(VENV)/bin/ruff check swiftlike tests benchmarks scripts
