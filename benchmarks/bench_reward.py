@@ -43,8 +43,8 @@ Question: {prompt}
 Correct result: {solution}
 Student's answer: {completion}
 
-In one short sentence say whether the student's final result equals the correct result, then end with one line \
-"Score: N", N from 0 (wrong) to 10 (right)."""
+Reply with one line "Score: N", N from 0 (the student's final result is wrong) to 10 (it equals the correct \
+result), and nothing else."""
 RUNS = ("in-trainer", "served", "served+async")
 
 
@@ -64,8 +64,8 @@ def grpo_command(args, run: str, policy_port: int, judge_url: str, template: Pat
     else:
         judge = ["--reward_funcs", "llm_judge", "accuracy", "--judge_model_server", judge_url,
                  "--judge_prompt_template", str(template)]
-    overlap = (["--async_generate", "true", "--rollout_importance_sampling_mode", "token_truncate"]
-               if run == "served+async" else [])
+    # bypass mode: the engine's log-probs are the old policy, so async training needs no extra forward pass
+    overlap = ["--async_generate", "true", "--rollout_bypass_mode", "true"] if run == "served+async" else []
     return [*pinned(1), swiftlike_cli(), "rlhf", "--rlhf_type", "grpo", "--model", args.model, "--dataset",
             "swiftlike/arithmetic", *judge, "--judge_max_tokens", str(args.judge_max_tokens),
             "--num_generations", "4", "--per_device_train_batch_size", "8", "--gradient_accumulation_steps", "1",
@@ -73,7 +73,7 @@ def grpo_command(args, run: str, policy_port: int, judge_url: str, template: Pat
             "--learning_rate", "1e-4", "--lora_dropout", "0", "--torch_dtype", "float32",
             "--gradient_checkpointing", "false", "--logging_steps", "1", "--save_steps", "1000", "--report_to",
             "none", "--max_steps", str(args.steps), "--use_vllm", "true", "--vllm_mode", "server",
-            "--vllm_server_port", str(policy_port), *overlap, "--output_dir", str(out)]
+            "--vllm_server_port", str(policy_port), "--vllm_enable_lora", "true", *overlap, "--output_dir", str(out)]
 
 
 def summarize(run_dir: Path, judge_name: str) -> dict:
@@ -94,7 +94,8 @@ def measure(args, workdir: Path) -> dict[str, dict]:
     template = workdir / "judge_template.txt"
     template.write_text(TEMPLATE)
     env = {**ENV, "BENCH_JUDGE_MODEL": args.model, "BENCH_JUDGE_TEMPLATE": str(template)}
-    policy, port = start_server(args.model, workdir / "policy-server.log", core=1)
+    policy, port = start_server(args.model, workdir / "policy-server.log", core=1,
+                                extra=("--vllm_enable_lora", "true"))
     judge, url = start_judge(args.model, workdir / "judge-server.log")
     results = {}
     try:

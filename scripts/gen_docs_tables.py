@@ -10,6 +10,7 @@ Each table lives between a pair of markers in its page and is replaced whole:
     docs/rlhf.md       <!-- args-rollout:start --> ... (RolloutPlacementArguments + VllmArguments)
     docs/rlhf.md       <!-- args-preference:start --> ... (PreferenceArguments)
     docs/rlhf.md       <!-- args-gkd:start --> ... (GkdArguments)
+    docs/rlhf.md       <!-- args-ppo:start --> ... (PpoArguments)
     docs/rollout.md    <!-- args-rollout-server:start --> ... (RolloutServerArguments + LogprobLimitArguments +
                        MultiTurnServerArguments + VllmArguments)
     docs/app.md        <!-- args-app:start --> ... (AppArguments' own fields + SamplingArguments)
@@ -29,8 +30,8 @@ from pathlib import Path
 from swiftlike.arguments.app_args import AppArguments
 from swiftlike.arguments.infer_args import LogprobLimitArguments, SamplingArguments, VllmArguments
 from swiftlike.arguments.megatron_args import MegatronArguments
-from swiftlike.arguments.rlhf_args import (GkdArguments, MultiTurnArguments, PreferenceArguments, RayArguments,
-                                           RewardArguments, RolloutPlacementArguments, TeacherArguments)
+from swiftlike.arguments.rlhf_args import (GkdArguments, MultiTurnArguments, PpoArguments, PreferenceArguments,
+                                           RayArguments, RewardArguments, RolloutPlacementArguments, TeacherArguments)
 from swiftlike.arguments.rollout_args import MultiTurnServerArguments, RolloutServerArguments
 
 from swiftlike.dataset import DATASET_REGISTRY
@@ -153,7 +154,8 @@ TABLES = {
                  ("tools", tools_table), ("args-multi-turn", lambda: args_table(MultiTurnArguments))],
     "rlhf.md": [("args-rollout", lambda: args_table(RolloutPlacementArguments, VllmArguments)),
                 ("args-preference", lambda: args_table(PreferenceArguments)),
-                ("args-gkd", lambda: args_table(TeacherArguments, GkdArguments))],
+                ("args-gkd", lambda: args_table(TeacherArguments, GkdArguments)),
+                ("args-ppo", lambda: args_table(PpoArguments))],
     "rollout.md": [("args-rollout-server", lambda: args_table(RolloutServerArguments, LogprobLimitArguments,
                                                               MultiTurnServerArguments, VllmArguments))],
     "app.md": [("args-app", lambda: args_table(AppArguments, SamplingArguments))],

@@ -1,16 +1,19 @@
-"""Arguments of `swiftlike rlhf`: GRPO and the preference family (DPO, KTO, CPO, SimPO, ORPO, reward models).
+"""Arguments of `swiftlike rlhf`: GRPO, PPO, GKD and the preference family (DPO, KTO, CPO, SimPO, ORPO, reward
+models).
 
 Names and defaults follow ms-swift's RLHF and GRPO arguments; `beta` and `loss_type` take their default from
 `--rlhf_type`, as in ms-swift.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from ..rl.core.losses import LOSS_TYPES
-from ..rl.core.options import (GKD, GRPO, ONLINE, PREFERENCE_TYPES, GkdOptions, GrpoOptions, MultiTurnOptions,
-                               PolicyTrainingOptions, PreferenceOptions, RayOptions, RewardOptions, RlhfType,
-                               RolloutOptions, SamplingOptions, TeacherOptions, flags_not_read_by)
+from ..rl.core.options import (GKD, GRPO, ONLINE, PREFERENCE_TYPES, REWARDED, SAMPLING, GkdOptions, GrpoOptions,
+                               MultiTurnOptions, PolicyTrainingOptions, PreferenceOptions, RayOptions, RewardOptions,
+                               RlhfType, RolloutOptions, SamplingOptions, TeacherOptions, flags_not_read_by)
+from ..rl.core.ppo_options import PPO, PpoOptions
 from ..rl.core.staleness import min_async_staleness
 from ..utils import get_logger
 from ..utils.errors import NotBuiltError
@@ -28,6 +31,7 @@ CompletionArguments = option_flags(SamplingOptions, "", "CompletionArguments", m
                                    doc="How long a sampled completion may be (GRPO and GKD; the sampling rule itself "
                                        "is the shared --temperature / --top_p / --top_k group).")
 GrpoArguments = option_flags(GrpoOptions, "", "GrpoArguments", module=__name__, doc=GrpoOptions.__doc__)
+PpoArguments = option_flags(PpoOptions, "", "PpoArguments", module=__name__, doc=PpoOptions.__doc__)
 RewardArguments = option_flags(RewardOptions, "", "RewardArguments", module=__name__, doc=RewardOptions.__doc__)
 RolloutPlacementArguments = option_flags(RolloutOptions, "", "RolloutPlacementArguments", module=__name__,
                                          doc=RolloutOptions.__doc__)
@@ -39,28 +43,29 @@ PreferenceArguments = option_flags(PreferenceOptions, "", "PreferenceArguments",
                                    doc=PreferenceOptions.__doc__)
 RayArguments = option_flags(RayOptions, "", "RayArguments", module=__name__, doc=RayOptions.__doc__)
 
-NOT_BUILT_TYPES = {"ppo": "PPO (a value model and GAE) is not built; for RL with rewards use --rlhf_type grpo"}
 # What the flags only some types read are, by those types (their `only=`), for the refusal message.
 READERS_NAMES = {PREFERENCE_TYPES: "preference-training arguments", GKD: "GKD's teacher arguments",
-                 GRPO: "GRPO's rollout and reward arguments", ONLINE: "rollout and teacher arguments of grpo and gkd"}
+                 GRPO: "GRPO's rollout and reward arguments", ONLINE: "rollout and teacher arguments of grpo and gkd",
+                 PPO: "PPO's arguments", REWARDED: "reward arguments of grpo and ppo",
+                 SAMPLING: "rollout arguments of grpo, gkd and ppo"}
 # ms-swift's defaults per --rlhf_type (swift/arguments/rlhf_args.py): beta, then loss_type.
 DEFAULT_BETA = {"grpo": 0.04, "simpo": 2.0, "gkd": 0.5}
-DEFAULT_TEMPERATURE = {"gkd": 0.9}
+DEFAULT_TEMPERATURE = {"gkd": 0.9, "ppo": 0.7}  # ppo: TRL's PPOConfig
 DEFAULT_LOSS_TYPE = {"grpo": "grpo", "dpo": "sigmoid", "cpo": "sigmoid", "simpo": "simpo", "kto": "kto"}
 
 
 @dataclass
 class RlhfArguments(TrainArguments, PreferenceArguments, GkdArguments, TeacherArguments, MultiTurnArguments, GrpoArguments,
-                    RewardArguments, PolicyTrainingArguments, CompletionArguments, SamplingArguments,
+                    PpoArguments, RewardArguments, PolicyTrainingArguments, CompletionArguments, SamplingArguments,
                     RolloutPlacementArguments, VllmArguments, RayArguments):
-    """swiftlike rlhf: preference training (dpo, kto, cpo, simpo, orpo, rm), RL with rewards (grpo) and
-    on-policy distillation (gkd)."""
+    """swiftlike rlhf: preference training (dpo, kto, cpo, simpo, orpo, rm), RL with rewards (grpo, and ppo with a
+    critic) and on-policy distillation (gkd)."""
 
     command = "rlhf"
     rlhf_type: RlhfType = arg(
         "dpo", "Algorithm: dpo, kto, cpo, simpo, orpo (preference pairs or labelled answers), rm (a reward model "
-        "from preference pairs), grpo (sampled groups scored by rewards), gkd (distillation from a teacher on the "
-        "student's own samples). ppo is not built.")
+        "from preference pairs), grpo (sampled groups scored by rewards), ppo (sampled completions, a critic's "
+        "per-token values and GAE), gkd (distillation from a teacher on the student's own samples).")
     beta: float | None = arg(None, "dpo/kto/cpo/orpo: strength of the preference (or the pull to the "
                              "reference); grpo: KL coefficient to the reference (0 = no reference); gkd: the "
                              "generalized JSD's interpolation (0 forward KL, 1 reverse KL). Default by "
@@ -72,8 +77,8 @@ class RlhfArguments(TrainArguments, PreferenceArguments, GkdArguments, TeacherAr
                                       "--rlhf_type: sigmoid (dpo, cpo), simpo, kto, grpo.")
 
     def __post_init__(self) -> None:
-        if self.rlhf_type in NOT_BUILT_TYPES:  # before any other check: the answer does not depend on them
-            raise NotBuiltError(f"--rlhf_type {self.rlhf_type}: {NOT_BUILT_TYPES[self.rlhf_type]}")
+        if self.rlhf_type == "ppo":
+            self._settle_ppo_flags()
         if self.beta is None:
             self.beta = DEFAULT_BETA.get(self.rlhf_type, 0.1)
         if self.temperature is None:
@@ -88,6 +93,9 @@ class RlhfArguments(TrainArguments, PreferenceArguments, GkdArguments, TeacherAr
             self.use_gym_env = self.gym_env is not None
         super().__post_init__()
         self._refuse_unread_flags()
+        if self.rlhf_type == "ppo":  # TRL's batch: accumulation x mini-batches, reused for --num_ppo_epochs
+            self.steps_per_generation = self.gradient_accumulation_steps * self.num_mini_batches
+            self.num_iterations = self.num_ppo_epochs
         if self.steps_per_generation is None:
             self.steps_per_generation = self.gradient_accumulation_steps
         if self.rlhf_type == "grpo" and (len(self.loss_type) != 1 or self.loss_type[0] not in LOSS_TYPES):
@@ -95,6 +103,9 @@ class RlhfArguments(TrainArguments, PreferenceArguments, GkdArguments, TeacherAr
         if self.rlhf_type == "gkd" and self.loss_type:
             raise ValueError("--loss_type: gkd's loss is the generalized JSD (set its shape with --beta); leave "
                              "--loss_type unset")
+        if self.rlhf_type == "ppo" and self.loss_type:
+            raise ValueError("--loss_type: ppo's loss is the clipped surrogate plus --vf_coef x the clipped value "
+                             "loss; leave --loss_type unset")
         if self.train_backend == "megatron":
             self._check_megatron_backend()
         # The groups this type reads, each built once here and frozen: the trainers receive these, not `self`.
@@ -118,6 +129,9 @@ class RlhfArguments(TrainArguments, PreferenceArguments, GkdArguments, TeacherAr
 
     def gkd_options(self) -> GkdOptions:
         return self._group(GkdOptions)
+
+    def ppo_options(self) -> PpoOptions:
+        return self._group(PpoOptions)
 
     def teacher_options(self) -> TeacherOptions:
         return self._group(TeacherOptions)
@@ -152,7 +166,16 @@ class RlhfArguments(TrainArguments, PreferenceArguments, GkdArguments, TeacherAr
         groups[MultiTurnOptions] = multi_turn = MultiTurnOptions(**flag_values(self, MultiTurnOptions))
         self._check_pass_dataset(multi_turn)
         groups[TeacherOptions] = teacher = TeacherOptions(**flag_values(self, TeacherOptions))
-        if self.rlhf_type == "grpo":
+        if self.rlhf_type == "ppo":
+            groups[RewardOptions] = RewardOptions(**flag_values(self, RewardOptions), trainer="ppo")
+            groups[PpoOptions] = ppo = PpoOptions(**flag_values(self, PpoOptions))
+            # the GRPO machinery PPO runs on: one completion per prompt, its epochs and mini-batches as GRPO's
+            # batch reuse, the clip and the reference's weight as PPO's
+            groups[GrpoOptions] = GrpoOptions(num_generations=1, critic=True, num_iterations=ppo.num_ppo_epochs,
+                                              steps_per_generation=self.steps_per_generation,
+                                              epsilon=ppo.cliprange, loss_type="bnpo", beta=ppo.kl_coef,
+                                              log_completions=self.log_completions)
+        elif self.rlhf_type == "grpo":
             opd = teacher.given
             groups[RewardOptions] = reward = RewardOptions(**flag_values(self, RewardOptions),
                                                            env_reward=multi_turn.use_gym_env, distill=opd)
@@ -178,6 +201,26 @@ class RlhfArguments(TrainArguments, PreferenceArguments, GkdArguments, TeacherAr
         if self.use_vllm:
             self.vllm_options()  # the engine's options check their own values, named by flag
         return groups
+
+    def _settle_ppo_flags(self) -> None:
+        """PPO reads its own flags for what GRPO's flags set (--kl_coef for --beta, --cliprange for --epsilon,
+        --num_ppo_epochs and --num_mini_batches for the batch reuse): a GRPO flag given here is refused, naming
+        PPO's. --response_length is ms-swift's older name for --max_completion_length."""
+        if self.beta is not None:
+            raise ValueError("--beta: ppo's KL weight is --kl_coef (a per-token penalty in the reward); leave --beta "
+                             "unset")
+        defaults = {f.name: f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+                    for f in dataclasses.fields(GrpoOptions)}
+        given = [f"--{name}" for name, value in flag_values(self, GrpoOptions).items()
+                 if name != "log_completions" and value != defaults[name]]
+        if given:
+            raise ValueError(f"{', '.join(given)}: GRPO's settings, not read by --rlhf_type ppo (its own: "
+                             "--num_ppo_epochs, --num_mini_batches, --cliprange, --kl_coef, --gamma, --lam, ...)")
+        if self.use_ray:
+            raise NotBuiltError("--use_ray with --rlhf_type ppo: not built; ppo runs in one process or under "
+                                "torchrun (NPROC_PER_NODE), with rollouts on the pt engine, colocated vLLM or "
+                                "rollout servers")
+        self.beta = self.kl_coef
 
     def _check_pass_dataset(self, multi_turn: MultiTurnOptions) -> None:
         """--vllm_server_pass_dataset feeds the servers' scheduler; without one on servers it has no reader."""
@@ -238,8 +281,10 @@ class RlhfArguments(TrainArguments, PreferenceArguments, GkdArguments, TeacherAr
 
     def _refuse_unread_flags(self) -> None:
         """Flags that only other --rlhf_type values read (their `only=`), given here: an error, not a silent no-op."""
+        defaults = {f.name: f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+                    for f in dataclasses.fields(self)}
         for readers, names in flags_not_read_by(self.rlhf_type).items():
-            given = [f"--{name}" for name in names if getattr(self, name) not in (None, [], False)]
+            given = [f"--{name}" for name in names if getattr(self, name) not in (None, [], False, defaults[name])]
             if given:
                 learns = (f"; {self.rlhf_type} learns from the answers in the dataset"
                           if self.is_preference and "grpo" in readers else "")

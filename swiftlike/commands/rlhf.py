@@ -1,4 +1,4 @@
-"""`swiftlike rlhf`: GRPO, GKD or a preference trainer by --rlhf_type; with NPROC_PER_NODE > 1 it reruns itself
+"""`swiftlike rlhf`: GRPO, PPO, GKD or a preference trainer by --rlhf_type; with NPROC_PER_NODE > 1 it reruns itself
 under torchrun, like sft."""
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from .train import run_training
 
 
 def train_rlhf(args: RlhfArguments) -> TrainResult:
-    if args.rlhf_type == "grpo":
+    if args.rlhf_type in ("grpo", "ppo"):  # PPO runs on GRPO's rollout machinery, with a critic
         return train_grpo(args)
     if args.rlhf_type == "gkd":
         return train_gkd(args)

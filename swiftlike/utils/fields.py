@@ -4,7 +4,10 @@ their settings with it, and the command-line flags for those settings are built 
 (`arguments/option_flags.py`)."""
 from __future__ import annotations
 
+import dataclasses
+import typing
 from dataclasses import field
+from typing import Literal, get_args
 
 
 def arg(default=None, help: str = "", aliases: tuple[str, ...] = (), only: tuple[str, ...] = (), **kwargs):
@@ -17,3 +20,16 @@ def arg(default=None, help: str = "", aliases: tuple[str, ...] = (), only: tuple
     else:
         kwargs["default"] = default
     return field(metadata={"help": help, "aliases": aliases, "only": only}, **kwargs)
+
+
+def check_choices(options) -> None:
+    """Refuse a Literal field of the dataclass `options` holding a value outside its choices (the Python API; the
+    CLI's parser already refuses them), naming the flag."""
+    hints = typing.get_type_hints(type(options))
+    for f in dataclasses.fields(options):
+        hint = hints[f.name]
+        parts = get_args(hint) if typing.get_origin(hint) is not Literal else [hint]
+        choices = [c for part in parts for c in (get_args(part) if typing.get_origin(part) is Literal else ())]
+        value = getattr(options, f.name)
+        if choices and value is not None and value not in choices:
+            raise ValueError(f"invalid choice for --{f.name}: {value!r} (choose from {', '.join(map(str, choices))})")

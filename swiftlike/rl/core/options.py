@@ -16,16 +16,16 @@ another type refuses.
 from __future__ import annotations
 
 import dataclasses
-import typing
 from dataclasses import dataclass
 from typing import Literal, get_args
 
 from ...utils.errors import NotBuiltError
-from ...utils.fields import arg
+from ...utils.fields import arg, check_choices
 from .advantages import AdvantageEstimator, ScaleRewards, default_kl_in_reward, default_scale_rewards
 from .correction import RolloutISMode
 from .rejection import parse_rollout_rs as rejection_rules
 from .losses import LOSS_TYPES, ImportanceSamplingLevel, LossType
+from .ppo_options import PpoOptions
 
 PreferenceType = Literal["dpo", "kto", "cpo", "simpo", "orpo", "rm"]
 PREFERENCE_TYPES = get_args(PreferenceType)
@@ -48,25 +48,16 @@ RewardOnError = Literal["stop", "skip"]
 GRPO = ("grpo",)
 GKD = ("gkd",)
 ONLINE = ("grpo", "gkd")
-
-
-def _check_choices(options) -> None:
-    """A Literal field outside its values (the Python API; the CLI's parser already refuses them)."""
-    hints = typing.get_type_hints(type(options))
-    for f in dataclasses.fields(options):
-        choices = [c for part in (get_args(hints[f.name]) if typing.get_origin(hints[f.name]) is not Literal
-                                  else [hints[f.name]]) for c in (get_args(part) if typing.get_origin(part) is Literal
-                                                                  else ())]
-        value = getattr(options, f.name)
-        if choices and value is not None and value not in choices:
-            raise ValueError(f"invalid choice for --{f.name}: {value!r} (choose from {', '.join(map(str, choices))})")
+REWARDED = ("grpo", "ppo")  # trained on rewards: the reward flags
+SAMPLING = ("grpo", "gkd", "ppo")  # sample from the policy while training: the rollout flags
 
 
 @dataclass(frozen=True)
 class SamplingOptions:
     """How the student's completions are drawn (GRPO and GKD); the trainer scores tokens under the same rule."""
 
-    max_completion_length: int = arg(512, "Most tokens generated per completion.")
+    max_completion_length: int = arg(512, "Most tokens generated per completion (--response_length: ms-swift's and "
+                                     "TRL's PPO name for it).", aliases=("--response_length",))
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = -1
@@ -96,7 +87,7 @@ class PolicyTrainingOptions:
         "drops that step's update (counted in nonfinite/skipped_steps) and keeps training.")
 
     def __post_init__(self) -> None:
-        _check_choices(self)
+        check_choices(self)
 
 
 @dataclass(frozen=True)
@@ -154,16 +145,17 @@ class GrpoOptions:
                                  "advantage.")
     loss_type: LossType = "grpo"  # --loss_type, which grpo takes exactly one of
     opd: bool = False  # a teacher is given (--teacher_model / --teacher_model_server): OPD-RL inside GRPO
+    critic: bool = False  # PPO runs on this machinery: a value model is the baseline, so no group is needed
     beta: float = 0.04  # --beta: the KL coefficient to the reference
 
     def __post_init__(self) -> None:
         if self.loss_type not in LOSS_TYPES:
             raise ValueError(f"--loss_type {self.loss_type}: grpo takes one of {', '.join(LOSS_TYPES)}")
-        _check_choices(self)
+        check_choices(self)
         for name in ("num_generations", "num_iterations"):
             if getattr(self, name) < 1:
                 raise ValueError(f"--{name} must be >= 1, got {getattr(self, name)}")
-        if self.num_generations < 2 and not self.opd:
+        if self.num_generations < 2 and not (self.opd or self.critic):
             raise ValueError("--num_generations must be >= 2: advantages compare completions of the same prompt "
                              "(1 is allowed with a --teacher_model, whose per-token signal needs no group)")
         if self.steps_per_generation is not None and self.steps_per_generation < 1:
@@ -216,32 +208,32 @@ class RewardOptions:
 
     reward_funcs: list[str] = arg([], "Reward functions by name: accuracy, format, format_hash, cosine, repetition, "
                                   "soft_overlong, code_exec, llm_judge (a served generative judge, "
-                                  "--judge_model_server), or names registered in --external_plugins.", only=GRPO)
+                                  "--judge_model_server), or names registered in --external_plugins.", only=REWARDED)
     reward_weights: list[float] | None = arg(None, "One weight per reward: the --reward_funcs entries, then the "
                                              "--reward_model entries (ms-swift's order), then the "
-                                             "--reward_model_server entries; default 1.0 each.", only=GRPO)
+                                             "--reward_model_server entries; default 1.0 each.", only=REWARDED)
     reward_model: list[str] = arg([], "Sequence-classification reward models (local dir or model id, resolved like "
-                                  "--model); each scores prompt + completion and adds one reward column.", only=GRPO)
+                                  "--model); each scores prompt + completion and adds one reward column.", only=REWARDED)
     reward_model_server: list[str] = arg([], "URL(s) of served reward models (`swiftlike deploy --model RM`, or vLLM's "
                                          "server for a classification model): each scores prompt + completion "
                                          "through POST /classify and adds one reward column, named after the served "
-                                         "model.", only=GRPO)
+                                         "model.", only=REWARDED)
     reward_model_server_api_key: str | None = arg(None, "The reward model servers' --api_key, sent as a Bearer "
-                                                  "token.", only=GRPO)
+                                                  "token.", only=REWARDED)
     judge_model_server: list[str] = arg([], "URL(s) of the OpenAI-compatible chat server of the generative judges "
                                         "(--reward_funcs llm_judge or a registered judge plugin): `swiftlike deploy`, "
                                         "`vllm serve`, a hosted API; several URLs are replicas, the requests spread "
-                                        "over them.", only=GRPO)
+                                        "over them.", only=REWARDED)
     judge_model: str | None = arg(None, "The judge's model name in its requests; default the first model the "
-                                  "server lists at GET /v1/models.", only=GRPO)
+                                  "server lists at GET /v1/models.", only=REWARDED)
     judge_model_server_api_key: str | None = arg(None, "The judge servers' API key, sent as a Bearer token.",
-                                                 only=GRPO)
+                                                 only=REWARDED)
     judge_prompt_template: str | None = arg(None, "A text file: the judge's prompt for one completion, with "
                                             "{prompt}, {completion}, {conversation} and any dataset column "
                                             "({solution}) as placeholders; default a built-in template asking for "
-                                            "`Score: N` from 0 to 10.", only=GRPO)
+                                            "`Score: N` from 0 to 10.", only=REWARDED)
     judge_temperature: float = arg(0.0, "The judge's sampling temperature (0: greedy, the same reply for the same "
-                                   "completion).", only=GRPO)
+                                   "completion).", only=REWARDED)
     judge_max_tokens: int = arg(512, "Most tokens of one judge reply; the score is read from the reply, so a reply "
                                 "cut before it has none (missing).")
     judge_max_concurrency: int = arg(32, "Judge requests in flight at once; a batch's completions are judged "
@@ -266,9 +258,14 @@ class RewardOptions:
     # --use_gym_env (MultiTurnOptions): the environment's return is one more reward column, `env`, after the others
     env_reward: bool = False
     distill: bool = False  # a --teacher_model gives the signal: rewards may be left out (pure OPD-RL distillation)
+    trainer: Literal["grpo", "ppo"] = "grpo"  # --rlhf_type: whose rewards these are (named in errors)
 
     def __post_init__(self) -> None:
         if not self.given and not self.env_reward and not self.distill:
+            if self.trainer == "ppo":
+                raise ValueError("--rlhf_type ppo needs a reward source: --reward_model <sequence-classification "
+                                 "checkpoint> (e.g. a --rlhf_type rm output), --reward_model_server URL, and/or "
+                                 "--reward_funcs (e.g. accuracy)")
             raise ValueError("--reward_funcs is required for grpo, e.g. --reward_funcs accuracy format "
                              "(or a --reward_model / --reward_model_server, an environment's reward with "
                              "--use_gym_env, or a --teacher_model for on-policy distillation)")
@@ -289,7 +286,7 @@ class RewardOptions:
         if judge_flags and not self.judge_model_server:
             raise ValueError(f"{', '.join(judge_flags)}: settings of the judge at --judge_model_server, which this run "
                              "does not have")
-        _check_choices(self)
+        check_choices(self)
         if self.reward_server_timeout <= 0:
             raise ValueError(f"--reward_server_timeout must be > 0 seconds, got {self.reward_server_timeout}")
         if self.judge_temperature < 0:
@@ -336,7 +333,7 @@ class RolloutOptions:
     """Where completions come from: the training model (pt), a colocated vLLM engine or rollout servers, how
     weights reach them, and mismatch handling. The vLLM engine's own settings are the shared `--vllm_*` group."""
 
-    use_vllm: bool = arg(False, "Generate with vLLM; false = the training model's own generate().", only=ONLINE)
+    use_vllm: bool = arg(False, "Generate with vLLM; false = the training model's own generate().", only=SAMPLING)
     vllm_mode: VllmMode = arg("colocate", "colocate: vLLM in the trainer's process; "
                               "server: one or more `swiftlike rollout` servers.")
     vllm_server_host: list[str] = arg(["127.0.0.1"], "Rollout server host(s) for --vllm_mode server; one host "
@@ -407,7 +404,7 @@ class RolloutOptions:
     vllm_enable_lora: bool = False  # --vllm_enable_lora: sync only the LoRA adapter, not the merged weights
 
     def __post_init__(self) -> None:
-        _check_choices(self)
+        check_choices(self)
         if self.async_generate and not self.server_mode:
             raise ValueError("--async_generate true generates on rollout servers while the trainer learns; it "
                              "needs --use_vllm true --vllm_mode server")
@@ -518,10 +515,10 @@ class MultiTurnOptions:
                                          only=ONLINE)
     external_plugins: list[str] = arg([], "Python files imported before any model loads, to register reward "
                                       "functions, multi-turn schedulers, environments or tools by name.",
-                                      only=ONLINE)
+                                      only=SAMPLING)
 
     def __post_init__(self) -> None:
-        _check_choices(self)
+        check_choices(self)
         if self.context_manager is not None:
             raise ValueError(CONTEXT_MANAGER_REMOVED)
         if self.use_gym_env is None:  # ms-swift's default, resolved once so every reader sees a bool
@@ -671,7 +668,7 @@ class PreferenceOptions:
     beta: float = 0.1  # --beta: strength of the preference (or the pull to the reference)
 
     def __post_init__(self) -> None:
-        _check_choices(self)
+        check_choices(self)
         kind = self.rlhf_type
         types = PREFERENCE_LOSS_TYPES.get(kind, ())
         if self.loss_type and not types:
@@ -727,11 +724,11 @@ class RayOptions:
         "Llama and Qwen2 families; `swiftlike megatron rlhf` sets it, as ms-swift's `megatron rlhf` does).")
 
     def __post_init__(self) -> None:
-        _check_choices(self)
+        check_choices(self)
 
 
 # Every group whose flags `swiftlike rlhf` has, in the order their flags are listed.
-OPTION_GROUPS = (PolicyTrainingOptions, SamplingOptions, GrpoOptions, RewardOptions, RolloutOptions,
+OPTION_GROUPS = (PolicyTrainingOptions, SamplingOptions, GrpoOptions, PpoOptions, RewardOptions, RolloutOptions,
                  MultiTurnOptions, TeacherOptions, GkdOptions, PreferenceOptions, RayOptions)
 
 

@@ -37,8 +37,12 @@ def build_multi_turn_scheduler(multi_turn: MultiTurnOptions, template, server_mo
 
 
 def train_grpo(args: RlhfArguments) -> TrainResult:
+    """GRPO, or PPO (--rlhf_type ppo): the same rollout, reward and batch machinery, PPO adding its critic
+    (critic.py, ppo_trainer.py)."""
     from ...train.tuner import parameter_summary
+    from .critic import check_ppo_models, load_critic, save_critic
     from .grpo_trainer import GRPO_PLOTTED, GrpoTrainer, make_ref_model
+    from .ppo_trainer import PPO_PLOTTED, PpoTrainer
     from .teacher import ServedTeacher, TeacherReplicas
     from .online_trainer import load_policy, release_policy
     from ..rewards.plugins import load_external_plugins
@@ -51,6 +55,9 @@ def train_grpo(args: RlhfArguments) -> TrainResult:
     load_external_plugins(multi_turn.external_plugins)  # a broken plugin stops the run before the model is touched
     run = prepare_run(args)
     resolved, tokenizer, template = run.resolved, run.tokenizer, run.template
+    is_ppo = args.rlhf_type == "ppo"
+    critic_from = (check_ppo_models(args.ppo_options(), reward, args.model, args.model_type, tokenizer.get_vocab(),
+                                    args.use_hf) if is_ppo else None)
     # a bad name stops the run before any model loads
     scheduler = build_multi_turn_scheduler(multi_turn, template, rollout.server_mode)
     reward_funcs = build_reward_funcs(reward.reward_funcs, **reward.function_params(sampling.max_completion_length),
@@ -77,23 +84,33 @@ def train_grpo(args: RlhfArguments) -> TrainResult:
         raise ValueError(f"{len(rows)} prompts, fewer than the {gen_prompts} one generation batch needs "
                          f"over {training_args.world_size} process(es)")
     training_args.include_num_input_tokens_seen = "no"  # batches are rollouts, not input_ids the Trainer can count
-    run_dir = run.open(plot_keys=GRPO_PLOTTED, carry_log_on_resume=False)
+    run_dir = run.open(plot_keys=PPO_PLOTTED if is_ppo else GRPO_PLOTTED, carry_log_on_resume=False)
     saved_args = run.saved_args
 
     model = load_policy(args, resolved, default_device())
     worker = teacher = None
+    write_args = checkpoint_args_writer(saved_args)
+    extras, trainer_cls = {}, GrpoTrainer
+    if is_ppo:
+        critic = load_critic(critic_from, args, default_device(), args.resume_from_checkpoint)
+        logger.info("critic from %s: %s", critic_from.flag, parameter_summary(critic))
+        extras, trainer_cls = {"ppo": args.ppo_options(), "critic": critic}, PpoTrainer
+
+        def write_args(staged, _args=write_args):  # a PPO checkpoint carries its critic
+            _args(staged)
+            save_critic(critic, staged)
     try:
         logger.info("%s (%s); run directory %s", parameter_summary(model), args.tuner_type, run_dir)
         ref_model = make_ref_model(model, grpo.beta, args.tuner_type)
         teacher = build_opd_teacher(args.teacher_options(), args, resolved, tokenizer, model) if grpo.opd else None
         worker = RolloutWorker(rollout, sampling, args.vllm_options(), resolved, template, model, args.max_length,
                                multi_turn=multi_turn, scheduler=scheduler)
-        trainer = GrpoTrainer(model=model, args=training_args, train_dataset=ListDataset(rows),
-                              processing_class=tokenizer, callbacks=run.callbacks,
-                              checkpoint_extras=checkpoint_args_writer(saved_args), grpo=grpo, sampling=sampling,
-                              rollout=rollout, reward=reward, policy_training=args.policy_training_options(),
-                              worker=worker, reward_funcs=reward_funcs, ref_model=ref_model, teacher=teacher,
-                              run_dir=run_dir)
+        trainer = trainer_cls(model=model, args=training_args, train_dataset=ListDataset(rows),
+                              processing_class=tokenizer, callbacks=run.callbacks, checkpoint_extras=write_args,
+                              grpo=grpo, sampling=sampling, rollout=rollout, reward=reward,
+                              policy_training=args.policy_training_options(), worker=worker,
+                              reward_funcs=reward_funcs, ref_model=ref_model, teacher=teacher, run_dir=run_dir,
+                              **extras)
         try:
             trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
         finally:

@@ -18,7 +18,8 @@ TRAIN_COMMON = ["model", "dataset", "tuner_type", "output_dir", "max_steps", "nu
                 "logging_steps", "save_steps", "torch_dtype", "system", "agent_template", "val_dataset"]
 RLHF_COMMON = ["rlhf_type", "model", "dataset", "tuner_type", "output_dir", "beta", "loss_type", "max_steps",
                "learning_rate", "per_device_train_batch_size", "gradient_accumulation_steps", "max_length",
-               "ref_model", "teacher_model", "logging_steps", "save_steps", "torch_dtype"]
+               "ref_model", "teacher_model", "reward_model", "reward_funcs", "num_ppo_epochs", "kl_coef",
+               "logging_steps", "save_steps", "torch_dtype"]
 GRPO_COMMON = ["model", "dataset", "reward_funcs", "external_plugins", "reward_weights", "num_generations",
                "max_completion_length", "use_vllm", "vllm_mode", "vllm_server_host", "vllm_server_port",
                "tuner_type", "output_dir", "max_steps", "learning_rate", "per_device_train_batch_size",

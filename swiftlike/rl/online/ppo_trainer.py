@@ -1,0 +1,185 @@
+"""PPO with a critic, on GRPO's rollout machinery.
+
+PPO and GRPO sample, score and reuse a batch the same way; they differ in the baseline. So PpoTrainer is the GRPO
+trainer with one completion per prompt, its batch reuse set to TRL's PPO schedule (a rollout batch of
+accumulation x `--num_mini_batches` micro-batches per process, `--num_ppo_epochs` passes, one optimizer step per
+mini-batch), and three steps of its own: the critic's values at sampling time, per-token rewards (the score on
+the last token, `--kl_coef` x the KL to the reference on every token) turned into advantages by GAE, and a loss
+that adds `--vf_coef` x the critic's clipped value loss to the clipped surrogate. Everything else (vLLM colocated
+or on rollout servers, LoRA-only or delta weight sync, reward functions, reward models in-process or served,
+judges, the mismatch metrics, checkpoints) is GRPO's, unchanged.
+
+Why not TRL's PPOTrainer: it generates with `model.generate` in the training process (no vLLM, no rollout
+server, no LoRA-only sync) and takes a reward model only. The math is the same (rl/core/ppo.py, checked against
+TRL's own run in tests/unit/rl/test_ppo_math.py); what differs is written in docs/rlhf.md.
+
+The critic is a second module, not part of the policy the Trainer wraps: weight sync, the reference (the policy
+with its adapter disabled) and the saved model stay the policy's alone. It trains in the Trainer's optimizer as an
+extra parameter group (so the scheduler, the optimizer state in checkpoints and resume cover it); its gradients
+are averaged over processes and clipped to --max_grad_norm on their own just before each optimizer step.
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+from transformers import TrainerCallback
+
+from ..core import ppo as ppo_math
+from ..core.correction import mismatch_metrics
+from ..core.ppo_options import PpoOptions
+from ..rewards.functions import ScoredRewards
+from .critic import completion_values
+from .distributed import gather_ragged
+from .grpo_trainer import GRPO_PLOTTED, GrpoTrainer
+from .online_trainer import disable_dropout
+
+PPO_PLOTTED = (*GRPO_PLOTTED, "loss/*", "value/*", "ppo/*")
+
+
+class _CriticGradients(TrainerCallback):
+    """Just before each optimizer step: the critic's gradients averaged over processes (DDP wraps the policy
+    only) and clipped to --max_grad_norm, its norm logged."""
+
+    def __init__(self, trainer: PpoTrainer):
+        self.trainer = trainer
+
+    def on_pre_optimizer_step(self, args, state, control, **kwargs):
+        params = [p for p in self.trainer.critic.parameters() if p.grad is not None]
+        if not params:
+            return
+        if args.world_size > 1:
+            import torch.distributed as dist
+            for p in params:
+                dist.all_reduce(p.grad)
+                p.grad.div_(args.world_size)
+        max_norm = args.max_grad_norm if args.max_grad_norm > 0 else float("inf")
+        norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
+        self.trainer._metrics["value/grad_norm"].append(float(norm))
+
+
+class PpoTrainer(GrpoTrainer):
+    def __init__(self, *a, ppo: PpoOptions, critic: torch.nn.Module, **kw):
+        self.ppo, self.critic = ppo, critic
+        self._critic_in_optimizer = False
+        super().__init__(*a, **kw)
+        if kw["policy_training"].disable_dropout:
+            disable_dropout(critic)
+        self.add_callback(_CriticGradients(self))
+
+    def create_optimizer(self, model=None):
+        optimizer = super().create_optimizer(model)
+        if not self._critic_in_optimizer:
+            optimizer.add_param_group({"params": [p for p in self.critic.parameters() if p.requires_grad],
+                                       "weight_decay": self.args.weight_decay})
+            self._critic_in_optimizer = True
+        return optimizer
+
+    # ------------------------------------------------------------------ rollout phase
+    def _rewards(self, rollouts) -> ScoredRewards:
+        """GRPO's reward columns, less --missing_eos_penalty for a completion cut by the length limit."""
+        scored = super()._rewards(rollouts)
+        if self.ppo.missing_eos_penalty:
+            cut = torch.tensor([bool(r.truncated) for r in rollouts])
+            scored.total = scored.total - self.ppo.missing_eos_penalty * cut.to(scored.total.dtype)
+        return scored
+
+    def _needs_old_logps(self, batch: dict) -> bool:
+        return True  # the KL in the reward and the ratio of every reused mini-batch
+
+    def _values(self, batch: dict) -> torch.Tensor:
+        """The critic's values of a micro-batch at sampling time, --local_rollout_forward_batch_size rows a pass."""
+        rows, step = batch["completion_ids"].shape[0], self.ppo.local_rollout_forward_batch_size
+        self.critic.eval()
+        try:
+            with torch.no_grad():
+                return torch.cat([completion_values(self.critic, _row_slice(batch, slice(i, i + step)))
+                                  for i in range(0, rows, step)])
+        finally:
+            self.critic.train()
+
+    def _whiten(self, x: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True) -> torch.Tensor:
+        """Whitened over the tokens of the whole batch on every process, as one process would."""
+        every, _ = gather_ragged(x[mask].to(self.args.device))
+        stats = (every.mean().cpu(), every.var().cpu()) if every.numel() > 1 else None
+        if stats is None:  # one token in the whole batch: nothing to scale against
+            return torch.where(mask, x, torch.zeros_like(x))
+        return ppo_math.masked_whiten(x, mask, shift_mean, stats=stats)
+
+    def _advantages(self, scored: ScoredRewards, valid: torch.Tensor,
+                    batches: list[dict]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-token advantages by GAE, (rows, widest completion); the returns and the sampling-time values go
+        into each micro-batch. A completion without a valid reward (a judge reply with no score, a dropped
+        group) gets no tokens in the loss."""
+        ppo, width = self.ppo, max(b["completion_ids"].shape[1] for b in batches)
+        for b in batches:
+            b["values"] = self._values(b)
+
+        def stacked(key: str) -> torch.Tensor:
+            return torch.cat([torch.nn.functional.pad(b[key].cpu(), (0, width - b[key].shape[1])) for b in batches])
+        mask = stacked("completion_mask") & valid.unsqueeze(1)
+        values, old = stacked("values"), stacked("old_logps").float()
+        kl = (ppo_math.per_token_kl(old, stacked("ref_logps").float(), ppo.kl_estimator) if ppo.kl_coef > 0
+              else torch.zeros_like(old))
+        scores = torch.where(valid, scored.total.float(), torch.zeros_like(scored.total.float()))
+        rewards = ppo_math.token_rewards(scores, kl, mask, ppo_math.last_token_index(mask), ppo.kl_coef)
+        if ppo.whiten_rewards:
+            rewards = self._whiten(rewards, mask, shift_mean=False)
+        advantages, returns = ppo_math.gae(rewards, values, mask, ppo.gamma, ppo.lam)
+        advantages = self._whiten(advantages, mask)
+        row = 0
+        for b in batches:
+            n, w = b["completion_ids"].shape
+            b["completion_mask"] = mask[row:row + n, :w].to(self.args.device)
+            b["returns"] = returns[row:row + n, :w].to(self.args.device)
+            b["values"] = b["values"].to(self.args.device)
+            row += n
+        m = self._metrics
+        if mask.any():
+            m["ppo/kl"].append(float(kl[mask].mean()))
+            m["ppo/non_score_reward"].append(float((-ppo.kl_coef * kl * mask).sum(1).mean()))
+            m["value/mean"].append(float(values[mask].mean()))
+            m["value/returns_mean"].append(float(returns[mask].mean()))
+            m["value/explained_variance"].append(float(ppo_math.explained_variance(values, returns, mask)))
+        return advantages, torch.zeros(len(scored.total))
+
+    def _log_rollout_metrics(self, rollouts, scored, valid, dropped, group_std) -> None:
+        super()._log_rollout_metrics(rollouts, scored, valid, dropped, group_std)
+        self._metrics.pop("frac_reward_zero_std", None)  # a group of one: always zero, meaningless for PPO
+
+    # ------------------------------------------------------------------ loss
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        t = time.time()
+        ppo, mask = self.ppo, inputs["completion_mask"]
+        width = inputs["completion_ids"].shape[1]
+        scored = self._logps(model, inputs, with_entropy=True)
+        old, advantages = inputs["old_logps"], inputs["advantages"][:, :width]
+        # the micro-batches of every process add up to their union's mean (the token count is global)
+        tokens = inputs.get("num_items_in_batch")
+        per_process = None if tokens is None else tokens / self.accelerator.num_processes
+        policy_loss, policy_clip = ppo_math.clipped_policy_loss(scored.logps, old, advantages, mask, ppo.cliprange,
+                                                                per_process)
+        values = completion_values(self.critic, inputs)
+        value_loss, value_clip = ppo_math.clipped_value_loss(values, inputs["values"], inputs["returns"], mask,
+                                                             ppo.cliprange_value, per_process)
+        loss = policy_loss + ppo.vf_coef * value_loss
+        count = mask.sum().clamp(min=1)
+        log_ratio = torch.where(mask, scored.logps.detach() - old, 0.0)
+        metrics = {"loss/policy": policy_loss.detach(), "loss/value": value_loss.detach(),
+                   "clip_ratio/policy": policy_clip, "clip_ratio/value": value_clip,
+                   "ppo/approx_kl": 0.5 * (log_ratio ** 2).sum() / count,
+                   "entropy": torch.where(mask, scored.entropy, 0.0).sum() / count,
+                   "value/predicted_mean": torch.where(mask, values.detach(), 0.0).sum() / count}
+        if inputs["rollout_logps"] is not None and self.rollout.log_rollout_offpolicy_metrics:
+            for k, v in mismatch_metrics(old, inputs["rollout_logps"], mask).items():
+                metrics[f"rollout_correction/{k}"] = v
+        self.nonfinite.check_loss(self.state.global_step + 1, loss)
+        self._record(metrics)
+        self._timed("train_forward", t)
+        return loss
+
+
+def _row_slice(batch: dict, rows: slice) -> dict:
+    """The rows `rows` of a `tensorize`d batch (its prompts stay whole: rows index them)."""
+    return {**batch, "prompt_index": batch["prompt_index"][rows], "completion_ids": batch["completion_ids"][rows],
+            "completion_attention_mask": batch["completion_attention_mask"][rows]}

@@ -1,0 +1,120 @@
+"""`swiftlike rlhf --rlhf_type ppo` on the tiny model: bad input refused before any model loads, a pt-rollout run
+with every PPO switch on, and colocated vLLM with LoRA-only sync, a reward model and a reward function, saved and
+resumed with its critic."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from swiftlike.arguments import RlhfArguments
+from swiftlike.arguments.parser import parse_args
+from swiftlike.rl.online.critic import CRITIC_DIR, check_ppo_models
+from swiftlike.train.outputs import read_log
+
+TINY = "tiny-random/qwen2_5"
+OTHER_TOKENIZER = "tiny-random/llama3"  # SmolLM2's tokenizer with five more special tokens
+PLUGIN = '''
+from swiftlike.rl.rewards.functions import register_reward
+
+@register_reward("text_length")
+def text_length(completions, **kwargs):
+    return [len(c) / 100 for c in completions]
+'''
+COMMON = ["--model", TINY, "--dataset", "swiftlike/arithmetic#16", "--per_device_train_batch_size", "4",
+          "--gradient_accumulation_steps", "1", "--max_completion_length", "12", "--logging_steps", "1",
+          "--report_to", "none", "--gradient_checkpointing", "false", "--learning_rate", "5e-3",
+          "--torch_dtype", "float32"]
+
+
+def rlhf(tmp_path, *extra, steps: int, run: str = "v0-*"):
+    plugin = tmp_path / "plugin.py"
+    plugin.write_text(PLUGIN)
+    env = {**os.environ, "SWIFTLIKE_OFFLINE": "1", "OMP_NUM_THREADS": "1", "VLLM_CPU_KVCACHE_SPACE": "1",
+           "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+    argv = ["rlhf", "--rlhf_type", "ppo", *COMMON, "--external_plugins", str(plugin),
+            "--output_dir", str(tmp_path / "out"), "--max_steps", str(steps), *extra]
+    result = subprocess.run([sys.executable, "-m", "swiftlike.cli.main", *argv], env=env, capture_output=True,
+                            text=True, timeout=900)
+    assert result.returncode == 0, result.stderr[-4000:]
+    run_dir = sorted((tmp_path / "out").glob(run))[-1]
+    return [e for e in read_log(run_dir) if "loss" in e], run_dir
+
+
+def test_ppo_arguments_take_trls_names_and_refuse_grpos():
+    args = parse_args(RlhfArguments, ["--rlhf_type", "ppo", "--model", TINY, "--dataset", "d", "--reward_funcs",
+                                      "accuracy", "--per_device_train_batch_size", "2",
+                                      "--gradient_accumulation_steps", "2", "--num_mini_batches", "3",
+                                      "--num_ppo_epochs", "2", "--response_length", "64"])
+    # TRL's batch: accumulation x mini-batches micro-batches per rollout, each pass over them num_ppo_epochs times
+    assert (args.steps_per_generation, args.num_iterations, args.max_completion_length) == (6, 2, 64)
+    assert args.temperature == 0.7 and args.ppo_options().kl_estimator == "k1"
+    with pytest.raises(ValueError, match="needs a reward source"):
+        RlhfArguments(rlhf_type="ppo", model=TINY, dataset=["d"])
+    with pytest.raises(ValueError, match="--num_generations, --epsilon: GRPO's settings"):
+        RlhfArguments(rlhf_type="ppo", model=TINY, dataset=["d"], reward_funcs=["accuracy"], num_generations=4,
+                      epsilon=0.3)
+    with pytest.raises(ValueError, match="--kl_coef"):
+        RlhfArguments(rlhf_type="ppo", model=TINY, dataset=["d"], reward_funcs=["accuracy"], beta=0.1)
+    with pytest.raises(ValueError, match="--num_ppo_epochs: PPO's arguments, not used by --rlhf_type grpo"):
+        RlhfArguments(rlhf_type="grpo", model=TINY, dataset=["d"], reward_funcs=["accuracy"], num_ppo_epochs=2)
+    with pytest.raises(ValueError, match="--lam must be in"):
+        RlhfArguments(rlhf_type="ppo", model=TINY, dataset=["d"], reward_funcs=["accuracy"], lam=1.5)
+
+
+def test_ppo_refuses_another_tokenizer_and_a_headless_critic_before_loading(tiny_resolved, tiny_template, tmp_path):
+    from transformers import CLIPVisionConfig
+
+    vocab = tiny_template.tokenizer.get_vocab()
+    args = RlhfArguments(rlhf_type="ppo", model=TINY, dataset=["d"], reward_model=[OTHER_TOKENIZER])
+    with pytest.raises(ValueError, match=f"--reward_model {OTHER_TOKENIZER}: its tokenizer differs from the policy's"):
+        check_ppo_models(args.ppo_options(), args.reward_options(), TINY, None, vocab, use_hf=False)
+    headless = tmp_path / "vision"  # the policy's tokenizer, an architecture with no classification head
+    CLIPVisionConfig().save_pretrained(headless)
+    tiny_template.tokenizer.save_pretrained(headless)
+    args = RlhfArguments(rlhf_type="ppo", model=TINY, dataset=["d"], reward_funcs=["accuracy"],
+                         value_model=str(headless), value_model_type="qwen2_5")
+    with pytest.raises(ValueError, match="--value_model .*no sequence-classification head"):
+        check_ppo_models(args.ppo_options(), args.reward_options(), TINY, None, vocab, use_hf=False)
+
+
+def test_ppo_pt_rollout_whitened_k3_with_missing_eos_penalty(tmp_path):
+    steps, run_dir = rlhf(tmp_path, "--reward_funcs", "text_length", "--use_vllm", "false", "--whiten_rewards",
+                          "true", "--kl_estimator", "k3", "--missing_eos_penalty", "1.0", "--num_ppo_epochs", "2",
+                          "--num_mini_batches", "2", "--gamma", "0.99", "--lam", "0.9", "--log_completions", "true",
+                          steps=4)
+    assert [e["step"] for e in steps] == [1, 2, 3, 4]
+    for key in ("loss/policy", "loss/value", "clip_ratio/policy", "clip_ratio/value", "ppo/approx_kl", "entropy",
+                "value/grad_norm", "value/predicted_mean"):
+        assert all(key in e for e in steps), key
+    # the rollout phase's figures, at the step that generated (one rollout batch serves all four)
+    for key in ("ppo/kl", "ppo/non_score_reward", "value/explained_variance", "value/mean", "value/returns_mean",
+                "reward", "rewards/text_length/mean"):
+        assert key in steps[0] and key not in steps[1], key
+    assert "frac_reward_zero_std" not in steps[0]
+    # every completion is cut at 12 tokens: the whole --missing_eos_penalty comes off its length reward
+    assert steps[0]["completions/clipped_ratio"] == 1.0
+    assert steps[0]["reward"] == pytest.approx(steps[0]["rewards/text_length/mean"] - 1.0, abs=1e-5)
+    samples = [json.loads(line) for line in (run_dir / "completions.jsonl").read_text().splitlines()]
+    assert len(samples) == 8 and len(samples[0]["advantage"]) == 12  # per-token advantages
+    assert (run_dir / "checkpoint-4" / CRITIC_DIR / "adapter_config.json").is_file()
+    assert steps[0]["grad_norm"] > 0 and steps[0]["value/grad_norm"] > 0
+    # a rollout batch (8 completions, 2 mini-batches) serves 2 epochs = 4 optimizer steps: step 1 is on-policy
+    assert steps[0]["ppo/approx_kl"] < 1e-8 and steps[1]["ppo/approx_kl"] > 0
+    assert (run_dir / "images").is_dir()
+
+
+def test_ppo_colocated_vllm_lora_sync_with_reward_model_saves_and_resumes_its_critic(tmp_path, tiny_reward_model):
+    common = ("--use_vllm", "true", "--vllm_enable_lora", "true", "--reward_model", str(tiny_reward_model),
+              "--reward_funcs", "text_length", "--num_ppo_epochs", "1", "--save_steps", "2",
+              "--log_rollout_offpolicy_metrics", "true")
+    steps, run_dir = rlhf(tmp_path, *common, steps=2)
+    assert [e["step"] for e in steps] == [1, 2]
+    assert f"rewards/{tiny_reward_model.name}/mean" in steps[-1] and "rewards/text_length/mean" in steps[-1]
+    # the engine runs the synced LoRA: it samples what the trainer scores
+    assert all(e["rollout_correction/k3_kl"] < 1e-3 for e in steps)
+    checkpoint = run_dir / "checkpoint-2"
+    assert (checkpoint / CRITIC_DIR / "adapter_config.json").is_file()
+    resumed, _ = rlhf(tmp_path, *common, "--resume_from_checkpoint", str(checkpoint), steps=4, run="v1-*")
+    assert [e["step"] for e in resumed] == [3, 4]
