@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.setup-stamp
 
-.PHONY: setup test test-fast demo demo-dpo demo-gkd demo-agent-sft demo-agent demo-algorithms examples bench bench-train bench-grpo bench-rollout bench-async bench-deploy bench-dpo bench-gkd bench-ray bench-delta bench-agent bench-reward lint clean
+.PHONY: setup test test-fast demo demo-dpo demo-gkd demo-agent-sft demo-agent demo-algorithms demo-ppo examples bench bench-train bench-grpo bench-rollout bench-async bench-deploy bench-dpo bench-gkd bench-ray bench-delta bench-agent bench-reward bench-ppo lint clean
 
 setup: $(STAMP)
 
@@ -19,6 +19,9 @@ test-fast: setup
 
 demo: setup
 	bash scripts/demo.sh
+
+demo-ppo: setup
+	DEMO_ALGO=ppo bash scripts/demo.sh
 
 demo-dpo: setup
 	bash scripts/dpo_demo.sh
@@ -78,6 +81,9 @@ bench-agent: setup
 
 bench-reward: setup
 	$(PY) benchmarks/bench_reward.py
+
+bench-ppo: setup
+	$(PY) benchmarks/bench_ppo.py
 
 lint: setup
 	$(VENV)/bin/ruff check swiftlike tests benchmarks scripts

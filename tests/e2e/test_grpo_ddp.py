@@ -134,11 +134,12 @@ def record_rollouts(path: Path, cut: bool = True) -> None:
     path.write_text(json.dumps(recorded))
 
 
-def launch(out: Path, rollouts: Path, dataset: Path, processes: int, runs: dict | None = None) -> None:
+def launch(out: Path, rollouts: Path, dataset: Path, processes: int, runs: dict | None = None,
+           common: list[str] = COMMON) -> None:
     micro = 2 * NUM_GENERATIONS // processes
     env = {**os.environ, "SWIFTLIKE_OFFLINE": "1", "OMP_NUM_THREADS": "1", "DDP_TEST_ROLLOUTS": str(rollouts),
            "DDP_TEST_OUT": str(out), "DDP_TEST_ARGS": json.dumps(RUNS if runs is None else runs),
-           "DDP_TEST_COMMON": json.dumps([*COMMON, "--dataset", str(dataset),
+           "DDP_TEST_COMMON": json.dumps([*common, "--dataset", str(dataset),
                                           "--per_device_train_batch_size", str(micro)]),
            "PYTHONPATH": os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])}
     env.pop("NPROC_PER_NODE", None)

@@ -118,3 +118,41 @@ def test_ppo_colocated_vllm_lora_sync_with_reward_model_saves_and_resumes_its_cr
     assert (checkpoint / CRITIC_DIR / "adapter_config.json").is_file()
     resumed, _ = rlhf(tmp_path, *common, "--resume_from_checkpoint", str(checkpoint), steps=4, run="v1-*")
     assert [e["step"] for e in resumed] == [3, 4]
+
+
+def test_two_processes_train_ppo_like_one_process(tmp_path, tiny_reward_model):
+    """The recorded rollouts of tests/e2e/test_grpo_ddp.py (the first of each prompt's), served to one process
+    (micro-batch 4) and to two (2 each) by tests/helpers/grpo_ddp_worker.py: the same global rollout batch of 8,
+    2 micro-batches accumulated, 2 PPO epochs. Whitening and the loss's token count are the global batch's, so
+    loss, gradient norm and the update of every policy and critic tensor agree (SGD, no clipping: the update is
+    the gradient)."""
+    import torch
+    from test_grpo_ddp import PROMPTS, RTOL, UPDATE_RTOL, launch, record_rollouts, rel_diff, train_logs
+
+    common = ["--rlhf_type", "ppo", "--model", TINY, "--reward_funcs", "text_length", "--reward_model",
+              str(tiny_reward_model), "--tuner_type", "full", "--gradient_accumulation_steps", "2",
+              "--num_ppo_epochs", "2", "--max_completion_length", "12", "--max_steps", "2", "--logging_steps", "1",
+              "--save_steps", "100", "--report_to", "none", "--gradient_checkpointing", "false", "--torch_dtype",
+              "float32", "--use_vllm", "false", "--optim", "sgd", "--learning_rate", "0.5", "--max_grad_norm", "1e9"]
+    runs = {"ppo": ["--whiten_rewards", "true", "--kl_coef", "0.05", "--kl_estimator", "k3", "--gamma", "0.99",
+                    "--lam", "0.95", "--vf_coef", "0.5"]}
+    rollouts, dataset = tmp_path / "rollouts.json", tmp_path / "prompts.jsonl"
+    record_rollouts(rollouts)
+    dataset.write_text("".join(json.dumps({"messages": [{"role": "user", "content": p}]}) + "\n" for p in PROMPTS))
+    out = {}
+    for processes in (1, 2):
+        out[processes] = tmp_path / f"p{processes}"
+        out[processes].mkdir()
+        launch(out[processes], rollouts, dataset, processes, runs, common)
+    one, two = train_logs(out[1], "ppo"), train_logs(out[2], "ppo")
+    assert [e["step"] for e in one] == [e["step"] for e in two] == [1, 2]
+    for a, b in zip(one, two):
+        for key in ("loss", "grad_norm", "loss/value"):
+            assert rel_diff(a[key], b[key]) < RTOL, (a["step"], key, a[key], b[key])
+    assert one[0]["grad_norm"] > 0 and one[1]["ppo/approx_kl"] > 0  # the second epoch's policy has moved
+    p1, p2 = torch.load(out[1] / "ppo.params.pt"), torch.load(out[2] / "ppo.params.pt")
+    updates = {n: (p1["after"][n] - p1["before"][n], p2["after"][n] - p2["before"][n]) for n in p1["after"]}
+    moved = [n for n, (d1, _) in updates.items() if d1.any()]
+    assert any(n.startswith("critic.") for n in moved) and any(not n.startswith("critic.") for n in moved)
+    worst = max(float((d1 - d2).norm() / d1.norm()) for d1, d2 in (updates[n] for n in moved))
+    assert worst < UPDATE_RTOL, worst

@@ -288,6 +288,25 @@ def test_grpo_server_lora_only_sync(server, tmp_path):
     assert all(e["sync/bytes"] < 1e6 for e in steps)  # the adapter only
 
 
+def test_ppo_server_lora_only_sync(server, tmp_path):
+    """PPO on the same machinery: one request per completion, the critic beside the policy, the adapter synced."""
+    plugin = tmp_path / "plugin.py"
+    plugin.write_text(PLUGIN)
+    common = [a for a in GRPO if a not in ("format_hash",)]
+    common = common[:common.index("--num_generations")] + common[common.index("--num_generations") + 2:]
+    argv = ["rlhf", "--rlhf_type", "ppo", *common, "--vllm_server_port", str(server), "--external_plugins",
+            str(plugin), "--vllm_enable_lora", "true", "--num_ppo_epochs", "2", "--learning_rate", "5e-2",
+            "--output_dir", str(tmp_path / "out"), "--max_steps", "4"]
+    result = subprocess.run([sys.executable, "-m", "swiftlike.cli.main", *argv], env=ENV, capture_output=True,
+                            text=True, timeout=900)
+    assert result.returncode == 0, result.stderr[-4000:]
+    steps = [e for e in read_log(next((tmp_path / "out").glob("v0-*"))) if "loss" in e]
+    assert [e["step"] for e in steps] == [1, 2, 3, 4] and all("loss/value" in e for e in steps)
+    # steps 1 and 3 take a fresh batch, sampled right after a sync: the server scores as the trainer does
+    assert all(steps[i]["rollout_correction/k3_kl"] < 1e-4 for i in (0, 2)), steps
+    assert all(e["sync/bytes"] < 1e6 for e in steps if "sync/bytes" in e)  # the adapter only
+
+
 def test_grpo_async_generate_tags_versions_and_staleness(server, tmp_path):
     steps, run_dir = grpo(tmp_path, [server], "--tuner_type", "full", "--learning_rate", "1e-3",
                           "--async_generate", "true", "--log_completions", "true",

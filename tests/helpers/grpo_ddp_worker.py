@@ -1,7 +1,8 @@
-"""Runs `swiftlike rlhf` once per GRPO loss type on recorded rollouts; launched by tests/e2e/test_grpo_ddp.py.
+"""Runs `swiftlike rlhf` once per GRPO loss type (or PPO setting) on recorded rollouts; launched by
+tests/e2e/test_grpo_ddp.py and tests/e2e/test_ppo.py.
 
 Plain `python tests/helpers/grpo_ddp_worker.py` is the one-process run; under `torch.distributed.run` every rank runs
-it. The only test hook is `InjectedRolloutTrainer`, a GrpoTrainer subclass put in place of GrpoTrainer before
+it. The only test hook is `injected(...)`, a subclass of GrpoTrainer (and of PpoTrainer) put in place of it before
 `rlhf_main` builds its trainer: `_collect_rollouts` serves the completions the test recorded with the real pt
 engine (sampling is random, and the one- and two-process runs must train on the same rollouts), and it keeps
 copies of what the test compares (parameters before and after, each rank's prompts and local metrics, and each
@@ -22,6 +23,7 @@ from pathlib import Path
 import torch
 
 import swiftlike.rl.online.grpo_trainer as grpo_trainer
+import swiftlike.rl.online.ppo_trainer as ppo_trainer
 import swiftlike.train.trainer as train_trainer
 from swiftlike.commands.rlhf import rlhf_main
 from swiftlike.rl.rewards.functions import register_reward
@@ -38,18 +40,28 @@ def text_length(completions, **kwargs):
     return [len(c) / 100 for c in completions]
 
 
-class InjectedRolloutTrainer(grpo_trainer.GrpoTrainer):
-    """GrpoTrainer whose rollouts are the recorded ones for the prompts the sampler gave this rank."""
+def trained_parameters(trainer) -> dict[str, torch.Tensor]:
+    """The policy's parameters, and a PPO run's critic's (prefixed `critic.`)."""
+    params = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    critic = getattr(trainer, "critic", None)
+    if critic is not None:
+        params.update({f"critic.{n}": p.detach().clone() for n, p in critic.named_parameters()})
+    return params
 
-    last: InjectedRolloutTrainer | None = None
+
+class Recording:
+    """The hook, mixed into GrpoTrainer or PpoTrainer: rollouts are the recorded ones for the prompts the sampler
+    gave this rank (a PPO group of one takes each prompt's first)."""
+
+    last = None
 
     def __init__(self, *a, **kw):
         super().__init__(*a, **kw)
-        self.params_before = {n: p.detach().clone() for n, p in self.model.named_parameters()}
+        self.params_before = trained_parameters(self)
         self.prompts_seen: list[str] = []
         self.local_metrics: list[dict[str, float]] = []
         self.micro_steps: list[dict] = []  # per backward pass: its step, tokens, loss normaliser and loss
-        InjectedRolloutTrainer.last = self
+        Recording.last = self
 
     def _collect_rollouts(self, rows, *_):  # (rows, steps_left)
         group_size = self.grpo.num_generations
@@ -59,7 +71,8 @@ class InjectedRolloutTrainer(grpo_trainer.GrpoTrainer):
             prompt = group[0]["messages"][-1]["content"]
             assert all(r["messages"][-1]["content"] == prompt for r in group), "a group split across rows"
             self.prompts_seen.append(prompt)
-            out += [Rollout(**{**rec, "row": row}) for rec, row in zip(RECORDED[prompt], group, strict=True)]
+            out += [Rollout(**{**rec, "row": row})
+                    for rec, row in zip(RECORDED[prompt][:group_size], group, strict=True)]
         return out, self._rewards(out)
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
@@ -78,18 +91,20 @@ class InjectedRolloutTrainer(grpo_trainer.GrpoTrainer):
 
 
 def main() -> None:
-    grpo_trainer.GrpoTrainer = InjectedRolloutTrainer  # rlhf_main imports it from the module at call time
+    # rlhf_main imports them from their modules at call time
+    grpo_trainer.GrpoTrainer = type("RecordingGrpoTrainer", (Recording, grpo_trainer.GrpoTrainer), {})
+    ppo_trainer.PpoTrainer = type("RecordingPpoTrainer", (Recording, ppo_trainer.PpoTrainer), {})
     train_trainer.plot_curves = lambda *a, **kw: []  # the PNG curves are not under test and cost ~15 s a run here
     common = json.loads(os.environ["DDP_TEST_COMMON"])
     for name, extra in json.loads(os.environ["DDP_TEST_ARGS"]).items():
         result = rlhf_main([*common, "--output_dir", str(OUT / name), *extra])
-        trainer = InjectedRolloutTrainer.last
+        trainer = Recording.last
         (OUT / f"{name}.rank{RANK}.json").write_text(json.dumps(
             {"prompts": trainer.prompts_seen, "metrics": trainer.local_metrics, "run_dir": str(result.run_dir),
              "micro_steps": trainer.micro_steps}))
         if RANK == 0:
-            after = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
-            torch.save({"before": trainer.params_before, "after": after}, OUT / f"{name}.params.pt")
+            torch.save({"before": trainer.params_before, "after": trained_parameters(trainer)},
+                       OUT / f"{name}.params.pt")
 
 
 if __name__ == "__main__":
