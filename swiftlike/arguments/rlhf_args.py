@@ -77,8 +77,11 @@ class RlhfArguments(TrainArguments, PreferenceArguments, GkdArguments, TeacherAr
                                       "--rlhf_type: sigmoid (dpo, cpo), simpo, kto, grpo.")
 
     def __post_init__(self) -> None:
-        if self.rlhf_type == "ppo":
-            self._settle_ppo_flags()
+        if self.rlhf_type == "ppo":  # GRPO's --beta is PPO's --kl_coef (a resumed run's args.json holds both)
+            if self.beta not in (None, self.kl_coef):
+                raise ValueError("--beta: ppo's KL weight is --kl_coef (a per-token penalty in the reward); leave "
+                                 "--beta unset")
+            self.beta = self.kl_coef
         if self.beta is None:
             self.beta = DEFAULT_BETA.get(self.rlhf_type, 0.1)
         if self.temperature is None:
@@ -93,9 +96,8 @@ class RlhfArguments(TrainArguments, PreferenceArguments, GkdArguments, TeacherAr
             self.use_gym_env = self.gym_env is not None
         super().__post_init__()
         self._refuse_unread_flags()
-        if self.rlhf_type == "ppo":  # TRL's batch: accumulation x mini-batches, reused for --num_ppo_epochs
-            self.steps_per_generation = self.gradient_accumulation_steps * self.num_mini_batches
-            self.num_iterations = self.num_ppo_epochs
+        if self.rlhf_type == "ppo":
+            self._settle_ppo_flags()
         if self.steps_per_generation is None:
             self.steps_per_generation = self.gradient_accumulation_steps
         if self.rlhf_type == "grpo" and (len(self.loss_type) != 1 or self.loss_type[0] not in LOSS_TYPES):
@@ -204,15 +206,15 @@ class RlhfArguments(TrainArguments, PreferenceArguments, GkdArguments, TeacherAr
 
     def _settle_ppo_flags(self) -> None:
         """PPO reads its own flags for what GRPO's flags set (--kl_coef for --beta, --cliprange for --epsilon,
-        --num_ppo_epochs and --num_mini_batches for the batch reuse): a GRPO flag given here is refused, naming
-        PPO's. --response_length is ms-swift's older name for --max_completion_length."""
-        if self.beta is not None:
-            raise ValueError("--beta: ppo's KL weight is --kl_coef (a per-token penalty in the reward); leave --beta "
-                             "unset")
+        --num_ppo_epochs and --num_mini_batches for the batch reuse: TRL's rollout batch of accumulation x
+        mini-batches, passed over --num_ppo_epochs times): a GRPO flag given here is refused, naming PPO's. The
+        values PPO sets itself are allowed back (a resumed run's args.json holds them)."""
+        derived = {"steps_per_generation": self.gradient_accumulation_steps * self.num_mini_batches,
+                   "num_iterations": self.num_ppo_epochs}
         defaults = {f.name: f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
                     for f in dataclasses.fields(GrpoOptions)}
         given = [f"--{name}" for name, value in flag_values(self, GrpoOptions).items()
-                 if name != "log_completions" and value != defaults[name]]
+                 if name != "log_completions" and value not in (defaults[name], derived.get(name, defaults[name]))]
         if given:
             raise ValueError(f"{', '.join(given)}: GRPO's settings, not read by --rlhf_type ppo (its own: "
                              "--num_ppo_epochs, --num_mini_batches, --cliprange, --kl_coef, --gamma, --lam, ...)")
@@ -220,7 +222,7 @@ class RlhfArguments(TrainArguments, PreferenceArguments, GkdArguments, TeacherAr
             raise NotBuiltError("--use_ray with --rlhf_type ppo: not built; ppo runs in one process or under "
                                 "torchrun (NPROC_PER_NODE), with rollouts on the pt engine, colocated vLLM or "
                                 "rollout servers")
-        self.beta = self.kl_coef
+        self.steps_per_generation, self.num_iterations = derived["steps_per_generation"], derived["num_iterations"]
 
     def _check_pass_dataset(self, multi_turn: MultiTurnOptions) -> None:
         """--vllm_server_pass_dataset feeds the servers' scheduler; without one on servers it has no reader."""

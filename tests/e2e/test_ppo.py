@@ -156,3 +156,6 @@ def test_two_processes_train_ppo_like_one_process(tmp_path, tiny_reward_model):
     assert any(n.startswith("critic.") for n in moved) and any(not n.startswith("critic.") for n in moved)
     worst = max(float((d1 - d2).norm() / d1.norm()) for d1, d2 in (updates[n] for n in moved))
     assert worst < UPDATE_RTOL, worst
+    print(f"ppo: loss rel diff {max(rel_diff(a['loss'], b['loss']) for a, b in zip(one, two)):.1e}, grad_norm "
+          f"{max(rel_diff(a['grad_norm'], b['grad_norm']) for a, b in zip(one, two)):.1e}, parameter update "
+          f"(L2 per tensor, policy and critic) {worst:.1e}")
