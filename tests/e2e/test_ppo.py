@@ -108,16 +108,23 @@ def test_ppo_pt_rollout_whitened_k3_with_missing_eos_penalty(tmp_path):
 def test_ppo_colocated_vllm_lora_sync_with_reward_model_saves_and_resumes_its_critic(tmp_path, tiny_reward_model):
     common = ("--use_vllm", "true", "--vllm_enable_lora", "true", "--reward_model", str(tiny_reward_model),
               "--reward_funcs", "text_length", "--num_ppo_epochs", "1", "--save_steps", "2",
-              "--log_rollout_offpolicy_metrics", "true")
+              "--log_rollout_offpolicy_metrics", "true", "--temperature", "0.7", "--top_p", "0.9", "--top_k", "20")
     steps, run_dir = rlhf(tmp_path, *common, steps=2)
     assert [e["step"] for e in steps] == [1, 2]
     assert f"rewards/{tiny_reward_model.name}/mean" in steps[-1] and "rewards/text_length/mean" in steps[-1]
-    # the engine runs the synced LoRA: it samples what the trainer scores
+    # the engine runs the synced LoRA and truncates as the trainer renormalises: it samples what the trainer scores
     assert all(e["rollout_correction/k3_kl"] < 1e-3 for e in steps)
     checkpoint = run_dir / "checkpoint-2"
     assert (checkpoint / CRITIC_DIR / "adapter_config.json").is_file()
-    resumed, _ = rlhf(tmp_path, *common, "--resume_from_checkpoint", str(checkpoint), steps=4, run="v1-*")
+    resumed, resumed_dir = rlhf(tmp_path, *common, "--resume_from_checkpoint", str(checkpoint), steps=4,
+                                run="v1-*")
     assert [e["step"] for e in resumed] == [3, 4]
+    # the output is the policy's checkpoint like any other (the critic beside it): export merges it
+    export = subprocess.run([sys.executable, "-m", "swiftlike.cli.main", "export", "--adapters",
+                             str(resumed_dir / "checkpoint-4"), "--merge_lora", "true"],
+                            env={**os.environ, "SWIFTLIKE_OFFLINE": "1"}, capture_output=True, text=True, timeout=600)
+    assert export.returncode == 0, export.stderr[-3000:]
+    assert (resumed_dir / "checkpoint-4-merged" / "config.json").is_file()
 
 
 def test_two_processes_train_ppo_like_one_process(tmp_path, tiny_reward_model):

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# GPU checks of GRPO at real precision: colocated vLLM in bfloat16 with --top_k 20 --top_p 0.9, on the tiny model
-# and on SmolLM2-135M, with LoRA-only sync (--vllm_enable_lora true) and with full (merged) sync. Each run is 3
+# GPU checks of GRPO and PPO at real precision: colocated vLLM in bfloat16 with --top_k 20 --top_p 0.9, on the tiny
+# model and on SmolLM2-135M, with LoRA-only sync (--vllm_enable_lora true) and with full (merged) sync. Each run is 3
 # optimizer steps; tests/gpu/check_rl_run.py then asserts that every logged loss, grad norm, kl and metric is finite
 # and that rollout_correction/k3_kl, measured on the batch sampled right after each weight sync, stays under
 # K3_MAX (bf16 engine vs bf16 trainer: rounding, not a stale engine). Prints one PASS / FAIL line per run, writes
 # $OUT/rl_checks.md when $OUT is set, exits 1 if any run failed and 2 at once when there is no GPU.
 #
 #   tests/gpu/run_rl_checks.sh
-#   MODELS="tiny-random/qwen2_5" SYNCS="lora" K3_MAX=0.02 tests/gpu/run_rl_checks.sh
+#   MODELS="tiny-random/qwen2_5" SYNCS="lora" ALGOS="ppo" K3_MAX=0.02 tests/gpu/run_rl_checks.sh
 set -u
 
 # shellcheck source=tests/gpu/checks.sh
@@ -16,28 +16,33 @@ source "$(dirname "$0")/checks.sh"
 PYTHON=${PYTHON:-.venv/bin/python}
 MODELS=${MODELS:-"tiny-random/qwen2_5 HuggingFaceTB/SmolLM2-135M-Instruct"}
 SYNCS=${SYNCS:-"lora full"}
+ALGOS=${ALGOS:-"grpo ppo"}
 K3_MAX=${K3_MAX:-0.05}
 export SWIFTLIKE_OFFLINE=1
 WORK=${OUT:-$(mktemp -d)}
 LOGS=$WORK/rl_check_logs
 mkdir -p "$LOGS"
 
-for model in $MODELS; do
+for algo in $ALGOS; do
+  for model in $MODELS; do
     for sync in $SYNCS; do
-        name="$(basename "$model")-$sync"
+        name="$algo-$(basename "$model")-$sync"
         out=$(mktemp -d)
         if [ "$sync" = lora ]; then sync_args="--tuner_type lora --vllm_enable_lora true"
         else sync_args="--tuner_type full --learning_rate 1e-5"; fi
+        # PPO: one completion a prompt, a critic from the policy, two epochs over each rollout batch
+        if [ "$algo" = ppo ]; then algo_args="--num_ppo_epochs 2"; else algo_args="--num_generations 4"; fi
         # shellcheck disable=SC2086
-        "$PYTHON" -m swiftlike.cli.main rlhf --rlhf_type grpo --model "$model" --dataset 'swiftlike/arithmetic#64' \
-            --reward_funcs accuracy format_hash --num_generations 4 --per_device_train_batch_size 8 \
+        "$PYTHON" -m swiftlike.cli.main rlhf --rlhf_type "$algo" --model "$model" --dataset 'swiftlike/arithmetic#64' \
+            --reward_funcs accuracy format_hash $algo_args --per_device_train_batch_size 8 \
             --gradient_accumulation_steps 1 --max_completion_length 64 --max_steps 3 --logging_steps 1 \
             --save_steps 100 --report_to none --torch_dtype bfloat16 --use_vllm true --vllm_mode colocate \
             --vllm_gpu_memory_utilization 0.3 --top_k 20 --top_p 0.9 --log_rollout_offpolicy_metrics true \
             $sync_args --output_dir "$out" >"$LOGS/$name.log" 2>&1
         check_run "$name" $? "$LOGS/$name.log" "$PYTHON" tests/gpu/check_rl_run.py "$out" --k3_max "$K3_MAX"
     done
+  done
 done
 
-write_summary "GRPO GPU checks" rl_checks.md
+write_summary "GRPO and PPO GPU checks" rl_checks.md
 exit "$FAILED"
