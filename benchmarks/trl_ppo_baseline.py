@@ -53,9 +53,9 @@ def main() -> None:
         tokenizer.pad_token = tokenizer.eos_token
     rows = load_dataset([args.dataset], seed=args.seed)[:args.batch_size * args.max_steps]
     prompts = [tokenizer.apply_chat_template(r["messages"][:-1] if r["messages"][-1]["role"] == "assistant"
-                                             else r["messages"], add_generation_prompt=True, tokenize=True)
-               for r in rows]
-    dataset = Dataset.from_dict({"input_ids": [p["input_ids"] if isinstance(p, dict) else p for p in prompts]})
+                                             else r["messages"], add_generation_prompt=True, tokenize=True,
+                                             return_dict=True)["input_ids"] for r in rows]
+    dataset = Dataset.from_dict({"input_ids": prompts})
     policy, ref = (AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32) for _ in range(2))
     reward, value = (AutoModelForSequenceClassification.from_pretrained(args.reward_model, num_labels=1,
                                                                         dtype=torch.float32) for _ in range(2))
