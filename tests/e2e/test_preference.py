@@ -20,7 +20,6 @@ from swiftlike.rl.preference.data import PreferenceEncoder, encode_kto, encode_p
 from swiftlike.template import get_template
 from swiftlike.train.data import EncodeStats
 from swiftlike.train.outputs import read_log
-from swiftlike.utils.errors import NotBuiltError
 
 TINY = "tiny-random/qwen2_5"
 PAIRS = [
@@ -73,7 +72,7 @@ def test_defaults_follow_ms_swift_by_rlhf_type():
     ({"rlhf_type": "cpo", "ref_model": "x"}, "has no reference model"),
     ({"ref_model": "x"}, "adapter disabled"),
     ({"use_vllm": True}, "learns from the answers in the dataset"),
-    ({"reward_funcs": ["accuracy"]}, "GRPO's rollout and reward arguments"),
+    ({"reward_funcs": ["accuracy"]}, "reward arguments of grpo and ppo"),
     ({"label_smoothing": 0.5}, "[0, 0.5)"),
     ({"rlhf_type": "grpo", "reward_funcs": ["accuracy"], "rpo_alpha": 1.0}, "not used by --rlhf_type grpo"),
     ({"rlhf_type": "grpo", "reward_funcs": ["accuracy"], "loss_type": ["sigmoid"]}, "grpo takes one of"),
@@ -83,14 +82,12 @@ def test_bad_arguments_name_the_flag(kw, message):
         args(**kw)
 
 
-@pytest.mark.parametrize("kind", ["ppo"])
-def test_not_built_types_exit_3_with_a_message(kind):
-    with pytest.raises(NotBuiltError):
-        args(rlhf_type=kind)
-    result = subprocess.run([sys.executable, "-m", "swiftlike.cli.main", "rlhf", "--rlhf_type", kind, "--model", TINY,
+def test_ppo_without_a_reward_source_exits_2_naming_the_flags():
+    """ppo was the type refused as not built; now it is, and what it needs is named before any model loads."""
+    result = subprocess.run([sys.executable, "-m", "swiftlike.cli.main", "rlhf", "--rlhf_type", "ppo", "--model", TINY,
                              "--dataset", "swiftlike/arithmetic"], capture_output=True, text=True, timeout=120)
-    assert result.returncode == 3, result.stderr
-    assert f"--rlhf_type {kind}" in result.stderr and "not built" in result.stderr
+    assert result.returncode == 2, result.stderr
+    assert "--rlhf_type ppo needs a reward source: --reward_model" in result.stderr
 
 
 # ---------------------------------------------------------------- data

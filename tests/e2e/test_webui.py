@@ -172,9 +172,12 @@ def test_argument_errors_are_the_clis_own_messages(argv):
     assert error == run_cli("sft", *argv).stderr.strip()
 
 
-def test_not_built_rlhf_type_is_reported_not_raised():
+def test_bad_rlhf_arguments_are_reported_not_raised():
     _, error = check_arguments(RlhfArguments, "rlhf", ["--rlhf_type", "ppo", "--model", TINY, "--dataset", "x"])
-    assert error.startswith("swiftlike rlhf: not built: --rlhf_type ppo")
+    assert error.startswith("swiftlike rlhf: error: --rlhf_type ppo needs a reward source")
+    _, error = check_arguments(RlhfArguments, "rlhf", ["--rlhf_type", "gkd", "--model", TINY, "--dataset", "x",
+                                                       "--teacher_model", TINY, "--seq_kd", "true"])
+    assert error.startswith("swiftlike rlhf: not built: --seq_kd true")
 
 
 def test_ema_matches_hand_computed_values():

@@ -336,7 +336,7 @@ def test_rlhf_page_offers_every_rlhf_type_and_export_renders(ui, page):
     page.get_by_role("option", name="ppo").click()
     fill(page, "rlhf-model", TINY)
     fill(page, "rlhf-dataset", "swiftlike/preference-mini")
-    assert "swiftlike rlhf: not built: --rlhf_type ppo" in press(page, "rlhf", "dry-run")
+    assert "swiftlike rlhf: error: --rlhf_type ppo needs a reward source" in press(page, "rlhf", "dry-run")
     assert "--rlhf_type ppo" in page.locator("#rlhf-preview").inner_text()
     choose(page, "rlhf-rlhf_type", "dpo")
     page.locator("#rlhf-dry-run").click()

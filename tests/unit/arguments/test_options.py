@@ -12,6 +12,7 @@ from swiftlike.arguments.rlhf_args import (GkdArguments, GrpoArguments, MultiTur
 from swiftlike.arguments.rollout_args import SERVER_MULTI_TURN, MultiTurnServerArguments, RolloutServerArguments
 from swiftlike.infer.engine.vllm_engine import VllmOptions
 from swiftlike.rl.core import options
+from swiftlike.rl.core.ppo_options import PPO
 from swiftlike.rl.core.options import (GkdOptions, GrpoOptions, MultiTurnOptions, PolicyTrainingOptions,
                                        PreferenceOptions, RayOptions, RewardOptions, RolloutOptions, SamplingOptions,
                                        TeacherOptions, flags_not_read_by, flags_only_for)
@@ -192,24 +193,33 @@ def test_type_only_flags_are_derived_from_the_groups():
            "teacher_model_server_api_key")
     gkd_only = tuple(n for n in OLD_GKD_ONLY if n not in opd)
     assert sorted(flags_only_for(options.GKD)) == sorted(gkd_only)
+    ppo_only = flags_only_for(PPO)
+    assert {"num_ppo_epochs", "kl_coef", "cliprange", "gamma", "lam", "value_model"} <= set(ppo_only)
     refused_by_grpo = flags_not_read_by("grpo")
-    assert sorted(n for names in refused_by_grpo.values() for n in names) == sorted(OLD_PREFERENCE_ONLY + gkd_only)
+    assert sorted(n for names in refused_by_grpo.values() for n in names) == sorted(OLD_PREFERENCE_ONLY + gkd_only
+                                                                                    + ppo_only)
     refused_by_gkd = flags_not_read_by("gkd")
     # gkd refuses what it did by hand and the GRPO-only flags added since whose default reads "unset" (the
-    # others' defaults cannot tell); --external_plugins is read by both now (schedulers, environments, tools)
+    # others' defaults cannot tell); the reward flags are grpo's and ppo's now; --external_plugins and
+    # --use_vllm are read by every type that samples
     added = ("kl_in_reward", "rollout_rs", "rollout_rs_threshold", "rollout_bypass_mode", "reward_model_server",
              "reward_model_server_api_key", "judge_model_server", "judge_model", "judge_model_server_api_key",
              "judge_prompt_template", "judge_temperature")
-    assert sorted(refused_by_gkd[options.GRPO]) == sorted(OLD_GKD_REFUSES_OF_GRPO + added)
+    assert sorted(refused_by_gkd[options.GRPO] + refused_by_gkd[options.REWARDED]) == sorted(
+        OLD_GKD_REFUSES_OF_GRPO + added)
     assert sorted(refused_by_gkd[options.PREFERENCE_TYPES]) == sorted(OLD_PREFERENCE_ONLY)
+    assert sorted(refused_by_gkd[PPO]) == sorted(ppo_only)
     refused_by_dpo = flags_not_read_by("dpo")
     assert sorted(refused_by_dpo[options.GKD]) == sorted(gkd_only)
-    assert sorted(refused_by_dpo[options.ONLINE]) == sorted(("use_vllm", *MULTI_TURN_ONLINE, "external_plugins",
-                                                             *opd))
-    # dpo refused --reward_funcs, --reward_model, --external_plugins by hand; now every GRPO-only flag and
-    # every flag of grpo and gkd
-    assert {"reward_funcs", "reward_model"} <= set(refused_by_dpo[options.GRPO])
-    assert "external_plugins" in refused_by_dpo[options.ONLINE]
+    assert sorted(refused_by_dpo[options.ONLINE]) == sorted((*MULTI_TURN_ONLINE, *opd))
+    assert sorted(refused_by_dpo[options.SAMPLING]) == ["external_plugins", "use_vllm"]
+    # dpo refused --reward_funcs, --reward_model, --external_plugins by hand; now every flag of the types that
+    # sample or are rewarded
+    assert {"reward_funcs", "reward_model"} <= set(refused_by_dpo[options.REWARDED])
+    # ppo refuses GRPO's and GKD's own flags, and reads the reward and sampling ones
+    refused_by_ppo = flags_not_read_by("ppo")
+    assert options.REWARDED not in refused_by_ppo and options.SAMPLING not in refused_by_ppo
+    assert "async_generate" in refused_by_ppo[options.GRPO] and "multi_turn_scheduler" in refused_by_ppo[options.ONLINE]
 
 
 @pytest.mark.parametrize("kind, flags, message", [

@@ -244,7 +244,7 @@ def test_reward_weights_order_functions_then_reward_models_then_servers(tiny_rew
                          ({"reward_model_server": [server], "reward_server_timeout": 0}, "must be > 0")):
         with pytest.raises(ValueError, match=message):
             grpo_args(**bad)
-    with pytest.raises(ValueError, match=r"^--reward_model_server: GRPO's rollout and reward arguments, not used by"):
+    with pytest.raises(ValueError, match=r"^--reward_model_server: reward arguments of grpo and ppo, not used by"):
         RlhfArguments(rlhf_type="gkd", model=TINY, dataset=["d"], teacher_model=TINY, reward_model_server=[server])
 
 
