@@ -166,3 +166,34 @@ def test_two_processes_train_ppo_like_one_process(tmp_path, tiny_reward_model):
     print(f"ppo: loss rel diff {max(rel_diff(a['loss'], b['loss']) for a, b in zip(one, two)):.1e}, grad_norm "
           f"{max(rel_diff(a['grad_norm'], b['grad_norm']) for a, b in zip(one, two)):.1e}, parameter update "
           f"(L2 per tensor, policy and critic) {worst:.1e}")
+
+
+def test_the_critic_starts_from_a_lora_reward_model_with_its_trained_head(tiny_reward_lora, tiny_template):
+    """A `--rlhf_type rm --tuner_type lora` checkpoint as --reward_model: the critic is its merged classifier (the
+    adapter's score head, not a fresh one), under a new trainable LoRA whose start changes nothing."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForSequenceClassification
+
+    from swiftlike.model import resolve_model
+    from swiftlike.rl.online.critic import _backbone_and_head, load_critic
+
+    args = RlhfArguments(rlhf_type="ppo", model=TINY, dataset=["d"], reward_model=[str(tiny_reward_lora)],
+                         torch_dtype="float32")
+    source = check_ppo_models(args.ppo_options(), args.reward_options(), TINY, None,
+                              tiny_template.tokenizer.get_vocab(), use_hf=False)
+    assert source.flag.startswith(f"--reward_model {tiny_reward_lora}")
+    critic = load_critic(source, args, "cpu")
+    assert any(p.requires_grad for n, p in critic.named_parameters() if "lora_" in n)
+    assert any(p.requires_grad for n, p in critic.named_parameters() if "score" in n)
+    base = AutoModelForSequenceClassification.from_pretrained(resolve_model(TINY).model_dir, num_labels=1,
+                                                              dtype=torch.float32)
+    reward_model = PeftModel.from_pretrained(base, str(tiny_reward_lora)).merge_and_unload().eval()
+    ids = torch.tensor([tiny_template.tokenizer("What is 2 + 3? It is 5.")["input_ids"]])
+    critic.eval()
+    with torch.no_grad():
+        backbone, head = _backbone_and_head(critic)
+        values = head(backbone(input_ids=ids).last_hidden_state).squeeze(-1)
+        expected = reward_model.score(reward_model.model(input_ids=ids).last_hidden_state).squeeze(-1)
+    torch.testing.assert_close(values, expected, rtol=0, atol=1e-5)
+    assert expected.abs().max() > 0.1  # a trained head, not zeros
