@@ -2,9 +2,10 @@
 tests/e2e/test_grpo_ddp.py and tests/e2e/test_ppo.py.
 
 Plain `python tests/helpers/grpo_ddp_worker.py` is the one-process run; under `torch.distributed.run` every rank runs
-it. The only test hook is `injected(...)`, a subclass of GrpoTrainer (and of PpoTrainer) put in place of it before
-`rlhf_main` builds its trainer: `_collect_rollouts` serves the completions the test recorded with the real pt
-engine (sampling is random, and the one- and two-process runs must train on the same rollouts), and it keeps
+it. The only test hook is `Recording`, mixed into GrpoTrainer (`InjectedRolloutTrainer`) and PpoTrainer
+(`InjectedPpoTrainer`), which are put in their place before `rlhf_main` builds its trainer: `_collect_rollouts`
+serves the completions the test recorded with the real pt engine (sampling is random, and the one- and
+two-process runs must train on the same rollouts), and it keeps
 copies of what the test compares (parameters before and after, each rank's prompts and local metrics, and each
 backward pass's loss and normaliser).
 Drawing the PNG curves is skipped, for time.
@@ -90,10 +91,18 @@ class Recording:
         super().log(logs, start_time)
 
 
+class InjectedRolloutTrainer(Recording, grpo_trainer.GrpoTrainer):
+    """GrpoTrainer on the recorded rollouts (tests/helpers/ray_recorded_rollouts_plugin.py builds on it too)."""
+
+
+class InjectedPpoTrainer(Recording, ppo_trainer.PpoTrainer):
+    """PpoTrainer on the recorded rollouts."""
+
+
 def main() -> None:
     # rlhf_main imports them from their modules at call time
-    grpo_trainer.GrpoTrainer = type("RecordingGrpoTrainer", (Recording, grpo_trainer.GrpoTrainer), {})
-    ppo_trainer.PpoTrainer = type("RecordingPpoTrainer", (Recording, ppo_trainer.PpoTrainer), {})
+    grpo_trainer.GrpoTrainer = InjectedRolloutTrainer
+    ppo_trainer.PpoTrainer = InjectedPpoTrainer
     train_trainer.plot_curves = lambda *a, **kw: []  # the PNG curves are not under test and cost ~15 s a run here
     common = json.loads(os.environ["DDP_TEST_COMMON"])
     for name, extra in json.loads(os.environ["DDP_TEST_ARGS"]).items():
