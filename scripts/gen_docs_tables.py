@@ -39,6 +39,7 @@ from swiftlike.model import MODEL_REGISTRY
 from swiftlike.template import AGENT_TEMPLATE_REGISTRY, TEMPLATE_REGISTRY
 from swiftlike.template.loss_scale import BASE_STRATEGIES, NOT_BUILT, REFINEMENTS
 from swiftlike.tools import TOOL_REGISTRY
+from swiftlike.utils.fields import field_default
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 
@@ -139,7 +140,7 @@ def args_table(*classes: type) -> str:
             f = fields.get(name)
             if f is None:
                 continue
-            default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+            default = field_default(f)
             names = " / ".join(code(n) for n in (f"--{name}", *f.metadata.get("aliases", ())))
             rows.append([names, code(" ".join(map(str, default)) if isinstance(default, list)
                                                  else str(default)), cell(f.metadata.get("help", ""))])

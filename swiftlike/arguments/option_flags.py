@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import typing
 
-from ..utils.fields import arg
+from ..utils.fields import arg, field_default
 
 # Settings that every command already has under the same name and meaning (BaseArguments), passed through.
 SHARED_SETTINGS = ("torch_dtype", "seed")
@@ -36,7 +36,7 @@ def option_flags(options_cls: type, prefix: str, name: str, doc: str, module: st
     hints = typing.get_type_hints(options_cls)
     fields = []
     for f in user_settings(options_cls, names):
-        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        default = field_default(f)
         fields.append((prefix + f.name, hints[f.name],
                        arg(default, f.metadata["help"], f.metadata["aliases"], f.metadata.get("only", ()))))
     flags = dataclasses.make_dataclass(name, fields, namespace={"__doc__": doc, **(namespace or {})})

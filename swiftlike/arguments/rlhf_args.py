@@ -17,6 +17,7 @@ from ..rl.core.ppo_options import PPO, PpoOptions
 from ..rl.core.staleness import min_async_staleness
 from ..utils import get_logger
 from ..utils.errors import NotBuiltError
+from ..utils.fields import field_default
 from .base import arg
 from .infer_args import SamplingArguments, VllmArguments
 from .option_flags import flag_values, option_flags
@@ -211,8 +212,7 @@ class RlhfArguments(TrainArguments, PreferenceArguments, GkdArguments, TeacherAr
         values PPO sets itself are allowed back (a resumed run's args.json holds them)."""
         derived = {"steps_per_generation": self.gradient_accumulation_steps * self.num_mini_batches,
                    "num_iterations": self.num_ppo_epochs}
-        defaults = {f.name: f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
-                    for f in dataclasses.fields(GrpoOptions)}
+        defaults = {f.name: field_default(f) for f in dataclasses.fields(GrpoOptions)}
         given = [f"--{name}" for name, value in flag_values(self, GrpoOptions).items()
                  if name != "log_completions" and value not in (defaults[name], derived.get(name, defaults[name]))]
         if given:
@@ -283,8 +283,7 @@ class RlhfArguments(TrainArguments, PreferenceArguments, GkdArguments, TeacherAr
 
     def _refuse_unread_flags(self) -> None:
         """Flags that only other --rlhf_type values read (their `only=`), given here: an error, not a silent no-op."""
-        defaults = {f.name: f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
-                    for f in dataclasses.fields(self)}
+        defaults = {f.name: field_default(f) for f in dataclasses.fields(self)}
         for readers, names in flags_not_read_by(self.rlhf_type).items():
             given = [f"--{name}" for name in names if getattr(self, name) not in (None, [], False, defaults[name])]
             if given:

@@ -33,3 +33,8 @@ def check_choices(options) -> None:
         value = getattr(options, f.name)
         if choices and value is not None and value not in choices:
             raise ValueError(f"invalid choice for --{f.name}: {value!r} (choose from {', '.join(map(str, choices))})")
+
+
+def field_default(f: dataclasses.Field):
+    """A dataclass field's default value, a fresh one for a `default_factory` field."""
+    return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default

@@ -149,10 +149,9 @@ def launch(out: Path, rollouts: Path, dataset: Path, processes: int, runs: dict 
     assert result.returncode == 0, result.stderr[-6000:]
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory, tiny_adapter):
-    """{processes: directory of the worker's results} for one and two processes."""
-    base = tmp_path_factory.mktemp("ddp")
+def launch_one_and_two(base: Path, runs: dict, common: list[str] = COMMON) -> dict[int, Path]:
+    """The rollouts recorded and the prompts written into `base`, then `runs` in one process and in two:
+    {processes: directory of the worker's results}."""
     rollouts, dataset = base / "rollouts.json", base / "prompts.jsonl"
     record_rollouts(rollouts)
     dataset.write_text("".join(json.dumps({"messages": [{"role": "user", "content": p}]}) + "\n" for p in PROMPTS))
@@ -160,9 +159,15 @@ def runs(tmp_path_factory, tiny_adapter):
     for processes in (1, 2):
         out[processes] = base / f"p{processes}"
         out[processes].mkdir()
-        launch(out[processes], rollouts, dataset, processes,
-               {name: [a.format(adapter=tiny_adapter) for a in argv] for name, argv in RUNS.items()})
+        launch(out[processes], rollouts, dataset, processes, runs, common)
     return out
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, tiny_adapter):
+    """{processes: directory of the worker's results} for one and two processes."""
+    return launch_one_and_two(tmp_path_factory.mktemp("ddp"),
+                              {name: [a.format(adapter=tiny_adapter) for a in argv] for name, argv in RUNS.items()})
 
 
 def rel_diff(a, b) -> float:

@@ -134,7 +134,7 @@ def test_two_processes_train_ppo_like_one_process(tmp_path, tiny_reward_model):
     loss, gradient norm and the update of every policy and critic tensor agree (SGD, no clipping: the update is
     the gradient)."""
     import torch
-    from test_grpo_ddp import PROMPTS, RTOL, UPDATE_RTOL, launch, record_rollouts, rel_diff, train_logs
+    from test_grpo_ddp import RTOL, UPDATE_RTOL, launch_one_and_two, rel_diff, train_logs
 
     common = ["--rlhf_type", "ppo", "--model", TINY, "--reward_funcs", "text_length", "--reward_model",
               str(tiny_reward_model), "--tuner_type", "full", "--gradient_accumulation_steps", "2",
@@ -143,14 +143,7 @@ def test_two_processes_train_ppo_like_one_process(tmp_path, tiny_reward_model):
               "float32", "--use_vllm", "false", "--optim", "sgd", "--learning_rate", "0.5", "--max_grad_norm", "1e9"]
     runs = {"ppo": ["--whiten_rewards", "true", "--kl_coef", "0.05", "--kl_estimator", "k3", "--gamma", "0.99",
                     "--lam", "0.95", "--vf_coef", "0.5"]}
-    rollouts, dataset = tmp_path / "rollouts.json", tmp_path / "prompts.jsonl"
-    record_rollouts(rollouts)
-    dataset.write_text("".join(json.dumps({"messages": [{"role": "user", "content": p}]}) + "\n" for p in PROMPTS))
-    out = {}
-    for processes in (1, 2):
-        out[processes] = tmp_path / f"p{processes}"
-        out[processes].mkdir()
-        launch(out[processes], rollouts, dataset, processes, runs, common)
+    out = launch_one_and_two(tmp_path, runs, common)
     one, two = train_logs(out[1], "ppo"), train_logs(out[2], "ppo")
     assert [e["step"] for e in one] == [e["step"] for e in two] == [1, 2]
     for a, b in zip(one, two):
