@@ -394,9 +394,12 @@ scored = []
 
 @register_reward("text_length")
 def text_length_restarting_the_server(completions, **kwargs):
-    """After the second batch is scored (the trainer waits here), the server dies and a fresh one takes its port."""
+    """After the second batch is scored (the trainer waits here), the server dies and a fresh one takes its port.
+    Groups are scored as they come, one call or several per batch: the second batch is done at 16 completions
+    (killed earlier, a group still generating would be sampled again by the restarted server from its checkpoint,
+    rightly counted stale)."""
     scored.append(len(completions))
-    if len(scored) == 2:
+    if sum(scored) == 16:
         os.kill({pid}, signal.SIGKILL)
         while True:
             try:
