@@ -8,9 +8,10 @@ from .infer_args import GenerationArguments, InferArguments, VllmArguments
 from .parser import parse_args
 from .rlhf_args import RlhfArguments
 from .rollout_args import RolloutServerArguments
+from .sample_args import SampleArguments
 from .train_args import PtArguments, TrainArguments, TunerArguments
 from .webui_args import WebUIArguments
 
 __all__ = ["AppArguments", "BaseArguments", "DeployArguments", "EvalArguments", "ExportArguments",
            "GenerationArguments", "InferArguments", "PtArguments", "RlhfArguments", "RolloutServerArguments",
-           "TrainArguments", "TunerArguments", "VllmArguments", "WebUIArguments", "parse_args"]
+           "SampleArguments", "TrainArguments", "TunerArguments", "VllmArguments", "WebUIArguments", "parse_args"]

@@ -16,6 +16,8 @@ COMMANDS: dict[str, tuple[str | None, str]] = {
              "models), the GRPO family and GKD"),
     "megatron": ("swiftlike.commands.megatron:megatron_main", "`megatron rlhf`: GRPO / GKD on the megatron-core "
                  "backend, under Megatron-LM's argument names"),
+    "sample": ("swiftlike.commands.sample:sample_main", "many answers per prompt, scored by an ORM / PRM, the best "
+               "kept as SFT rows and the worst as DPO's rejected_response (also distillation from a served teacher)"),
     "rollout": ("swiftlike.commands.rollout:rollout_main", "vLLM rollout server for server-mode RL"),
     "deploy": ("swiftlike.commands.deploy:deploy_main", "OpenAI-compatible server (pt / vLLM engines)"),
     "eval": ("swiftlike.commands.eval:eval_main", "accuracy and pass@k on built-in or local benchmarks"),

@@ -25,7 +25,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("engines", ["infer", "infer/engine", "rollout/client"]),
     ("arguments", ["arguments"]),
     ("trainers and servers", ["train", "train/megatron", "rl", "rl/online", "rl/preference", "rollout",
-                              "rollout/server", "rollout/multi_turn", "deploy", "eval", "export", "ui", "ui/pages", "ray"]),
+                              "rollout/server", "rollout/multi_turn", "sample", "deploy", "eval", "export", "ui", "ui/pages", "ray"]),
     ("commands", ["commands", "cli", ""]),
 ]
 FOLDER_LAYER = {folder: rank for rank, (_, folders) in enumerate(LAYERS) for folder in folders}

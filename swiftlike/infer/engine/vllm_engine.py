@@ -302,6 +302,45 @@ class VllmEngine(InferEngine):
             if not finished:
                 engine.abort_request([request_id])
 
+    def generate_as_finished(self, requests: Iterable[tuple[int, InferRequest, RequestConfig]],
+                             max_in_flight: int) -> Iterator[tuple[int, InferResponse]]:
+        """Each `(key, request, config)` answered as soon as it finishes, `(key, response)`, with at most
+        `max_in_flight` requests in the engine: a new one is added as each finishes, so the batch stays full
+        across requests (`llm.generate` waits for its whole list, idling the engine on the longest answer), and
+        each request keeps its own config (a per-request seed makes its answer independent of its batch-mates).
+        The generator steps the engine in the caller's thread; leaving it early aborts what is in flight."""
+        from vllm.sampling_params import RequestOutputKind
+        self._step_here()
+        engine = self.llm.llm_engine
+        pending = iter(requests)
+        in_flight: dict[str, tuple[int, RequestConfig]] = {}
+
+        def add_next() -> bool:
+            item = next(pending, None)
+            if item is None:
+                return False
+            key, request, config = item
+            self.check_adapter(request)
+            request_id = f"each-{next(self._request_ids)}"
+            params = self.sampling_params(config)
+            params.output_kind = RequestOutputKind.FINAL_ONLY  # one output with all n answers (llm.generate's)
+            engine.add_request(request_id, self._prompt(request), params, lora_request=self._lora(request))
+            in_flight[request_id] = (key, config)
+            return True
+
+        try:
+            while len(in_flight) < max_in_flight and add_next():
+                pass
+            while in_flight:
+                for out in engine.step():
+                    if out.finished and out.request_id in in_flight:
+                        key, config = in_flight.pop(out.request_id)
+                        add_next()
+                        yield key, self._response(out, config)
+        finally:
+            if in_flight:
+                engine.abort_request(list(in_flight))
+
     async def generate_async(self, request: InferRequest, config: RequestConfig) -> InferResponse:
         async for out in self._batcher().outputs(request, config, delta=False):
             if out.finished:
