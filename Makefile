@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.setup-stamp
 
-.PHONY: setup test test-fast demo demo-dpo demo-gkd demo-agent-sft demo-agent demo-algorithms demo-ppo examples bench bench-train bench-grpo bench-rollout bench-async bench-deploy bench-dpo bench-gkd bench-ray bench-delta bench-agent bench-reward bench-ppo lint clean
+.PHONY: setup test test-fast demo demo-dpo demo-gkd demo-agent-sft demo-agent demo-algorithms demo-ppo demo-rft examples bench bench-train bench-grpo bench-rollout bench-async bench-deploy bench-dpo bench-gkd bench-ray bench-delta bench-agent bench-reward bench-ppo bench-sample lint clean
 
 setup: $(STAMP)
 
@@ -22,6 +22,10 @@ demo: setup
 
 demo-ppo: setup
 	DEMO_ALGO=ppo bash scripts/demo.sh
+
+# RFT: rounds of swiftlike sample -> keep the correct answers -> LoRA SFT, held-out greedy before / after (~20 min)
+demo-rft: setup
+	bash scripts/rft_demo.sh
 
 demo-dpo: setup
 	bash scripts/dpo_demo.sh
@@ -84,6 +88,9 @@ bench-reward: setup
 
 bench-ppo: setup
 	$(PY) benchmarks/bench_ppo.py
+
+bench-sample: setup
+	$(PY) benchmarks/bench_sample.py
 
 lint: setup
 	$(VENV)/bin/ruff check swiftlike tests benchmarks scripts

@@ -15,6 +15,7 @@ _LAZY = {
     "rlhf_main": "swiftlike.commands.rlhf",
     "megatron_main": "swiftlike.commands.megatron",
     "rollout_main": "swiftlike.commands.rollout",
+    "sample_main": "swiftlike.commands.sample",
     "deploy_main": "swiftlike.commands.deploy",
     "eval_main": "swiftlike.commands.eval",
     "export_main": "swiftlike.commands.export",
@@ -28,6 +29,7 @@ _LAZY = {
     "RlhfArguments": "swiftlike.arguments",
     "MegatronRlhfArguments": "swiftlike.arguments.megatron_args",
     "RolloutServerArguments": "swiftlike.arguments",
+    "SampleArguments": "swiftlike.arguments",
     "DeployArguments": "swiftlike.arguments",
     "EvalArguments": "swiftlike.arguments",
     "ExportArguments": "swiftlike.arguments",
@@ -47,7 +49,8 @@ _LAZY = {
 }
 # ms-swift's spellings of the same classes
 _ALIASES = {"RLHFArguments": "RlhfArguments", "RolloutArguments": "RolloutServerArguments",
-            "MegatronRLHFArguments": "MegatronRlhfArguments", "webui_main": "web_ui_main"}
+            "MegatronRLHFArguments": "MegatronRlhfArguments", "webui_main": "web_ui_main",
+            "sampling_main": "sample_main", "SamplingArguments": "SampleArguments"}
 
 __all__ = [*_LAZY, *_ALIASES, "__version__"]  # noqa: PLE0604 (built from the tables above)
 

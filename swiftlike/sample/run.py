@@ -10,7 +10,7 @@ import hashlib
 import json
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from tqdm import tqdm
@@ -43,10 +43,10 @@ class SampleResult:
     answers: int = 0
     passed: int = 0
     too_easy: int = 0
+    rewarded: bool = False
     nothing_kept: int = 0
     tokens: int = 0
     seconds: float = 0.0
-    per_prompt: list[dict] = field(default_factory=list, repr=False)
 
     def summary(self, engine: str) -> str:
         rate = self.tokens / max(self.seconds, 1e-9)
@@ -55,10 +55,29 @@ class SampleResult:
                  f"{engine})",
                  f"  rows written: {self.rows}; prompts with nothing kept: {self.nothing_kept}; dropped as too "
                  f"easy: {self.too_easy}"]
-        if self.answers:
-            lines.append(f"  answers passing the reward: {self.passed} ({100 * self.passed / self.answers:.1f}%)")
+        if self.rewarded and self.answers:
+            lines.append(f"  answers passing the ORM: {self.passed} ({100 * self.passed / self.answers:.1f}%)")
         lines.append(f"  output: {self.output}")
         return "\n".join(lines)
+
+
+def seeded_vllm_kwargs(args: SampleArguments, options) -> dict:
+    """vLLM's engine arguments for seeded requests. On CPU, vLLM (0.32) fails a seeded request whose prompt is
+    prefilled in chunks (it rewinds the request's generator, which torch's CPU generators cannot do: "CPU Generator
+    does not use offset"), and continuous batching chunks prompts whenever a step's token budget runs out. So on
+    CPU chunked prefill is off, with a token budget that holds the longest prompt whole; --vllm_engine_kwargs
+    still override both."""
+    import torch
+    if torch.cuda.is_available():
+        return dict(options.engine_kwargs or {})
+    max_len = options.max_model_len
+    if max_len is None:
+        from ..model import resolve_model
+        config = json.loads((Path(resolve_model(args.model, args.model_type, args.use_hf, args.model_revision)
+                                  .model_dir) / "config.json").read_text())
+        max_len = int(config.get("max_position_embeddings") or 8192)
+    return {"enable_chunked_prefill": False, "max_num_batched_tokens": max(max_len, 2048),
+            **(options.engine_kwargs or {})}
 
 
 def prompt_seed(seed: int, index: int) -> int:
@@ -108,6 +127,7 @@ def output_lines(row: dict, prompt: list[dict], answers: list[str], scores: Answ
                                prm_threshold=args.prm_threshold, easy_query_threshold=args.easy_query_threshold)
     result.answers += len(answers)
     if scores.orm is not None:
+        result.rewarded = True
         result.passed += sum(1 for s in scores.orm if s > 0)
     result.too_easy += selection.too_easy
     result.nothing_kept += not selection.kept and not selection.too_easy
@@ -123,7 +143,9 @@ def output_lines(row: dict, prompt: list[dict], answers: list[str], scores: Answ
     return lines
 
 
-def run_sampling(args: SampleArguments) -> SampleResult:
+def run_sampling(args: SampleArguments, engine=None) -> SampleResult:
+    """`engine`: one already built for --sampler_engine, left open (a benchmark times several runs on one);
+    by default the run builds its own and closes it."""
     from ..rl.rewards.plugins import load_external_plugins
     output = ResumableJsonl(Path(args.output_dir) / args.output_file,
                             {k: getattr(args, k) for k in ROW_SETTINGS}, resume=args.resume,
@@ -141,7 +163,8 @@ def run_sampling(args: SampleArguments) -> SampleResult:
     result.prompts, result.resumed_from = len(prompts), output.prompts_done
     todo = prompts[output.prompts_done:]
     by_index = {index: (row, messages) for index, row, messages in todo}
-    engine = _build_engine(args)
+    owned = engine is None
+    engine = build_sampler_engine(args) if owned else engine
     output.start()
     items = ((index, InferRequest(messages=messages), args.request_config(prompt_seed(args.seed, index)))
              for index, _, messages in todo)
@@ -176,13 +199,20 @@ def run_sampling(args: SampleArguments) -> SampleResult:
             write_ready(block=True)
     finally:
         result.seconds = time.perf_counter() - start
-        engine.close()
+        if owned:
+            engine.close()
     output.publish()
     return result
 
 
-def _build_engine(args: SampleArguments):
+def build_sampler_engine(args: SampleArguments):
+    """The engine --sampler_engine names: pt or vLLM (set up for seeded requests) in this process, or the client."""
     from ..infer.engine.factory import build_engine
+    if args.sampler_engine == "vllm":
+        import dataclasses
+        spec = args.engine_spec()
+        options = dataclasses.replace(spec.options, engine_kwargs=seeded_vllm_kwargs(args, spec.options))
+        return build_engine(dataclasses.replace(spec, options=options))
     if args.sampler_engine == "client":
         from ..infer.engine.openai_engine import OpenAIEngine, OpenAIOptions
         kwargs = args.engine_kwargs

@@ -10,11 +10,11 @@ from .jobs import JobStore
 from .labels import LABELS
 from .pages.command import UIContext
 from .pages.runtime import build_runtime
-from .pages.serving import build_deploy, build_eval, build_export
+from .pages.serving import build_deploy, build_eval, build_export, build_sample
 from .pages.training import build_grpo, build_rlhf, build_train
 
 TABS = [("sft", build_train), ("rlhf", build_rlhf), ("grpo", build_grpo), ("infer", build_deploy),
-        ("eval", build_eval), ("export", build_export)]
+        ("sample", build_sample), ("eval", build_eval), ("export", build_export)]
 
 
 def build_ui(args: WebUIArguments):

@@ -5,7 +5,7 @@ from __future__ import annotations
 LABELS = {
     "en": {
         "title": "swiftlike web-ui", "sft": "Train (sft / pt)", "rlhf": "RLHF", "grpo": "GRPO", "infer": "Deploy & chat",
-        "eval": "Eval", "export": "Export", "runtime": "Runtime", "chat": "Chat",
+        "sample": "Sample", "eval": "Eval", "export": "Export", "runtime": "Runtime", "chat": "Chat",
         "advanced": "Advanced (every other argument)", "preview": "Show command (dry run)", "start": "Start",
         "save_script": "Save as script", "command": "Command line", "status": "Status",
         "load_args": "Load a checkpoint's args.json", "load": "Load", "checkpoint_path": "Checkpoint or run directory",
@@ -24,7 +24,7 @@ LABELS = {
     },
     "zh": {
         "title": "swiftlike 网页界面", "sft": "训练 (sft / pt)", "rlhf": "人类对齐", "grpo": "GRPO", "infer": "部署与对话",
-        "eval": "评测", "export": "导出", "runtime": "运行状态", "chat": "对话",
+        "sample": "采样", "eval": "评测", "export": "导出", "runtime": "运行状态", "chat": "对话",
         "advanced": "高级参数 (其余全部参数)", "preview": "显示命令 (不运行)", "start": "开始",
         "save_script": "保存为脚本", "command": "命令行", "status": "状态",
         "load_args": "加载检查点的 args.json", "load": "加载", "checkpoint_path": "检查点或运行目录",

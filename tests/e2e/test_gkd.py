@@ -21,7 +21,6 @@ from swiftlike.rl.online.gkd_trainer import gkd_loss
 from swiftlike.rl.online.teacher import (LocalTeacher, PackedSequences, ServedTeacher, checkpoint_bytes,
                                          completion_logits, fits_in_memory)
 from swiftlike.train.outputs import read_log
-from swiftlike.utils.errors import NotBuiltError
 
 from servers import free_port, start
 
@@ -135,15 +134,13 @@ def test_bad_arguments_fail_before_anything_loads(kw, message):
         args(**kw)
 
 
-def test_teacher_flags_are_refused_elsewhere_and_seq_kd_is_not_built():
+def test_teacher_flags_are_refused_elsewhere():
     with pytest.raises(ValueError, match="--teacher_model: rollout and teacher arguments of grpo and gkd"):
         RlhfArguments(rlhf_type="dpo", model=TINY, dataset=["d"], teacher_model=TINY)
     with pytest.raises(ValueError, match="--teacher_model_server: rollout and teacher arguments of grpo and gkd"):
         RlhfArguments(rlhf_type="dpo", model=TINY, dataset=["d"], teacher_model_server=["http://127.0.0.1:1"])
     with pytest.raises(ValueError, match="--gkd_logits_topk: GKD's teacher arguments"):
         RlhfArguments(rlhf_type="dpo", model=TINY, dataset=["d"], gkd_logits_topk=4)
-    with pytest.raises(NotBuiltError, match="--seq_kd"):
-        args(seq_kd=True)
 
 
 def test_teacher_too_large_for_the_memory_left_is_refused(tiny_resolved):
@@ -352,6 +349,52 @@ def test_gkd_run_against_a_served_teacher(tmp_path, data_file, teacher_server):
     logged, _ = gkd_run(tmp_path, data_file, "--teacher_model_server", url, "--gkd_logits_topk", "8",
                         "--tuner_type", "lora", "--lmbda", "0.5", steps=2)
     assert all(math.isfinite(e["loss"]) and e["jsd"] > 0 for e in logged)
+
+
+def test_seq_kd_teacher_samples_are_the_same_on_every_placement(teacher_server, teacher_dir, tiny_resolved,
+                                                                 tiny_template, tiny_adapter):
+    """Greedy, the teacher's answers (stopping at the template's end of turn, or at the length cap) are the same ids
+    in-process (one left-padded batch) and behind `swiftlike deploy` (one /v1/completions request); the student's
+    base with its adapter disabled answers what the base model answers."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+    from swiftlike.model import load_model
+    from swiftlike.rl.online.teacher import TeacherSampling
+    url, _ = teacher_server
+    prompts = [p for p, _ in encoded_sequences(tiny_template)]
+    stops = tuple(tiny_template.stop_token_ids)
+    greedy = TeacherSampling(12, 0.0, 1.0, -1, stops, tiny_template.tokenizer.pad_token_id or stops[0])
+    student = load_model(tiny_resolved, "float32", "cpu")
+    local = LocalTeacher(AutoModelForCausalLM.from_pretrained(teacher_dir, dtype=torch.float32), None, False, "cpu")
+    served = ServedTeacher(url, 8, 60, tiny_template.tokenizer, student.get_output_embeddings().weight.shape[0])
+    in_process = local.generate(student, prompts, greedy)
+    assert in_process == served.generate(student, prompts, greedy)
+    assert all(1 <= len(a) <= 12 and (len(a) == 12 or a[-1] in stops) for a in in_process)
+    lora_student = PeftModel.from_pretrained(load_model(tiny_resolved, "float32", "cpu"), tiny_adapter)
+    base = LocalTeacher(load_model(tiny_resolved, "float32", "cpu"), None, False, "cpu")
+    assert LocalTeacher(None, None, False, "cpu").generate(lora_student, prompts, greedy) == \
+        base.generate(student, prompts, greedy)
+    served.close()
+
+
+def test_seq_kd_trains_on_teacher_samples_without_dataset_answers(tmp_path, teacher_dir, teacher_server):
+    """Prompts only (no answers, which --lmbda < 1 otherwise needs): every micro-batch is the teacher's samples,
+    in-process and served; the student's own base as teacher gives a divergence of exactly 0."""
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"messages": r["messages"][:1]}) + "\n" for r in ROWS))
+    with pytest.raises(ValueError, match="ends in a 'user' turn, not an assistant answer"):
+        gkd_run(tmp_path / "refused", str(prompts), "--teacher_model", teacher_dir, "--lmbda", "0", steps=1)
+    local, _ = gkd_run(tmp_path / "local", str(prompts), "--teacher_model", teacher_dir, "--tuner_type", "full",
+                       "--lmbda", "0", "--seq_kd", "true", steps=2)
+    own_base, _ = gkd_run(tmp_path / "own", str(prompts), "--teacher_model", TINY, "--tuner_type", "lora",
+                          "--lmbda", "0", "--seq_kd", "true", steps=1)
+    url, _ = teacher_server
+    served, _ = gkd_run(tmp_path / "served", str(prompts), "--teacher_model_server", url, "--gkd_logits_topk", "8",
+                        "--tuner_type", "lora", "--lmbda", "0", "--seq_kd", "true", steps=2)
+    for logged in (local, own_base, served):
+        assert all(e["on_policy"] == 0.0 and e["timing/teacher_generate"] > 0 for e in logged)
+        assert all(math.isfinite(e["loss"]) and e["completions/mean_length"] > 0 for e in logged)
+    assert all(e["jsd"] > 0 for e in local + served) and abs(own_base[0]["jsd"]) < 1e-6
 
 
 def test_served_teacher_refuses_another_tokenizer_and_reports_a_dead_server(teacher_server, tiny_template,

@@ -175,9 +175,6 @@ def test_argument_errors_are_the_clis_own_messages(argv):
 def test_bad_rlhf_arguments_are_reported_not_raised():
     _, error = check_arguments(RlhfArguments, "rlhf", ["--rlhf_type", "ppo", "--model", TINY, "--dataset", "x"])
     assert error.startswith("swiftlike rlhf: error: --rlhf_type ppo needs a reward source")
-    _, error = check_arguments(RlhfArguments, "rlhf", ["--rlhf_type", "gkd", "--model", TINY, "--dataset", "x",
-                                                       "--teacher_model", TINY, "--seq_kd", "true"])
-    assert error.startswith("swiftlike rlhf: not built: --seq_kd true")
 
 
 def test_ema_matches_hand_computed_values():
@@ -343,3 +340,32 @@ def test_the_grpo_page_starts_a_multi_turn_job_with_an_explicit_false(tmp_path):
     values[names.index("use_gym_env")] = ""  # left to the rule: nothing passed, and --gym_env turns it on
     argv = page.argv("rlhf", tuple(values))
     assert "--use_gym_env" not in argv and parse_args(RlhfArguments, argv).multi_turn_options().use_gym_env is True
+
+
+def test_the_sample_page_starts_a_sampling_job_that_writes_its_rows(tmp_path):
+    """The sample tab's form is generated from SampleArguments like every page's; a job started from it runs the real
+    `swiftlike sample`, finishes, and the runtime panel finds its output directory."""
+    import gradio as gr
+
+    from swiftlike.ui.labels import LABELS
+    from swiftlike.ui.pages.serving import build_sample
+    ctx = UIContext(JobStore(tmp_path / "jobs", stop_grace_s=5), LABELS["en"])
+    with gr.Blocks():
+        page = build_sample(ctx)
+    assert page.widgets["n_best_to_keep"].info.startswith("With a reward, keep at most")
+    names = list(page.widgets)
+    values = [page.widgets[n].value for n in names]
+    for name, value in {"model": TINY, "dataset": "swiftlike/arithmetic#3", "num_return_sequences": "2",
+                        "max_new_tokens": "8", "output_dir": str(tmp_path / "sampled"),
+                        "output_file": "rows.jsonl"}.items():
+        values[names.index(name)] = value
+    preview, status, *_ = page.start("sample", *values)
+    [job] = ctx.store.list()
+    assert job.id in status and "swiftlike sample" in preview and "--num_return_sequences 2" in preview
+    deadline = time.time() + 300
+    while ctx.store.get(job.id).state == "running" and time.time() < deadline:
+        time.sleep(0.5)
+    finished = ctx.store.get(job.id)
+    assert finished.state == "finished", finished.error_line()
+    assert len((tmp_path / "sampled" / "rows.jsonl").read_text().splitlines()) == 6
+    assert finished.record.get("output_dir") == str(tmp_path / "sampled")

@@ -19,7 +19,6 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Literal, get_args
 
-from ...utils.errors import NotBuiltError
 from ...utils.fields import arg, check_choices
 from .advantages import AdvantageEstimator, ScaleRewards, default_kl_in_reward, default_scale_rewards
 from .correction import RolloutISMode
@@ -605,8 +604,11 @@ class GkdOptions:
                                       only=GKD)
     lmbda: float = arg(0.5, "gkd: share of micro-batches whose completions the student generates itself "
                        "(on-policy); the rest use the dataset's answers. 1 = fully on-policy.")
-    seq_kd: bool = arg(False, "gkd: sequence-level KD, where the teacher generates the off-policy answers (not "
-                       "built; the dataset's answers are used).", only=GKD)
+    seq_kd: bool = arg(False, "gkd: sequence-level KD: the off-policy micro-batches (1 - --lmbda of them) train on "
+                       "answers the teacher samples (at the student's --temperature / --top_p / --top_k, up to "
+                       "--max_completion_length) instead of the dataset's, so the data need no answers; on every "
+                       "teacher placement (in-process, the student's base with its adapter disabled, served).",
+                       only=GKD)
     sft_alpha: float = arg(0.0, "gkd: weight of an NLL (SFT) loss on the completion tokens, added to the "
                            "divergence.")
     beta: float = 0.5  # --beta: the generalized JSD's interpolation (0 forward KL, 1 reverse KL)
@@ -627,9 +629,6 @@ class GkdOptions:
                 raise ValueError(f"--{name} must be in [0, 1], got {getattr(self, name)}")
         if self.sft_alpha < 0:
             raise ValueError(f"--sft_alpha must be >= 0, got {self.sft_alpha}")
-        if self.seq_kd:
-            raise NotBuiltError("--seq_kd true (the teacher generates the off-policy answers) is not built; leave "
-                                "it false and the dataset's answers are used")
 
 
 @dataclass(frozen=True)

@@ -20,11 +20,14 @@ logger = get_logger("swiftlike.rl")
 SUMMARY_KEYS = ("jsd", "teacher_kl", "on_policy", "completions/mean_length", "eval_teacher_kl")
 
 
-def gkd_rows(rows: list[dict], encoder: PreferenceEncoder, needs_answers: bool) -> tuple[list[dict], EncodeStats]:
+def gkd_rows(rows: list[dict], encoder: PreferenceEncoder, needs_answers: bool,
+             encode_prompts: bool = False) -> tuple[list[dict], EncodeStats]:
     """Rows with their prompt and answer ids (the dataset's answer, used by off-policy micro-batches).
 
-    With --lmbda 1 every micro-batch is the student's own samples, so a row may end in a user turn; otherwise
-    a row without an assistant answer has nothing to train on when its micro-batch is off-policy.
+    With --lmbda 1 every micro-batch is the student's own samples, and with --seq_kd the off-policy ones are the
+    teacher's, so a row may end in a user turn (`encode_prompts`: its prompt ids are then encoded here, for the
+    teacher); otherwise a row without an assistant answer has nothing to train on when its micro-batch is
+    off-policy.
     """
     stats = EncodeStats()
     out = []
@@ -39,7 +42,8 @@ def gkd_rows(rows: list[dict], encoder: PreferenceEncoder, needs_answers: bool) 
                                  "assistant answer; with --lmbda < 1 the off-policy micro-batches train on the "
                                  "dataset's answers (use --lmbda 1 to train on the student's samples only)")
             stats.kept += 1
-            out.append({**row, "prompt_ids": None, "answer_ids": None})
+            prompt = encoder.template.encode_prompt(messages) if encode_prompts else None
+            out.append({**row, "prompt_ids": prompt, "answer_ids": None})
             continue
         prompt, answer = encoder.split(messages)
         limited = encoder.limit(prompt, [answer], stats)
@@ -84,6 +88,14 @@ def build_teacher(gkd: GkdOptions, args: RlhfArguments, resolved, tokenizer, stu
     return LocalTeacher(model if offload else model.to(device), gkd.gkd_logits_topk, offload, device)
 
 
+def teacher_sampling(sampling, template, tokenizer):
+    """--seq_kd's sampling, the student's: the teacher stops where the student's template ends a turn."""
+    from .teacher import TeacherSampling
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else template.stop_token_ids[0]
+    return TeacherSampling(sampling.max_completion_length, sampling.temperature, sampling.top_p, sampling.top_k,
+                           tuple(template.stop_token_ids), pad)
+
+
 def train_gkd(args: RlhfArguments) -> TrainResult:
     from ...train.tuner import parameter_summary
     from .gkd_trainer import GKD_PLOTTED, GkdTrainer
@@ -99,7 +111,11 @@ def train_gkd(args: RlhfArguments) -> TrainResult:
     gkd, sampling, multi_turn = args.gkd_options(), args.sampling_options(), args.multi_turn_options()
     # a bad name stops the run before any model loads; on rollout servers the servers run theirs
     scheduler = build_multi_turn_scheduler(multi_turn, template, args.rollout_options().server_mode)
-    rows, stats = gkd_rows(train_rows, encoder, needs_answers=gkd.lmbda < 1)
+    if gkd.seq_kd and multi_turn.enabled:
+        raise ValueError("--seq_kd: the teacher samples one answer per prompt, not multi-turn trajectories; leave "
+                         "out --multi_turn_scheduler, or --seq_kd")
+    rows, stats = gkd_rows(train_rows, encoder, needs_answers=gkd.lmbda < 1 and not gkd.seq_kd,
+                           encode_prompts=gkd.seq_kd)
     logger.info("train data: %s", stats.describe(args.max_length, args.truncation_strategy))
     val = validation_rows(val_rows, encoder)
 
@@ -122,7 +138,8 @@ def train_gkd(args: RlhfArguments) -> TrainResult:
                              eval_dataset=ListDataset(val) if val else None,
                              data_collator=lambda batch: batch, processing_class=tokenizer, callbacks=run.callbacks,
                              checkpoint_extras=checkpoint_args_writer(saved_args), gkd=gkd, sampling=sampling,
-                             policy_training=args.policy_training_options(), worker=worker, teacher=teacher)
+                             policy_training=args.policy_training_options(), worker=worker, teacher=teacher,
+                             teacher_sampling=teacher_sampling(sampling, template, tokenizer) if gkd.seq_kd else None)
         trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
     finally:
         if worker is not None:

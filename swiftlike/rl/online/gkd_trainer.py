@@ -13,6 +13,10 @@ observations as context, and the divergence (and the --sft_alpha term) counts on
 (loss mask 1), the mean over those: the teacher's distribution where a tool result follows says nothing about
 the student.
 
+With --seq_kd the off-policy micro-batches are the teacher's own samples instead of the dataset's answers
+(sequence-level KD, as TRL's and ms-swift's): the teacher generates them (`teacher.generate`, on each placement),
+then scores them as it scores any sequence.
+
 On-policy or not is drawn once per micro-batch from a generator seeded with --seed, the same draw on every
 process, so all ranks generate (and sync) together.
 """
@@ -28,7 +32,7 @@ from ..core.options import GkdOptions, PolicyTrainingOptions, SamplingOptions
 from .rollout_worker import Rollout, RolloutWorker
 from .distributed import reduce_metrics
 from .online_trainer import RolloutTrainer
-from .teacher import PackedSequences, TeacherOutput, completion_logits
+from .teacher import PackedSequences, TeacherOutput, TeacherSampling, completion_logits
 from .trajectories import multi_turn_metrics
 
 # The curves a GKD run draws into images/.
@@ -87,10 +91,12 @@ def micro_batch_loss(logits: torch.Tensor, batch: PackedSequences, teacher: Teac
 
 class GkdTrainer(RolloutTrainer):
     def __init__(self, *a, gkd: GkdOptions, sampling: SamplingOptions, policy_training: PolicyTrainingOptions,
-                 worker: RolloutWorker | None, teacher, **kw):
+                 worker: RolloutWorker | None, teacher, teacher_sampling: TeacherSampling | None = None, **kw):
+        """`teacher_sampling`: how the teacher samples the off-policy answers with --seq_kd (None: the dataset's
+        answers are used)."""
         super().__init__(*a, policy_training=policy_training, worker=worker, **kw)
         self.gkd, self.sampling = gkd, sampling
-        self.teacher = teacher
+        self.teacher, self.teacher_sampling = teacher, teacher_sampling
         self._coin = random.Random(self.args.seed)
         self._eval_teacher_kl: list[float] = []
 
@@ -99,6 +105,8 @@ class GkdTrainer(RolloutTrainer):
         on_policy = self.worker is not None and self._coin.random() < self.gkd.lmbda
         if on_policy:
             sequences, loss_masks = self._generate(rows)
+        elif self.teacher_sampling is not None:
+            sequences, loss_masks = self._teacher_samples(rows), None
         else:
             sequences, loss_masks = [(r["prompt_ids"], r["answer_ids"]) for r in rows], None
         t = time.time()
@@ -113,6 +121,14 @@ class GkdTrainer(RolloutTrainer):
                 loss_masks: list[list[int]] | None = None) -> dict:
         batch = PackedSequences.pack(sequences, loss_masks).to(self.args.device)
         return {"batch": batch, "teacher": self.teacher(self.accelerator.unwrap_model(self.model), batch)}
+
+    def _teacher_samples(self, rows: list[dict]) -> list[tuple[list[int], list[int]]]:
+        """--seq_kd: the teacher's own answers to the rows' prompts (TRL's and ms-swift's sequence-level KD)."""
+        t = time.time()
+        prompts = [r["prompt_ids"] for r in rows]
+        answers = self.teacher.generate(self.accelerator.unwrap_model(self.model), prompts, self.teacher_sampling)
+        self._metrics["timing/teacher_generate"].append(time.time() - t)
+        return list(zip(prompts, answers))
 
     def _generate(self, rows: list[dict]) -> tuple[list[tuple[list[int], list[int]]], list[list[int]] | None]:
         """The student's samples and, for multi-turn trajectories, their loss masks (None for one turn each)."""

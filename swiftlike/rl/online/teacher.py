@@ -149,6 +149,28 @@ def checkpoint_bytes(model_dir, dtype: torch.dtype) -> int:
     return params * torch.tensor([], dtype=dtype).element_size()
 
 
+@dataclass(frozen=True)
+class TeacherSampling:
+    """How the teacher samples the answers of --seq_kd (the student's --temperature / --top_p / --top_k and
+    --max_completion_length, as TRL's seq_kd samples with the student's generation config)."""
+
+    max_tokens: int
+    temperature: float
+    top_p: float
+    top_k: int
+    stop_token_ids: tuple[int, ...]
+    pad_token_id: int
+
+
+def cut_at_stop(ids: list[int], sampling: TeacherSampling) -> list[int]:
+    """A sampled answer up to and including its first stop token (the end of turn the dataset's answers carry);
+    what follows it in a padded batch is padding."""
+    for i, token in enumerate(ids):
+        if token in sampling.stop_token_ids:
+            return ids[:i + 1]
+    return ids
+
+
 class LocalTeacher:
     """A teacher model in this process, or (model None) the student itself with its LoRA adapter disabled:
     ms-swift's trick for self-distillation from the base model, with no second copy in memory."""
@@ -180,6 +202,33 @@ class LocalTeacher:
             return TeacherOutput(logits=logits)
         values, ids = logits.log_softmax(-1).topk(self.topk, dim=-1)
         return TeacherOutput(topk_logps=values, topk_ids=ids)
+
+    @torch.no_grad()
+    def generate(self, student, prompts: list[list[int]], sampling: TeacherSampling) -> list[list[int]]:
+        """--seq_kd: the teacher's sampled answers to `prompts` (token ids), by transformers' generate on one
+        left-padded batch; the student's base with its adapter disabled when the teacher is that base."""
+        width = max(len(p) for p in prompts)
+        device = next(student.parameters()).device if self.model is None else self.device
+        input_ids = torch.tensor([[sampling.pad_token_id] * (width - len(p)) + p for p in prompts], device=device)
+        attention_mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=device)
+        kwargs = dict(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=sampling.max_tokens,
+                      do_sample=sampling.temperature > 0, eos_token_id=list(sampling.stop_token_ids),
+                      pad_token_id=sampling.pad_token_id)
+        if sampling.temperature > 0:
+            kwargs.update(temperature=sampling.temperature, top_p=sampling.top_p,
+                          top_k=sampling.top_k if sampling.top_k > 0 else None)
+        if self.model is None:
+            was_training = student.training
+            student.eval()
+            try:
+                with student.disable_adapter():
+                    out = student.generate(**kwargs)
+            finally:
+                student.train(was_training)
+        else:
+            with self._on_device():
+                out = self.model.generate(**kwargs)
+        return [cut_at_stop(row[width:].tolist(), sampling) for row in out]
 
     @contextlib.contextmanager
     def _on_device(self):
@@ -280,6 +329,19 @@ class ServedTeacher:
             out.append(row)
         return out
 
+    def generate(self, student, prompts: list[list[int]], sampling: TeacherSampling) -> list[list[int]]:
+        """--seq_kd: the served teacher's sampled answers, one /v1/completions request for the batch, the prompts
+        as token ids and the answers' ids returned (`return_token_ids`, vLLM's and our servers' extension)."""
+        body = {"model": self.model_name, "prompt": prompts, "max_tokens": sampling.max_tokens,
+                "temperature": sampling.temperature, "top_p": sampling.top_p, "return_token_ids": True}
+        if sampling.top_k > 0:
+            body["top_k"] = sampling.top_k
+        choices = sorted(self._request("POST", "/v1/completions", json=body)["choices"], key=lambda c: c["index"])
+        if len(choices) != len(prompts) or any(c.get("token_ids") is None for c in choices):
+            raise RuntimeError(f"teacher server {self.url} did not answer {len(prompts)} completions with token_ids; "
+                               "--seq_kd needs a server that returns them (swiftlike deploy, vllm serve)")
+        return [cut_at_stop(list(c["token_ids"]), sampling) for c in choices]
+
     def __call__(self, student, batch: PackedSequences) -> TeacherOutput:
         answers = self._prompt_logprobs(batch.sequences(), self.topk)
         tokens = len(batch.predict_at)
@@ -330,6 +392,9 @@ class TeacherReplicas:
 
     def sampled_logps(self, sequences: list[tuple[list[int], list[int]]]) -> list[list[float]]:
         return self._replica().sampled_logps(sequences)
+
+    def generate(self, student, prompts: list[list[int]], sampling: TeacherSampling) -> list[list[int]]:
+        return self._replica().generate(student, prompts, sampling)
 
     def close(self) -> None:
         for replica in self.replicas:

@@ -14,6 +14,7 @@ from ...arguments.deploy_args import DeployArguments
 from ...arguments.eval_args import EvalArguments
 from ...arguments.export_args import ExportArguments
 from ...arguments.rollout_args import RolloutServerArguments
+from ...arguments.sample_args import SampleArguments
 from ...arguments.train_args import TrainArguments
 from ..forms import (FieldSpec, FormError, argv_of, check_arguments, command_line, field_specs, load_args_json,
                      script_text)
@@ -44,6 +45,8 @@ def default_output_dir(args: Any) -> str | None:
         return args.eval_output_dir
     if isinstance(args, TrainArguments):  # training commands: output/<model name> unless --output_dir
         return args.output_dir or str(Path("output") / Path(args.model.rstrip("/")).name)
+    if isinstance(args, SampleArguments):
+        return args.output_dir
     if isinstance(args, ExportArguments):
         return args.output_dir or f"{next(iter(args.adapter_paths().values()))}-merged"
     return None

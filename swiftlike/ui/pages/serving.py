@@ -1,4 +1,4 @@
-"""Deploy & chat, eval and export tabs. The deploy tab starts `swiftlike deploy` as a job and chats with it through
+"""Deploy & chat, sample, eval and export tabs. The deploy tab starts `swiftlike deploy` as a job and chats with it through
 its OpenAI API, streaming the reply, as any client of that deployment would; ticked built-in tools are offered
 with the request and the calls the model makes run here (ui/tool_chat.py)."""
 from __future__ import annotations
@@ -6,6 +6,7 @@ from __future__ import annotations
 from ...arguments.deploy_args import DeployArguments
 from ...arguments.eval_args import EvalArguments
 from ...arguments.export_args import ExportArguments
+from ...arguments.sample_args import SampleArguments
 from ..chat import chat_messages, tool_inputs
 from ..forms import flag_value
 from ..jobs import RUNNING
@@ -18,6 +19,9 @@ DEPLOY_COMMON = ["model", "adapters", "infer_backend", "port", "served_model_nam
 EVAL_COMMON = ["model", "adapters", "eval_dataset", "eval_limit", "infer_backend", "max_new_tokens", "eval_url",
                "eval_output_dir", "eval_num_samples", "temperature"]
 EXPORT_COMMON = ["adapters", "model", "merge_lora", "output_dir", "max_shard_size"]
+SAMPLE_COMMON = ["model", "adapters", "dataset", "sampler_type", "sampler_engine", "num_return_sequences",
+                 "n_best_to_keep", "orm_model", "prm_model", "temperature", "max_new_tokens", "output_dir",
+                 "output_file", "resume"]
 
 
 def build_deploy(ctx: UIContext) -> CommandPage:
@@ -64,6 +68,12 @@ def build_deploy(ctx: UIContext) -> CommandPage:
 
     box.submit(reply, [box, chatbot, picker, tools, tool_choice], [chatbot, box])
     refresh.click(lambda: gr.update(choices=job_choices(store, is_deployment)), None, [picker])
+    return page
+
+
+def build_sample(ctx: UIContext) -> CommandPage:
+    page = CommandPage(ctx, "sample", {"sample": SampleArguments}, SAMPLE_COMMON)
+    page.render()
     return page
 
 

@@ -109,11 +109,6 @@ def test_bad_values_name_the_flag_when_built_and_when_replaced(cls, change, mess
         dataclasses.replace(valid(cls), **change)
 
 
-def test_seq_kd_is_refused_as_not_built():
-    with pytest.raises(NotBuiltError, match="--seq_kd"):
-        GkdOptions(teacher=TeacherOptions(teacher_model="t"), seq_kd=True)
-
-
 @pytest.mark.parametrize("options_cls", list(GENERATED))
 def test_generated_flags_are_the_option_fields(options_cls):
     """Name, type, default, help, aliases and only= of each flag are the option field's."""
