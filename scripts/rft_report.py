@@ -25,6 +25,25 @@ def prompts(out_dir: str, round_index: int, n: int) -> None:
         f.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
 
 
+def plot_rounds(out: Path, accuracy: list[float], n: int) -> Path:
+    """Held-out greedy accuracy after each round, as a PNG beside the results."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(5, 3.2))
+    ax.plot(range(len(accuracy)), accuracy, marker="o")
+    ax.set_xticks(range(len(accuracy)))
+    ax.set_xlabel("RFT round (0: the SFT warm-up)")
+    ax.set_ylabel(f"greedy accuracy, {n} held-out")
+    ax.set_title("RFT rounds, SmolLM2-135M", fontsize=10)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    path = out / "rft_rounds.png"
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
 def report(out_dir: str, rounds: int) -> bool:
     out = Path(out_dir)
     greedy = {r: [v[0] for v in verdicts(out / f"round{r}_greedy.jsonl")[0]] for r in range(rounds + 1)}
@@ -50,6 +69,7 @@ def report(out_dir: str, rounds: int) -> bool:
     print(f"mean@{k}, end - start: {m_diff:+.3f}  paired 95% CI [{m_lo:+.3f}, {m_hi:+.3f}]")
     diff, lo, hi = paired_bootstrap_diff(greedy[0], greedy[rounds])
     print(f"tokens sampled in all rounds: {total_tokens}")
+    print(f"curve PNG: {plot_rounds(out, [mean(greedy[r]) for r in range(rounds + 1)], n)}")
     ok = lo > 0
     print(f"\nheld-out greedy accuracy rose beyond noise after {rounds} round(s) (paired 95% interval above 0): "
           f"{'YES' if ok else 'NO'} ({diff:+.3f}, [{lo:+.3f}, {hi:+.3f}])")

@@ -132,11 +132,14 @@ def output_lines(row: dict, prompt: list[dict], answers: list[str], scores: Answ
     result.too_easy += selection.too_easy
     result.nothing_kept += not selection.kept and not selection.too_easy
     extra = {k: v for k, v in row.items() if k not in ("messages", "rejected_response", "id")}
+    rewarded = scores.orm is not None or scores.prm is not None
     lines = []
     for i in selection.kept:
         out = {**extra, "messages": [*prompt, {"role": "assistant", "content": answers[i]}]}
-        if selection.rejected is not None:
-            out["rejected_response"] = answers[selection.rejected]
+        if rewarded:
+            # every row of a rewarded file has the column (one row format per file, as datasets need); where no
+            # answer ranks below this one, its own answer: a pair DPO's gradient is zero on, never a tie
+            out["rejected_response"] = answers[selection.rejected if selection.rejected is not None else i]
         out["id"] = row_id(row)
         lines.append(json.dumps(out, ensure_ascii=False) + "\n")
     result.rows += len(lines)
