@@ -9,7 +9,7 @@
 # from one model and docs/sample.md compares them per generated token.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-OUT=output/demo-rft
+OUT=${DEMO_OUT:-output/demo-rft}
 MODEL=HuggingFaceTB/SmolLM2-135M-Instruct
 export SWIFTLIKE_OFFLINE=1 VLLM_CPU_KVCACHE_SPACE=2
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
@@ -19,10 +19,12 @@ SEED=42
 N_SFT=100                       # the warm-up's worked answers (GRPO's demo's)
 N_HELD=256                      # held-out questions, disjoint from the warm-up rows and the sampled prompts
 K=4                             # samples a held-out question for mean@K
-TEMP=1.0                        # sampling temperature (GRPO's demo's)
+TEMP=1.0                        # mean@K's temperature (GRPO's demo's)
+SAMPLE_TEMP=${DEMO_SAMPLE_TEMP:-1.0}  # the rounds' sampling temperature
 ROUNDS=${DEMO_ROUNDS:-3}
 PROMPTS=${DEMO_PROMPTS:-96}     # questions a round; 96 x 8 answers = GRPO's demo's 768 completions
 KEEP=${DEMO_KEEP:-4}            # correct answers kept per question at most (--n_best_to_keep)
+EPOCHS=${DEMO_EPOCHS:-2}        # SFT epochs over a round's kept rows
 rm -rf "$OUT" && mkdir -p "$OUT"
 START=$(date +%s)
 lap() { echo "--- $1: $(( $(date +%s) - START )) s since start"; }
@@ -57,9 +59,9 @@ for ROUND in $(seq 1 "$ROUNDS"); do
   $PY scripts/rft_report.py prompts "$OUT" "$ROUND" "$PROMPTS"
   $SWIFTLIKE sample --model "$CURRENT" --sampler_engine vllm --torch_dtype float32 --vllm_max_model_len 1024 \
     --dataset "$OUT/round${ROUND}_prompts.jsonl" --num_return_sequences 8 --n_best_to_keep "$KEEP" \
-    --orm_model accuracy --temperature "$TEMP" --max_new_tokens 40 --seed "$SEED" \
+    --orm_model accuracy --temperature "$SAMPLE_TEMP" --max_new_tokens 40 --seed "$SEED" \
     --output_dir "$OUT/round$ROUND" --output_file kept.jsonl | tee "$OUT/round${ROUND}_sample.txt"
-  $SWIFTLIKE sft --model "$CURRENT" --dataset "$OUT/round$ROUND/kept.jsonl" --num_train_epochs 2 \
+  $SWIFTLIKE sft --model "$CURRENT" --dataset "$OUT/round$ROUND/kept.jsonl" --num_train_epochs "$EPOCHS" \
     --per_device_train_batch_size 4 --gradient_accumulation_steps 1 --learning_rate 2e-4 \
     --lora_rank 16 --lora_alpha 32 --gradient_checkpointing false --save_steps 100000 --logging_steps 10 \
     --report_to none --seed "$SEED" --output_dir "$OUT/round${ROUND}_sft"

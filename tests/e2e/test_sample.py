@@ -45,6 +45,19 @@ def read(path) -> list[dict]:
     return [json.loads(line) for line in open(path)]
 
 
+@pytest.fixture(autouse=True)
+def clean_registries():
+    """The rewards and PRMs a test's plugin registers in this process do not outlive the test (later tests list the
+    registered names)."""
+    from swiftlike.rl.rewards import plugins
+    from swiftlike.utils.registry import restore_registries, snapshot_registries
+    before, loaded = snapshot_registries(), dict(plugins._LOADED)
+    yield
+    restore_registries(before)
+    plugins._LOADED.clear()
+    plugins._LOADED.update(loaded)
+
+
 @pytest.fixture(scope="module")
 def plugin(tmp_path_factory):
     path = tmp_path_factory.mktemp("plugin") / "rewards.py"
