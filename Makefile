@@ -23,7 +23,7 @@ demo: setup
 demo-ppo: setup
 	DEMO_ALGO=ppo bash scripts/demo.sh
 
-# RFT: rounds of swiftlike sample -> keep the correct answers -> LoRA SFT, held-out greedy before / after (~20 min)
+# RFT: rounds of swiftlike sample -> keep the correct answers -> LoRA SFT, held-out greedy before / after (~24 min)
 demo-rft: setup
 	bash scripts/rft_demo.sh
 

@@ -20,7 +20,7 @@ N_SFT=100                       # the warm-up's worked answers (GRPO's demo's)
 N_HELD=256                      # held-out questions, disjoint from the warm-up rows and the sampled prompts
 K=4                             # samples a held-out question for mean@K
 TEMP=1.0                        # mean@K's temperature (GRPO's demo's)
-SAMPLE_TEMP=${DEMO_SAMPLE_TEMP:-1.0}  # the rounds' sampling temperature
+SAMPLE_TEMP=${DEMO_SAMPLE_TEMP:-0.7}  # the rounds' sampling temperature (1.0 kept the greedy change at the edge of noise)
 ROUNDS=${DEMO_ROUNDS:-3}
 PROMPTS=${DEMO_PROMPTS:-96}     # questions a round; 96 x 8 answers = GRPO's demo's 768 completions
 KEEP=${DEMO_KEEP:-4}            # correct answers kept per question at most (--n_best_to_keep)
