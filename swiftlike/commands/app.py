@@ -7,7 +7,7 @@ import time
 from ..ui.chat import ChatReplies, build_page, loopback
 from ..arguments.app_args import AppArguments
 from ..deploy.hosts import HostCheck, allowed_host_names
-from ..deploy.server import create_app, serve
+from ..deploy.server import ServeSettings, create_app, serve
 from ..infer.engine import EngineSpec, build_engine
 from ..infer.engine.openai_engine import OpenAIEngine, OpenAIOptions
 from . import arguments_of
@@ -30,7 +30,7 @@ def app_main(args: AppArguments | list[str] | None = None) -> None:
         server.get("/health")(lambda: {"status": "ok"})
     else:
         engine = build_engine(args.engine_spec())
-        server = create_app(engine, args)
+        server = create_app(engine, ServeSettings.of(args))
         models = [args.served_model_name or engine.model_name, *sorted(engine.adapters)]
         base_url = f"http://{loopback(args.host)}:{args.port}/v1"
         page_engine = OpenAIEngine(OpenAIOptions(base_url, args.api_key), served_models=models)

@@ -6,7 +6,7 @@ import time
 
 from ..arguments.deploy_args import DeployArguments
 from ..deploy.classify import create_classify_app
-from ..deploy.server import create_app, serve
+from ..deploy.server import ServeSettings, create_app, serve
 from ..infer.engine import build_classifier, build_engine
 from . import arguments_of
 
@@ -20,7 +20,7 @@ def deploy_main(args: DeployArguments | list[str] | None = None) -> None:
         names, base = args.served_model_name or engine.model_name, "http://{host}:{port}/classify"
     else:
         engine = build_engine(args.engine_spec())
-        app = create_app(engine, args)
+        app = create_app(engine, ServeSettings.of(args))
         names = ", ".join([args.served_model_name or engine.model_name, *sorted(engine.adapters)])
         base = "http://{host}:{port}/v1"
     print(f"swiftlike deploy ready on {base.format(host=args.host, port=args.port)} (models: {names})", flush=True)

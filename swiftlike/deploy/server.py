@@ -8,6 +8,7 @@ import json
 import signal
 import time
 import uuid
+from dataclasses import dataclass
 
 from fastapi import FastAPI, Request
 from fastapi.responses import StreamingResponse
@@ -24,13 +25,28 @@ logger = get_logger("swiftlike.deploy")
 GRACEFUL_SHUTDOWN_S = 60
 
 
-def create_app(engine: InferEngine, args: DeployArguments) -> FastAPI:
+@dataclass
+class ServeSettings:
+    """What the OpenAI routes read of `swiftlike deploy`'s arguments: a server started by another command (eval
+    serving a model, or a training run's live one, to a harness) fills it without a whole DeployArguments."""
+
+    max_new_tokens: int
+    max_concurrency: int = 256
+    served_model_name: str | None = None
+    api_key: str | None = None
+
+    @classmethod
+    def of(cls, args: DeployArguments) -> ServeSettings:
+        return cls(args.max_new_tokens, args.max_concurrency, args.served_model_name, args.api_key)
+
+
+def create_app(engine: InferEngine, settings: ServeSettings) -> FastAPI:
     """The OpenAI routes over `engine`, whose `generate_async` / `stream_async` serve concurrent requests."""
     app = FastAPI(title="swiftlike deploy")
-    base_name = args.served_model_name or engine.model_name
-    limit = asyncio.Semaphore(args.max_concurrency)
+    base_name = settings.served_model_name or engine.model_name
+    limit = asyncio.Semaphore(settings.max_concurrency)
 
-    plumbing.install(app, api_key=args.api_key, logger=logger, guarded=lambda path: path.startswith("/v1"))
+    plumbing.install(app, api_key=settings.api_key, logger=logger, guarded=lambda path: path.startswith("/v1"))
 
     @app.get("/v1/models")
     async def models():
@@ -50,7 +66,7 @@ def create_app(engine: InferEngine, args: DeployArguments) -> FastAPI:
     async def answer(body: dict, reqs: list[InferRequest], chat: bool):
         for req in reqs:
             req.adapter = adapter_for(body)
-        config = openai_api.request_config({**body, "stream": False}, args.max_new_tokens)
+        config = openai_api.request_config({**body, "stream": False}, settings.max_new_tokens)
         response_format_asked = tool_serving.response_format_outputs(body.get("response_format")) is not None
         tool_choice = tool_serving.check_support(engine, reqs[0], config, response_format_asked)
         engine.check_config(config)

@@ -1,2 +1,3 @@
-"""`swiftlike eval`: benchmarks (data.py), answer checking and pass@k (scoring.py), the run and its report
-(run.py)."""
+"""`swiftlike eval`: the backends (evalscope, lm-evaluation-harness, ours in builtin.py), the model served to
+them (served.py), our sets and their checking (data.py, scoring.py), the one report layout (report.py), the
+run (run.py), every checkpoint of a training run (checkpoints.py) and eval during training (during_training.py)."""

@@ -49,3 +49,14 @@ def pass_at_k(n: int, correct: int, k: int) -> float:
     if n - correct < k:
         return 1.0
     return 1.0 - math.comb(n - correct, k) / math.comb(n, k)
+
+
+def reasoning_gym_score(dataset, entry: dict, text: str) -> tuple[float, str | None]:
+    """The task's own verdict: reasoning-gym's `extract_answer` of the reply's <answer> tag, scored by the
+    dataset's `score_answer` (a verifier that raises on a malformed answer scores it 0, as in training)."""
+    from reasoning_gym.utils import extract_answer
+    found = extract_answer(text)
+    try:
+        return float(dataset.score_answer(found, entry)), found
+    except Exception:  # some tasks' verifiers raise on malformed answers: the model's fault, not the row's
+        return 0.0, found

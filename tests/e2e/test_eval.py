@@ -65,7 +65,7 @@ def test_eval_in_process_and_through_deploy_agree(tmp_path):
                                       "--eval_dataset", "math", "mcq", "--eval_limit", "6", "--max_new_tokens", "24",
                                       "--vllm_max_model_len", "1024")
     assert set(local["benchmarks"]) == {"math", "mcq"} and local["benchmarks"]["math"]["questions"] == 6
-    assert "| math | 6 | 1 |" in md and len(local_preds) == 12
+    assert "| math | accuracy | 6 | 1 |" in md and len(local_preds) == 12
     port = free_port()
     proc = start(["deploy", "--model", TINY, "--infer_backend", "vllm", "--port", str(port), "--torch_dtype",
                   "float32", "--vllm_max_model_len", "1024"], port, tmp_path / "deploy.log")

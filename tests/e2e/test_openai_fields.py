@@ -30,15 +30,13 @@ def _serve(app):
 @pytest.fixture(scope="module")
 def servers(vllm_tiny, pt_tiny):
     """{"vllm": port, "pt": port, "rollout": port}: deploy's app over each engine, the rollout server's over vLLM."""
-    from swiftlike.arguments.deploy_args import DeployArguments
     from swiftlike.arguments.rollout_args import RolloutServerArguments
-    from swiftlike.deploy.server import create_app
+    from swiftlike.deploy.server import ServeSettings, create_app
     from swiftlike.rollout.server.app import create_app as rollout_app
     from swiftlike.rollout.server.service import RolloutService
     started = {}
     for name, engine in (("vllm", vllm_tiny), ("pt", pt_tiny)):
-        args = DeployArguments(model=TINY, infer_backend=name, max_new_tokens=16)
-        started[name] = _serve(create_app(engine, args))
+        started[name] = _serve(create_app(engine, ServeSettings(max_new_tokens=16)))
     service = RolloutService(RolloutServerArguments(model=TINY, port=free_port(), default_max_tokens=16),
                              lambda: vllm_tiny)
     started["rollout"] = _serve(rollout_app(service))

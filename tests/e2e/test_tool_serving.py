@@ -32,9 +32,8 @@ SCHEMAS = {tool["function"]["name"]: tool["function"]["parameters"] for tool in 
 
 @pytest.fixture(scope="module")
 def servers(vllm_tiny, pt_tiny):
-    from swiftlike.arguments.deploy_args import DeployArguments
-    from swiftlike.deploy.server import create_app
-    started = {name: _serve(create_app(engine, DeployArguments(model=TINY, infer_backend=name, max_new_tokens=24)))
+    from swiftlike.deploy.server import ServeSettings, create_app
+    started = {name: _serve(create_app(engine, ServeSettings(max_new_tokens=24)))
                for name, engine in (("vllm", vllm_tiny), ("pt", pt_tiny))}
     yield {name: port for name, (port, _, _) in started.items()}
     for _, http, thread in started.values():

@@ -12,10 +12,12 @@ ENV = {**os.environ, "SWIFTLIKE_OFFLINE": "1", "OMP_NUM_THREADS": "1", "VLLM_CPU
        "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
 
 
-def start(argv: list[str], port: int, log_path, timeout: float = 300) -> subprocess.Popen:
-    """`python -m swiftlike.cli.main *argv`, returned once GET /health answers 200 on `port`."""
-    proc = subprocess.Popen([sys.executable, "-m", "swiftlike.cli.main", *argv], env=ENV,
-                            stdout=open(log_path, "w"), stderr=subprocess.STDOUT)
+def start(argv: list[str], port: int, log_path, timeout: float = 300, command: list[str] | None = None
+          ) -> subprocess.Popen:
+    """`python -m swiftlike.cli.main *argv` (or `command *argv`), returned once GET /health answers 200 on
+    `port`."""
+    command = command or [sys.executable, "-m", "swiftlike.cli.main"]
+    proc = subprocess.Popen([*command, *argv], env=ENV, stdout=open(log_path, "w"), stderr=subprocess.STDOUT)
     deadline = time.time() + timeout
     while time.time() < deadline:
         if proc.poll() is not None:
@@ -28,6 +30,15 @@ def start(argv: list[str], port: int, log_path, timeout: float = 300) -> subproc
         time.sleep(1)
     proc.kill()
     raise TimeoutError(f"{argv[0]} did not answer /health within {timeout:.0f} s")
+
+
+def start_vllm_serve(model_dir: str, port: int, log_path, served_name: str, max_model_len: int = 1024
+                     ) -> subprocess.Popen:
+    """Bare `vllm serve` (its OpenAI server module: the `vllm` script fails under vllm-cpu, which looks up a
+    distribution named "vllm"), fp32, for comparisons with what we serve."""
+    return start(["--model", model_dir, "--port", str(port), "--host", "127.0.0.1", "--dtype", "float32",
+                  "--max-model-len", str(max_model_len), "--served-model-name", served_name], port, log_path,
+                 command=[sys.executable, "-m", "vllm.entrypoints.openai.api_server"])
 
 
 class FaultyProxy:

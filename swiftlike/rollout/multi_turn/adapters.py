@@ -41,7 +41,7 @@ def _reasoning_gym():
 
 
 @functools.lru_cache(maxsize=64)
-def _task_dataset(task: str, seed: int, size: int, config_json: str):
+def task_dataset(task: str, seed: int, size: int, config_json: str):
     """One task's generator (cached: every trajectory of a row, and every row of a run, shares it)."""
     reasoning_gym = _reasoning_gym()
     if task not in reasoning_gym.factory.DATASETS:
@@ -82,7 +82,7 @@ class ReasoningGymEnv(Env):
             raise ValueError(f"reasoning_gym: env_config index {self.index} is past the task's size {size}")
         self.max_attempts = _int_field(env_config, "max_attempts", 1, 1)
         self.system_prompt = env_config.get("system_prompt", "default")
-        self.dataset = _task_dataset(task, seed, size, json.dumps(config, sort_keys=True))
+        self.dataset = task_dataset(task, seed, size, json.dumps(config, sort_keys=True))
         self.entry: dict[str, Any] = self.dataset[self.index]
         self.attempts = 0
 
@@ -117,7 +117,7 @@ def reasoning_gym_rows(task: str, *, size: int, seed: int = 0, config: dict | No
                        max_attempts: int = 1) -> list[dict]:
     """`size` rows of one reasoning-gym task: the question as the user turn (so the rows also serve single-turn
     training and evaluation), the reference answer as `solution`, and the env_config `reasoning_gym` plays."""
-    dataset = _task_dataset(task, seed, size, json.dumps(config or {}, sort_keys=True))
+    dataset = task_dataset(task, seed, size, json.dumps(config or {}, sort_keys=True))
     rows = []
     for index in range(size):
         entry = dataset[index]
