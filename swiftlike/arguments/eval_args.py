@@ -3,13 +3,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 
 from .base import BaseArguments, arg
 from .infer_args import SamplingArguments, VllmArguments
 
 # ms-swift's name for evalscope, lm-evaluation-harness, and ours (the sets that ship with swiftlike)
-EVAL_BACKENDS = ("Native", "lm_eval", "swiftlike")
+EvalBackend = Literal["Native", "lm_eval", "swiftlike"]
+EVAL_BACKENDS = get_args(EvalBackend)
 BUILTIN_SETS = ("math", "mcq")
 REASONING_GYM_PREFIX = "rg:"
 # --eval_generation_config keys, in ms-swift's / evalscope's spelling, and the field each one sets here
@@ -29,7 +30,7 @@ class EvalArguments(BaseArguments, SamplingArguments, VllmArguments):
     lm-evaluation-harness or swiftlike's own sets."""
 
     command = "eval"
-    eval_backend: str | None = arg(None, "Native (evalscope, as in ms-swift), lm_eval (lm-evaluation-harness) or "
+    eval_backend: EvalBackend | None = arg(None, "Native (evalscope, as in ms-swift), lm_eval (lm-evaluation-harness) or "
                                    "swiftlike (the built-in math / mcq sets, rg:<reasoning-gym task> and .jsonl "
                                    "files). Default: swiftlike when every --eval_dataset is one of its sets, else "
                                    "Native.")
@@ -130,3 +131,45 @@ class EvalArguments(BaseArguments, SamplingArguments, VllmArguments):
                 raise ValueError(f"--eval_generation_config: unknown key {key!r}; it takes "
                                  f"{', '.join(GENERATION_KEYS)}")
             setattr(self, GENERATION_KEYS[key], value)
+
+
+@dataclass
+class TrainingBenchmarkArguments:
+    """Benchmarks on the live model every --eval_steps of a training run (ms-swift's evalscope-in-training flags)."""
+
+    eval_use_evalscope: bool = arg(False, "Every --eval_steps and at the end, score the model being trained on "
+                                   "--eval_dataset (served in this process to the backend) and log "
+                                   "eval_bench/<dataset>/accuracy beside the training curves. ms-swift's name; "
+                                   "the backend follows --eval_backend.")
+    eval_backend: EvalBackend | None = arg(None, "With --eval_use_evalscope: Native (evalscope), lm_eval or swiftlike; "
+                                   "default as in `swiftlike eval` (swiftlike for its own sets, else Native).")
+    eval_dataset: list[str] = arg([], "With --eval_use_evalscope: the benchmarks, named as in `swiftlike eval` "
+                                  "(gsm8k, arc, ... or math, mcq, rg:<task>, a .jsonl file).")
+    eval_dataset_args: dict | None = arg(None, "With --eval_use_evalscope: JSON per dataset, as in `swiftlike "
+                                         "eval` (local_path, few_shot_num, subsets; rg: size and seed).")
+    eval_limit: int | None = arg(None, "With --eval_use_evalscope: the first N questions of each benchmark.")
+    eval_generation_config: dict | None = arg(None, "With --eval_use_evalscope: JSON generation settings "
+                                              "(max_tokens default 256, temperature default 0, top_p, top_k, "
+                                              "seed).")
+    extra_eval_args: dict | None = arg(None, "With --eval_use_evalscope: JSON passed to the harness as is.")
+
+    def check_benchmarks(self) -> None:
+        """Refuse a half-given setting before any model loads, by building the eval arguments once."""
+        if not self.eval_use_evalscope:
+            given = [f"--{n}" for n in ("eval_dataset", "eval_dataset_args", "eval_limit", "eval_backend")
+                     if getattr(self, n)]
+            if given:
+                raise ValueError(f"{', '.join(given)} {'takes' if len(given) == 1 else 'take'} effect with --eval_use_evalscope true; add it, or drop "
+                                 "them (the validation loss comes from --val_dataset / --split_dataset_ratio)")
+            return
+        if not self.eval_dataset:
+            raise ValueError("--eval_use_evalscope true needs --eval_dataset (e.g. gsm8k, or math, rg:<task>)")
+        self.benchmark_arguments("http://127.0.0.1:1/v1", "checked")
+
+    def benchmark_arguments(self, eval_url: str, output_dir: str) -> EvalArguments:
+        """The `swiftlike eval` arguments that score the live model served at `eval_url`."""
+        generation = {"max_tokens": 256, "temperature": 0.0, **(self.eval_generation_config or {})}
+        return EvalArguments(eval_url=eval_url, eval_backend=self.eval_backend, eval_dataset=list(self.eval_dataset),
+                             eval_dataset_args=self.eval_dataset_args, eval_limit=self.eval_limit,
+                             eval_generation_config=generation, extra_eval_args=self.extra_eval_args,
+                             eval_output_dir=output_dir)

@@ -14,6 +14,7 @@ from typing import Literal
 from ..template.base import check_loss_scale
 from ..utils.launch_env import LaunchEnv
 from .base import BaseArguments, arg
+from .eval_args import TrainingBenchmarkArguments
 from .parser import SavedDefaults
 
 DEEPSPEED_PRESETS = ("zero0", "zero1", "zero2", "zero3", "zero2_offload", "zero3_offload")
@@ -53,7 +54,7 @@ class TrainDataArguments:
 
 
 @dataclass
-class TrainArguments(BaseArguments, TunerArguments, TrainDataArguments, SavedDefaults):
+class TrainArguments(BaseArguments, TunerArguments, TrainDataArguments, TrainingBenchmarkArguments, SavedDefaults):
     """swiftlike sft: supervised fine-tuning on chat data, loss on the assistant turns."""
 
     command = "sft"
@@ -82,7 +83,8 @@ class TrainArguments(BaseArguments, TunerArguments, TrainDataArguments, SavedDef
     save_steps: int = arg(500, "Save a checkpoint every N steps (and at the end).")
     save_total_limit: int | None = arg(None, "Keep at most N checkpoints (the best one is kept too).")
     save_only_model: bool = arg(False, "Save weights only, without optimizer state (cannot resume exactly).")
-    eval_steps: int | None = arg(None, "Evaluate every N steps; default --save_steps.")
+    eval_steps: int | None = arg(None, "Evaluate (validation loss, and --eval_use_evalscope benchmarks) every N "
+                                 "steps; default --save_steps.")
     split_dataset_ratio: float = arg(0.0, "Hold out this fraction of --dataset for validation.")
     truncation_strategy: Literal["delete", "left", "right"] = arg(
         "delete", "A sample longer than --max_length is dropped (delete) or cut on the left or right.")
@@ -105,6 +107,7 @@ class TrainArguments(BaseArguments, TunerArguments, TrainDataArguments, SavedDef
     def __post_init__(self) -> None:
         super().__post_init__()
         self._check()
+        self.check_benchmarks()
         if self.learning_rate is None:
             self.learning_rate = 1e-4 if self.tuner_type == "lora" else 1e-5
         if self.eval_steps is None:

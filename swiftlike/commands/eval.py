@@ -1,13 +1,18 @@
-"""`swiftlike eval`: a model or a running endpoint on built-in or local benchmarks."""
+"""`swiftlike eval`: a model, a running endpoint or every checkpoint of a run, on benchmarks through evalscope,
+lm-evaluation-harness or swiftlike's own sets."""
 from __future__ import annotations
 
+from pathlib import Path
+
 from ..arguments.eval_args import EvalArguments
+from ..eval.checkpoints import checkpoints_markdown
 from ..eval.run import markdown, run_eval
 from . import arguments_of
 
 
 def eval_main(args: EvalArguments | list[str] | None = None) -> dict:
     report = run_eval(arguments_of(EvalArguments, args))
-    print("\n" + markdown(report) + f"\nreport: {report['output_dir']}/report.json ({report['elapsed_s']} s)",
+    table = checkpoints_markdown(report) if "steps" in report else markdown(report)
+    print("\n" + table + f"\nreport: {Path(report['output_dir']) / 'report.json'} ({report['elapsed_s']} s)",
           flush=True)
     return report

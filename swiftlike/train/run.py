@@ -98,13 +98,20 @@ class Run:
             if args.resume_from_checkpoint and carry_log_on_resume:
                 checkpoint = Path(args.resume_from_checkpoint)
                 self.log.seed_from(checkpoint.parent, int(checkpoint.name.rsplit("-", 1)[-1]))
-        self.callbacks = [RunLogCallback(self.run_dir, self.log, plot_keys), *tensorboard_callbacks(args)]
+        benchmarks = []
+        if args.eval_use_evalscope:
+            from ..eval.during_training import PLOT_PATTERN, BenchmarkCallback
+            benchmarks = [BenchmarkCallback(args, self.resolved, self.template, self.run_dir)]
+            plot_keys = (*plot_keys, PLOT_PATTERN)
+        # the benchmarks' callback before the run log's: it adds its figures to the record the run log writes
+        self.callbacks = [*benchmarks, RunLogCallback(self.run_dir, self.log, plot_keys), *tensorboard_callbacks(args)]
         return self.run_dir
 
     @property
     def callback(self):
         """The run log's callback, which holds the numbers of the summary."""
-        return self.callbacks[0]
+        from .trainer import RunLogCallback
+        return next(c for c in self.callbacks if isinstance(c, RunLogCallback))
 
     def checkpoint_extras(self):
         return checkpoint_args_writer(self.saved_args)
@@ -115,7 +122,7 @@ class Run:
         callback, history = self.callback, trainer.state.log_history
         metrics: dict[str, float] = {}
         for entry in history:
-            metrics.update({k: v for k, v in entry.items() if k in metric_keys})
+            metrics.update({k: v for k, v in entry.items() if k in metric_keys or k.startswith("eval_bench/")})
         eval_losses = [e["eval_loss"] for e in history if "eval_loss" in e]
         best = trainer.state.best_model_checkpoint
         counts_tokens = self.training_args.include_num_input_tokens_seen != "no"

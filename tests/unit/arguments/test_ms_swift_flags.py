@@ -92,7 +92,7 @@ def test_ms_swift_command_line_parses_with_ms_swift_defaults():
             defaults.padding_free, defaults.use_liger_kernel, defaults.loss_scale, defaults.streaming) == \
         (False, 1, None, False, False, False, "default", False)
     assert parse_args(PtArguments, ["--model", TINY, "--dataset", "d.jsonl"]).loss_scale == "all"
-    assert parse_args(EvalArguments, ["--model", TINY]).eval_backend == "Native"
+    assert parse_args(EvalArguments, ["--model", TINY]).eval_backend == "swiftlike"
 
 
 @pytest.mark.parametrize("cls, argv, message", [
@@ -299,12 +299,16 @@ def test_streaming_sft_never_reads_past_what_it_trains_on(tmp_path):
 
 # --- --eval_backend -------------------------------------------------------------------------------------------
 
-def test_eval_backend_native_runs_and_others_are_named(tmp_path, capsys):
+def test_eval_backend_is_chosen_by_the_datasets_and_others_are_named(tmp_path, capsys):
     from swiftlike import eval_main
-    report = eval_main(["--model", TINY, "--eval_backend", "Native", "--eval_dataset", "mcq", "--eval_limit", "2",
-                        "--max_new_tokens", "2", "--eval_output_dir", str(tmp_path)])
-    assert report
+    report = eval_main(["--model", TINY, "--eval_dataset", "mcq", "--eval_limit", "2", "--max_new_tokens", "2",
+                        "--eval_output_dir", str(tmp_path)])
+    assert report["backend"] == "swiftlike"
+    assert parse_args(EvalArguments, ["--model", TINY, "--eval_dataset", "gsm8k"]).eval_backend == "Native"
     for backend in ("OpenCompass", "native"):
         with pytest.raises(SystemExit):
             parse_args(EvalArguments, ["--model", TINY, "--eval_backend", backend])
-        assert "supports Native only" in capsys.readouterr().err
+        assert "choose from 'Native', 'lm_eval', 'swiftlike'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        parse_args(EvalArguments, ["--model", TINY, "--eval_backend", "swiftlike", "--eval_dataset", "gsm8k"])
+    assert "--eval_backend Native (evalscope) or lm_eval" in capsys.readouterr().err
