@@ -21,6 +21,8 @@ LABELS = {
         "no_checkpoint": "This job has no checkpoint yet.", "no_job": "Select a job first.",
         "not_ready": "The deployment is not answering yet; wait until its log says it is ready.",
         "loaded": "Loaded", "saved": "Saved", "mode": "Command",
+        "datasets": "Datasets of a backend", "search": "Search", "dataset_search": "Name contains",
+        "matches": "matches",
     },
     "zh": {
         "title": "swiftlike 网页界面", "sft": "训练 (sft / pt)", "rlhf": "人类对齐", "grpo": "GRPO", "infer": "部署与对话",
@@ -39,5 +41,6 @@ LABELS = {
         "no_checkpoint": "该任务还没有检查点。", "no_job": "请先选择一个任务。",
         "not_ready": "部署尚未就绪; 请等待日志显示已就绪。",
         "loaded": "已加载", "saved": "已保存", "mode": "命令",
+        "datasets": "各后端的评测集", "search": "搜索", "dataset_search": "名称包含", "matches": "个匹配",
     },
 }

@@ -369,3 +369,26 @@ def test_the_sample_page_starts_a_sampling_job_that_writes_its_rows(tmp_path):
     assert finished.state == "finished", finished.error_line()
     assert len((tmp_path / "sampled" / "rows.jsonl").read_text().splitlines()) == 6
     assert finished.record.get("output_dir") == str(tmp_path / "sampled")
+
+
+def test_the_eval_page_offers_every_backend_and_lists_their_datasets_from_the_backends_themselves(tmp_path):
+    """The backend choice is the argument's own Literal; the datasets come from each backend's registry (ours and
+    reasoning-gym's, lm-eval's task index, evalscope's benchmark registry in its own virtualenv)."""
+    import gradio as gr
+
+    from swiftlike.eval.catalog import search
+    from swiftlike.ui.labels import LABELS
+    from swiftlike.ui.pages.serving import build_eval
+    ctx = UIContext(JobStore(tmp_path / "jobs", stop_grace_s=5), LABELS["en"])
+    with gr.Blocks():
+        page = build_eval(ctx)
+    assert [value for _, value in page.widgets["eval_backend"].choices] == ["", "Native", "lm_eval", "swiftlike"]
+    names = list(page.widgets)
+    values = [page.widgets[n].value for n in names]
+    for name, value in {"model": TINY, "eval_backend": "lm_eval", "eval_dataset": "gsm8k"}.items():
+        values[names.index(name)] = value
+    preview, _ = page.show_command("eval", *values)
+    assert "--eval_backend lm_eval" in preview and "--eval_dataset gsm8k" in preview
+    assert "rg:basic_arithmetic" in search("swiftlike", "arith")[0] and "math" in search("swiftlike", "")[0]
+    assert "gsm8k" in search("lm_eval", "gsm8k")[0] and search("lm_eval", "")[1] > 1000
+    assert {"gsm8k", "arc"} <= set(search("Native", "")[0] + search("Native", "gsm8k")[0] + search("Native", "arc")[0])

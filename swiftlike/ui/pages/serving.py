@@ -4,7 +4,7 @@ with the request and the calls the model makes run here (ui/tool_chat.py)."""
 from __future__ import annotations
 
 from ...arguments.deploy_args import DeployArguments
-from ...arguments.eval_args import EvalArguments
+from ...arguments.eval_args import EVAL_BACKENDS, EvalArguments
 from ...arguments.export_args import ExportArguments
 from ...arguments.sample_args import SampleArguments
 from ..chat import chat_messages, tool_inputs
@@ -16,8 +16,8 @@ from .training import health, server_host
 
 DEPLOY_COMMON = ["model", "adapters", "infer_backend", "port", "served_model_name", "max_new_tokens", "torch_dtype",
                  "api_key", "vllm_max_model_len", "system", "agent_template"]
-EVAL_COMMON = ["model", "adapters", "eval_dataset", "eval_limit", "infer_backend", "max_new_tokens", "eval_url",
-               "eval_output_dir", "eval_num_samples", "temperature"]
+EVAL_COMMON = ["model", "adapters", "eval_backend", "eval_dataset", "eval_limit", "eval_dataset_args",
+               "infer_backend", "max_new_tokens", "eval_url", "eval_output_dir", "eval_num_samples", "temperature"]
 EXPORT_COMMON = ["adapters", "model", "merge_lora", "output_dir", "max_shard_size"]
 SAMPLE_COMMON = ["model", "adapters", "dataset", "sampler_type", "sampler_engine", "num_return_sequences",
                  "n_best_to_keep", "orm_model", "prm_model", "temperature", "max_new_tokens", "output_dir",
@@ -78,8 +78,28 @@ def build_sample(ctx: UIContext) -> CommandPage:
 
 
 def build_eval(ctx: UIContext) -> CommandPage:
+    import gradio as gr
+    labels = ctx.labels
     page = CommandPage(ctx, "eval", {"eval": EvalArguments}, EVAL_COMMON)
     page.render()
+    with gr.Accordion(labels["datasets"], open=False, elem_id="eval-datasets"):
+        with gr.Row():
+            backend = gr.Dropdown(list(EVAL_BACKENDS), value="swiftlike", label="eval_backend",
+                                  elem_id="eval-datasets-backend", scale=2)
+            text = gr.Textbox(label=labels["dataset_search"], elem_id="eval-datasets-text", scale=3)
+            go = gr.Button(labels["search"], elem_id="eval-datasets-search", scale=1)
+        found = gr.Markdown(elem_id="eval-datasets-found")
+
+    def listed(name: str, needle: str) -> str:
+        from ...eval.catalog import search
+        try:
+            names, total = search(name, needle or "")
+        except (RuntimeError, FileNotFoundError, ImportError) as e:
+            return f"**{name}**: {e}"
+        more = f" (first {len(names)} shown)" if total > len(names) else ""
+        return f"**{name}**: {total} {labels['matches']}{more}\n\n" + ", ".join(f"`{n}`" for n in names)
+    go.click(listed, [backend, text], [found])
+    text.submit(listed, [backend, text], [found])
     return page
 
 
