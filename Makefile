@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.setup-stamp
 
-.PHONY: setup test test-fast demo demo-dpo demo-gkd demo-agent-sft demo-agent demo-algorithms demo-ppo demo-rft examples bench bench-train bench-grpo bench-rollout bench-async bench-deploy bench-dpo bench-gkd bench-ray bench-delta bench-agent bench-reward bench-ppo bench-sample lint clean
+.PHONY: setup test test-fast demo demo-dpo demo-gkd demo-agent-sft demo-agent demo-algorithms demo-ppo demo-rft examples bench bench-train bench-grpo bench-rollout bench-async bench-deploy bench-dpo bench-gkd bench-ray bench-delta bench-agent bench-reward bench-ppo bench-sample bench-eval lint clean
 
 setup: $(STAMP)
 
@@ -91,6 +91,9 @@ bench-ppo: setup
 
 bench-sample: setup
 	$(PY) benchmarks/bench_sample.py
+
+bench-eval: setup
+	$(PY) benchmarks/bench_eval.py
 
 lint: setup
 	$(VENV)/bin/ruff check swiftlike tests benchmarks scripts
