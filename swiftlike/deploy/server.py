@@ -110,6 +110,15 @@ def create_app(engine: InferEngine, settings: ServeSettings) -> FastAPI:
         that it shares the tokenizer before it reads token ids from this server."""
         return openai_api.tokenize(await openai_api.json_object(request), engine)
 
+    @app.post("/detokenize")
+    async def detokenize(request: Request):
+        return openai_api.detokenize(await openai_api.json_object(request), engine)
+
+    @app.get("/tokenizer_info")
+    async def tokenizer_info():
+        """vLLM's route (behind its --enable-tokenizer-info-endpoint): what a remote-tokenizer client needs."""
+        return openai_api.tokenizer_info(engine)
+
     return app
 
 

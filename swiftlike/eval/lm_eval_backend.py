@@ -89,8 +89,9 @@ def run_lm_eval(args: EvalArguments, endpoint: Endpoint, work_dir: Path) -> list
 
 def model_args(args: EvalArguments, endpoint: Endpoint) -> dict:
     """The local tokenizer when the model is served here (or the served name is a local directory); otherwise
-    lm-eval's `auto`: the server's /tokenizer_info + /tokenize when it has both (vLLM does; swiftlike deploy has
-    no /tokenizer_info), else the hub under the served name. --extra_eval_args' model_args can name one."""
+    lm-eval's `auto`: the server's /tokenizer_info + /tokenize when it has both (`swiftlike deploy` has them, and
+    vLLM with --enable-tokenizer-info-endpoint), else the hub under the served name. --extra_eval_args'
+    model_args can name one."""
     margs = {"model": endpoint.model, "base_url": endpoint.completions_url, "num_concurrent": args.eval_num_proc,
              "max_gen_toks": args.max_new_tokens, "max_retries": 1}
     local = endpoint.tokenizer_dir or (endpoint.model if Path(endpoint.model).is_dir() else None)

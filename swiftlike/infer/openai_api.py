@@ -361,6 +361,27 @@ def stream_choice(chunk, chat: bool) -> dict:
     return {"index": chunk.index, "text": chunk.text, "finish_reason": chunk.finish_reason, "logprobs": logprobs}
 
 
+def detokenize(body: dict, engine) -> dict:
+    """vLLM's /detokenize: {"tokens": [ids]} -> {"prompt": the text}."""
+    tokens = body.get("tokens")
+    if not isinstance(tokens, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in tokens):
+        raise OpenAIRequestError("`tokens` must be a list of token ids (integers)")
+    vocab = len(engine.tokenizer)
+    bad = [t for t in tokens if not 0 <= t < vocab]
+    if bad:
+        raise OpenAIRequestError(f"token ids {bad[:5]} are outside the served tokenizer's vocabulary (0..{vocab - 1})")
+    return {"prompt": engine.tokenizer.decode(tokens)}
+
+
+def tokenizer_info(engine) -> dict:
+    """vLLM's /tokenizer_info: the served tokenizer's special tokens and chat template, which a client with a
+    remote tokenizer (lm-evaluation-harness's `tokenizer_backend=remote`) reads instead of downloading it."""
+    tokenizer = engine.tokenizer
+    return {"tokenizer_class": type(tokenizer).__name__, "eos_token": tokenizer.eos_token,
+            "bos_token": tokenizer.bos_token, "pad_token": tokenizer.pad_token, "unk_token": tokenizer.unk_token,
+            "chat_template": getattr(tokenizer, "chat_template", None), "model_max_length": engine.max_model_len}
+
+
 def tokenize(body: dict, engine) -> dict:
     """vLLM's /tokenize: {"prompt": text, "add_special_tokens": bool} -> the served tokenizer's ids."""
     prompt = body.get("prompt")

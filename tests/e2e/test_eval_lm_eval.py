@@ -3,6 +3,7 @@ files written here, against what we serve and against bare `vllm serve` of the s
 replies, verdicts and log-likelihoods), and once through the CLI path."""
 import json
 
+import httpx
 import pytest
 
 from swiftlike.arguments.eval_args import EvalArguments
@@ -79,15 +80,22 @@ def test_lm_eval_ours_matches_vllm_serve(vllm_tiny, vllm_serve_tiny, tiny_resolv
     assert (tmp_path / "ours" / "samples_swiftlike_arc_easy.jsonl").is_file()
 
 
-def test_lm_eval_through_the_cli(vllm_tiny, tiny_resolved, local_files, tmp_path):
-    """--eval_url knows no tokenizer; --extra_eval_args' model_args name the local one (arc_easy needs it)."""
+def test_lm_eval_through_the_cli(vllm_tiny, local_files, tmp_path):
+    """--eval_url names no tokenizer: lm-eval reads ours from the server's /tokenizer_info and /tokenize, as from
+    vLLM's (arc_easy's log-likelihoods need one)."""
     out = tmp_path / "eval"
-    tokenizer = {"model_args": {"tokenizer": str(tiny_resolved.model_dir), "tokenizer_backend": "huggingface"}}
     with serving(vllm_tiny, MAX_NEW_TOKENS, 4) as url:
         report = eval_main(["--eval_url", url, "--eval_backend", "lm_eval", "--eval_dataset", "gsm8k", "arc_easy",
                             "--eval_dataset_args", json.dumps(dataset_args(local_files)), "--eval_limit", "2",
-                            "--extra_eval_args", json.dumps(tokenizer), "--max_new_tokens", str(MAX_NEW_TOKENS),
+                            "--max_new_tokens", str(MAX_NEW_TOKENS),
                             "--eval_num_proc", "2", "--eval_output_dir", str(out)])
+        base = url.removesuffix("/v1")
+        info = httpx.get(f"{base}/tokenizer_info").json()
+        ids = httpx.post(f"{base}/tokenize", json={"prompt": "Hello there", "add_special_tokens": False}).json()
+        text = httpx.post(f"{base}/detokenize", json={"tokens": ids["tokens"]}).json()["prompt"]
+        bad = httpx.post(f"{base}/detokenize", json={"tokens": [10 ** 9]})
+    assert info["eos_token"] == vllm_tiny.tokenizer.eos_token and "{%" in info["chat_template"]
+    assert text == "Hello there" and bad.status_code == 400 and "outside the served tokenizer" in bad.text
     run_dir = next(out.iterdir())
     saved = json.loads((run_dir / "report.json").read_text())
     assert saved["backend"] == "lm_eval" and saved["model"] == TINY and report["output_dir"] == str(run_dir)
