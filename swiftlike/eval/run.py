@@ -18,9 +18,10 @@ __all__ = ["markdown", "run_eval"]
 
 
 def run_eval(args: EvalArguments) -> dict:
+    """One model or endpoint; --eval_all_checkpoints is checkpoints.evaluate_checkpoints, which calls this."""
     if args.eval_all_checkpoints is not None:
-        from .checkpoints import evaluate_checkpoints
-        return evaluate_checkpoints(args)
+        raise ValueError("run_eval evaluates one model; --eval_all_checkpoints goes through "
+                         "swiftlike.eval.checkpoints.evaluate_checkpoints (or eval_main)")
     start = time.time()
     out_dir = new_run_dir(args.eval_output_dir)
     if args.eval_backend == "swiftlike":
