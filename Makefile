@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml scripts/setup.sh
 
 test: setup
 	$(VENV)/bin/ruff check swiftlike tests benchmarks scripts
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q --durations=25 tests
 
 test-fast: setup
 	$(PY) -m pytest -q tests -m "not slow"
