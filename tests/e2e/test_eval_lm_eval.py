@@ -121,3 +121,24 @@ def test_lm_eval_errors(local_files, tmp_path):
     with pytest.raises(ValueError, match="few_shot_num 4 needs more than 4 rows"):
         run_lm_eval(EvalArguments(eval_url="http://x/v1", eval_backend="lm_eval", eval_dataset=["gsm8k"],
                                   eval_dataset_args=too_many), endpoint, tmp_path)
+
+
+def test_an_adapter_given_with_model_is_what_the_harness_scores(pt_tiny, tiny_adapter, local_files, tmp_path):
+    """--model with --adapters is served here with the adapter under its own name, and that is the model the
+    harness asks for: its replies are the adapter's (as served by the session's pt engine), not the base model's."""
+    files = {"gsm8k": {"local_path": str(local_files["gsm8k"]), "few_shot_num": 0}}
+    common = ["--eval_backend", "lm_eval", "--eval_dataset", "gsm8k", "--eval_dataset_args", json.dumps(files),
+              "--eval_limit", "2", "--max_new_tokens", "8", "--torch_dtype", "float32", "--infer_backend", "pt"]
+
+    def replies(report):
+        rows = (tmp_path / report["output_dir"] / "predictions.jsonl").read_text().splitlines()
+        return [json.loads(line)["reply"] for line in rows]
+    adapted = eval_main(["--model", TINY, "--adapters", f"lora={tiny_adapter}", *common,
+                         "--eval_output_dir", str(tmp_path / "adapted")])
+    base = eval_main(["--model", TINY, *common, "--eval_output_dir", str(tmp_path / "base")])
+    assert adapted["model"] == "lora" and base["model"] == TINY
+    args = EvalArguments(eval_url="http://unused/v1", eval_backend="lm_eval", eval_dataset=["gsm8k"],
+                         eval_dataset_args=files, eval_limit=2, max_new_tokens=8, temperature=0.0)
+    with serving(pt_tiny, 8, 4) as url:
+        served = run_lm_eval(args, Endpoint(url, "lora", None, str(pt_tiny.model_dir)), tmp_path / "served")
+    assert replies(adapted) == [p["reply"] for p in served[0].predictions] != replies(base)
