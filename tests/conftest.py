@@ -119,10 +119,11 @@ def vllm_tiny(tiny_resolved, tiny_template, tiny_adapter):
     engine.close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def vllm_serve_tiny(tiny_resolved, tmp_path_factory):
-    """Bare `vllm serve` of the tiny model, once per session, for the tests that compare what we serve with it:
-    its /v1 base URL. The served name is the model id, as on our server."""
+    """Bare `vllm serve` of the tiny model for the tests that compare what we serve with it: its /v1 base URL. The
+    served name is the model id, as on our server. Per module: its two processes hold ~3 GB, which the rest of the
+    session should not carry."""
     from servers import free_port, start_vllm_serve
     port = free_port()
     proc = start_vllm_serve(str(tiny_resolved.model_dir), port, tmp_path_factory.mktemp("vllm_serve") / "log.txt",

@@ -215,7 +215,7 @@ def test_eval_the_checkpoint_shows_the_report_table(ui, page, sft_job):
     started_job(ui, page, "eval")
     wait_for_text(page, "#runtime-status", r"\bfinished\b")
     table = wait_for_text(page, "#runtime-result", r"math")
-    assert re.search(r"math\s+2\s+1\s+\d\.\d{4}", table), table
+    assert re.search(r"math\s+accuracy\s+2\s+1\s+\d\.\d{4}", table), table
 
 
 def test_deploy_the_checkpoint_chat_streams_then_stop(ui, page, sft_job):

@@ -23,6 +23,9 @@ ENVIRONMENT_EDGES = {
     "tools/isolation.py": "a sandboxed tool's environment is cleared to a fixed minimal one before it runs",
     "commands/app.py": "Gradio's analytics switch",
     "commands/webui.py": "Gradio's analytics switch",
+    "eval/evalscope_backend.py": "evalscope runs as a subprocess in its own virtualenv: $SWIFTLIKE_EVALSCOPE_PYTHON "
+                                 "names it, and it inherits the caller's environment plus its datasets cache and "
+                                 "the hub offline switches",
     "infer/engine/vllm_engine.py": "VLLM_CPU_KVCACHE_SPACE, vLLM's own CPU cache variable, read where the "
                                    "engine's arguments are built",
 }
