@@ -24,25 +24,19 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench_deploy import server_command as deploy_server_command
 from common import add_run_options, fill_defaults, free_port, swiftlike_cli, wait_until_ready
 
 DEFAULTS = {"model": "HuggingFaceTB/SmolLM2-135M-Instruct", "rows": 96, "rounds": 1}
 QUICK = {"model": "tiny-random/qwen2_5", "rows": 16, "rounds": 1}
 ENV = {"SWIFTLIKE_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1", "TOKENIZERS_PARALLELISM": "false"}
-MAX_MODEL_LEN = 1024
 SIDES = ("swiftlike", "vllm")
 
 
 def server_command(side: str, args, model_dir: str, port: int) -> list[str]:
-    if side == "swiftlike":
-        compiled = ["--vllm_enforce_eager", "false"] if args.compiled else []
-        return [swiftlike_cli(), "deploy", "--model", args.model, "--infer_backend", "vllm", "--port", str(port),
-                "--torch_dtype", "float32", "--vllm_max_model_len", str(MAX_MODEL_LEN), "--served_model_name", "m",
-                *compiled]
-    # `vllm serve` is this module's CLI; the `vllm` script fails under vllm-cpu (see bench_deploy.py)
-    return [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model_dir, "--port", str(port),
-            "--host", "127.0.0.1", "--dtype", "float32", "--max-model-len", str(MAX_MODEL_LEN),
-            "--served-model-name", "m"]
+    """bench_deploy's two servers (the same model, dtype, max_model_len and served name), ours compiled on ask."""
+    compiled = ["--vllm_enforce_eager", "false"] if side == "swiftlike" and args.compiled else []
+    return [*deploy_server_command(side, args, model_dir, port), *compiled]
 
 
 def write_gsm8k_folder(root: Path, rows: int, seed: int = 0) -> Path:
