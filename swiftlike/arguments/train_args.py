@@ -103,6 +103,9 @@ class TrainArguments(BaseArguments, TunerArguments, TrainDataArguments, Training
                                 "a JSON path (GPU only).")
     ddp_backend: str | None = arg(None, "torch.distributed backend; default nccl on GPU, gloo on CPU.")
     ddp_timeout: int = arg(18000000, "Seconds a process waits for the others.")
+    profile_step: int | None = arg(None, "Run optimizer step N under torch's profiler and write its operators "
+                                   "ranked by self time to <run dir>/profile-stepN.txt (and .json). Pick a step "
+                                   "after the first, which pays one-time allocations.")
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -145,6 +148,8 @@ class TrainArguments(BaseArguments, TunerArguments, TrainDataArguments, Training
                 raise ValueError(f"--{name} must be positive, got {getattr(self, name)}")
         if self.gradient_accumulation_steps is not None and self.gradient_accumulation_steps <= 0:
             raise ValueError(f"--gradient_accumulation_steps must be positive, got {self.gradient_accumulation_steps}")
+        if self.profile_step is not None and not 0 < self.profile_step <= max(self.max_steps, self.profile_step):
+            raise ValueError(f"--profile_step must be a step of the run (1..--max_steps), got {self.profile_step}")
         if not 0 <= self.split_dataset_ratio < 1:
             raise ValueError(f"--split_dataset_ratio must be in [0, 1), got {self.split_dataset_ratio}")
         if not 0 <= self.warmup_ratio < 1:

@@ -10,6 +10,7 @@ import sys
 from ..utils import get_logger
 from ..utils.launch_env import LaunchEnv
 from ..utils.net import free_port
+from ..utils.threads import usable_cpus
 
 logger = get_logger("swiftlike.train")
 
@@ -34,7 +35,7 @@ def relaunch_with_torchrun(command: str, argv: list[str]) -> None:
     logger.info("starting %s processes: %s", nproc, " ".join(cmd))
     env = dict(os.environ)  # the workers' environment: this one, with a thread budget per process
     if "OMP_NUM_THREADS" not in env:
-        env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // nproc))
+        env["OMP_NUM_THREADS"] = str(max(1, usable_cpus() // nproc))
     result = subprocess.run(cmd, env=env)
     if result.returncode != 0:
         raise RuntimeError(f"torchrun exited with status {result.returncode}; see the worker output above")

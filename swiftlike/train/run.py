@@ -104,7 +104,12 @@ class Run:
             benchmarks = [BenchmarkCallback(args, self.resolved, self.template, self.run_dir)]
             plot_keys = (*plot_keys, PLOT_PATTERN)
         # the benchmarks' callback before the run log's: it adds its figures to the record the run log writes
-        self.callbacks = [*benchmarks, RunLogCallback(self.run_dir, self.log, plot_keys), *tensorboard_callbacks(args)]
+        profiler = []
+        if args.profile_step is not None:
+            from .profiling import StepProfiler
+            profiler = [StepProfiler(args.profile_step, self.run_dir, training_args.process_index == 0)]
+        self.callbacks = [*benchmarks, RunLogCallback(self.run_dir, self.log, plot_keys), *tensorboard_callbacks(args),
+                          *profiler]
         return self.run_dir
 
     @property

@@ -58,19 +58,47 @@ def test_args_check_group_divisibility():
     assert args.steps_per_generation == 2 and args.beta == 0.04 and args.epsilon == 0.2
 
 
-def test_grpo_pt_rollout_logs_rewards_and_metrics(tmp_path):
-    steps, run_dir = rlhf(tmp_path, "--use_vllm", "false", "--log_completions", "true")
+@pytest.fixture(scope="module")
+def pt_run(tmp_path_factory):
+    """beta > 0 and the mismatch metrics on: the old-policy and the reference forwards both run."""
+    return rlhf(tmp_path_factory.mktemp("pt"), "--use_vllm", "false", "--log_completions", "true",
+                "--profile_step", "2")
+
+
+def test_grpo_pt_rollout_logs_rewards_and_metrics(pt_run):
+    steps, run_dir = pt_run
     assert [e["step"] for e in steps] == [1, 2]
     for key in ("reward", "reward_std", "rewards/format_hash/mean", "rewards/text_length/mean",
                 "completions/mean_length", "completions/min_length", "completions/max_length",
                 "completions/clipped_ratio", "kl", "entropy", "clip_ratio/region_mean", "rollout_correction/k3_kl",
-                "timing/generate", "timing/reward_wait", "timing/logps", "timing/train"):
+                "timing/generate", "timing/reward_wait", "timing/logps", "timing/old_logps", "timing/ref_logps",
+                "timing/train"):
         assert key in steps[-1], key
     assert steps[0]["reward_std"] > 0 and steps[0]["grad_norm"] > 0
     # pt generates with the training model itself: the mismatch is rounding only
     assert all(e["rollout_correction/k3_kl"] < 1e-4 for e in steps)
     lines = (run_dir / "completions.jsonl").read_text().splitlines()
     assert len(lines) == 2 * 8 and "completion" in json.loads(lines[0])
+
+
+def test_no_old_policy_forward_with_one_iteration_and_no_reference_forward_with_beta_0(tmp_path, pt_run):
+    """With --num_iterations 1 the loss's old log-probs are the current ones detached, and with --beta 0 nothing
+    reads the reference: neither forward may run. Each pass that runs is logged with its seconds (pt_run has
+    both); here neither is."""
+    steps, _ = rlhf(tmp_path, "--use_vllm", "false", "--beta", "0", "--log_rollout_offpolicy_metrics", "false",
+                    steps=1)
+    assert "timing/old_logps" not in steps[-1] and "timing/ref_logps" not in steps[-1], steps[-1]
+    assert all(e["timing/old_logps"] > 0 and e["timing/ref_logps"] > 0 for e in pt_run[0])
+
+
+def test_profile_step_covers_generation_and_training(pt_run):
+    """--profile_step's window opens at the end of the step before: an online trainer generates and runs its
+    extra forwards while the Trainer fetches the batch, before the step's own callbacks."""
+    steps, run_dir = pt_run
+    profile = json.loads((run_dir / "profile-step2.json").read_text())
+    step2 = next(e for e in steps if e["step"] == 2)
+    assert profile["wall_seconds"] >= step2["timing/generate"] + step2["timing/logps"] + step2["timing/train"]
+    assert {"aten::mm", "Optimizer.step#AdamW.step"} <= {row["operator"] for row in profile["operators"]}
 
 
 @pytest.fixture(scope="module")

@@ -90,8 +90,15 @@ def test_pt_on_plain_text_and_packing(tmp_path):
                                                 f"{'again ' * (i % 5)}and rests."}) + "\n" for i in range(24)))
     result = run_in_process("--model", TINY, "--dataset", data, "--output_dir", tmp_path / "out",
                             "--max_steps", 8, "--save_steps", 8, "--per_device_train_batch_size", 2,
-                            "--packing", "true", "--max_length", 64, "--learning_rate", 5e-3, *FAST, command="pt")
+                            "--packing", "true", "--max_length", 64, "--learning_rate", 5e-3, "--profile_step", 3,
+                            *FAST, command="pt")
     assert result.data.kept == 24 and result.global_step == 8
+    profile = json.loads((result.run_dir / "profile-step3.json").read_text())  # --profile_step: one step's operators
+    names = [row["operator"] for row in profile["operators"]]
+    assert profile["step"] == 3 and profile["wall_seconds"] > 0
+    assert names[0] == "aten::mm", names[:5]  # forward and backward matmuls: the step's largest self time
+    assert any("Optimizer.step" in name for name in names), names  # and the optimizer: the whole step
+    assert (result.run_dir / "profile-step3.txt").read_text().startswith("profile of optimizer step 3")
     assert json.loads((result.run_dir / "args.json").read_text())["command"] == "pt"
     assert_loss_falls(result.run_dir)
 

@@ -303,6 +303,14 @@ class GrpoTrainer(RolloutTrainer):
         micro = self.args.per_device_train_batch_size
         t = time.time()
         batches = []
+        pass_seconds: dict[str, float] = defaultdict(float)
+
+        def timed_pass(key: str, compute):
+            started = time.time()
+            value = compute()
+            pass_seconds[key] += time.time() - started
+            return value
+
         for s in range(self.grpo.steps_per_generation):
             part = rollouts[s * micro:(s + 1) * micro]
             batch = {k: v.to(self.args.device) if v is not None else None
@@ -311,20 +319,26 @@ class GrpoTrainer(RolloutTrainer):
             batch["completion_mask"] &= ~dropped[s * micro:(s + 1) * micro].unsqueeze(1).to(self.args.device)
             # The policy's own log-probs at sampling time, without dropout: the PPO "old" policy when the batch
             # is reused (otherwise the loss uses the current log-probs detached), and the training side of
-            # the mismatch metrics. A whole forward pass, so it is skipped when nothing reads it.
+            # the mismatch metrics. Each is a whole forward pass, so it runs only when something reads it, and
+            # each pass that ran is timed under its own key (timing/old_logps, ref_logps, teacher_logps): a key
+            # missing from the log is a pass that was skipped.
             model.eval()
             try:
                 if self.rollout.rollout_bypass_mode:  # the engine's log-probs are the old policy: no forward
                     batch["old_logps"] = batch["rollout_logps"]
+                elif self._needs_old_logps(batch):
+                    batch["old_logps"] = timed_pass("old_logps", lambda: self._logps(model, batch).logps)
                 else:
-                    batch["old_logps"] = self._logps(model, batch).logps if self._needs_old_logps(batch) else None
+                    batch["old_logps"] = None
                 if self.grpo.beta > 0:
-                    batch["ref_logps"] = self._ref_logps(batch)
+                    batch["ref_logps"] = timed_pass("ref_logps", lambda: self._ref_logps(batch))
                 if self.teacher is not None:
-                    batch["teacher_logps"] = self._teacher_logps(batch)
+                    batch["teacher_logps"] = timed_pass("teacher_logps", lambda: self._teacher_logps(batch))
             finally:
                 model.train()
             batches.append(batch)
+        for key, seconds in pass_seconds.items():
+            self._metrics[f"timing/{key}"].append(seconds)
         self._timed("logps", t)
         advantages, group_std = self._advantages(scored, valid, batches)
         for s, batch in enumerate(batches):
