@@ -5,7 +5,6 @@ import importlib
 import sys
 
 from ..utils.errors import NotBuiltError
-from ..utils.threads import configure_threads
 from ..utils.version import __version__
 
 # command -> (module:function, status). Commands without a module are not built yet.
@@ -54,7 +53,6 @@ def main(argv: list[str] | None = None) -> int:
     if target is None:
         print(f"swiftlike {command}: not built yet in this version of swiftlike.", file=sys.stderr)
         return 3
-    configure_threads()  # before the command imports torch: libgomp reads its settings once, as it loads
     module, func = target.split(":")
     try:
         getattr(importlib.import_module(module), func)(rest)

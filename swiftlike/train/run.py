@@ -16,6 +16,7 @@ from ..model import ResolvedModel, default_device, load_tokenizer, resolve_model
 from ..template import get_template
 from ..utils import atomic_write_json, get_logger, warn_once
 from ..utils.checkpoint import latest_checkpoint
+from ..utils.threads import adapts_threads
 from .data import EncodeStats
 from .outputs import ARGS_FILE, PLOTTED, JsonlLog, new_run_dir, save_args
 
@@ -103,13 +104,17 @@ class Run:
             from ..eval.during_training import PLOT_PATTERN, BenchmarkCallback
             benchmarks = [BenchmarkCallback(args, self.resolved, self.template, self.run_dir)]
             plot_keys = (*plot_keys, PLOT_PATTERN)
-        # the benchmarks' callback before the run log's: it adds its figures to the record the run log writes
         profiler = []
         if args.profile_step is not None:
             from .profiling import StepProfiler
             profiler = [StepProfiler(args.profile_step, self.run_dir, training_args.process_index == 0)]
-        self.callbacks = [*benchmarks, RunLogCallback(self.run_dir, self.log, plot_keys), *tensorboard_callbacks(args),
-                          *profiler]
+        threads = []
+        if adapts_threads():
+            from .fair_threads import FairShareThreads
+            threads = [FairShareThreads()]
+        # the callbacks that add to a record (benchmarks, threads) before the run log's, which writes it
+        self.callbacks = [*benchmarks, *threads, RunLogCallback(self.run_dir, self.log, plot_keys),
+                          *tensorboard_callbacks(args), *profiler]
         return self.run_dir
 
     @property

@@ -1,26 +1,78 @@
-"""The CLI's thread settings: passive OpenMP waiting unless the environment chooses (utils/threads.py)."""
-import os
+"""Threads that follow contention (utils/threads.py, train/fair_threads.py), measured against real busy
+processes on this machine's CPUs."""
 import subprocess
 import sys
+import time
 
-from swiftlike.utils.threads import thread_environment, usable_cpus
+import torch
+
+from swiftlike.train.fair_threads import FairShareThreads
+from swiftlike.utils.threads import (LoadSampler, adapts_threads, next_threads, own_running, queued_seconds,
+                                     system_running)
+
+BUSY = "import time\nend = time.time() + 30\nwhile time.time() < end: pass\n"
 
 
-def test_passive_waiting_unless_the_user_chose_a_policy():
-    assert thread_environment({}) == {"OMP_WAIT_POLICY": "PASSIVE"}
-    assert thread_environment({"OMP_WAIT_POLICY": "ACTIVE"}) == {}
-    assert 1 <= usable_cpus() <= (os.cpu_count() or 1)
+def test_down_on_queueing_up_on_room():
+    assert next_threads(2, 2, waiting=1.0, other_running=2.0) == 1  # crowded out: half the team queued
+    assert next_threads(2, 2, waiting=0.1, other_running=3.0) == 2  # neighbours that yield (nice 19) do not count
+    assert next_threads(4, 4, waiting=2.2, other_running=2.0) == 2
+    assert next_threads(1, 2, waiting=0.0, other_running=0.2) == 2  # the other job ended: all CPUs again
+    assert next_threads(1, 2, waiting=0.0, other_running=1.0) == 1  # it still runs: stay
+    assert next_threads(1, 1, waiting=3.0, other_running=5.0) == 1  # never below one
 
 
-def test_the_cli_sets_the_policy_before_torch_loads_and_keeps_a_users_choice():
-    """A command that fails on its arguments has still configured its process: the policy is in place, and
-    torch, imported by the command after it, was loaded with it (torch not yet loaded when it was set)."""
-    probe = ("import os, sys; from swiftlike.cli.main import main; assert 'torch' not in sys.modules\n"
-             "try:\n    rc = main(['export'])\nexcept SystemExit as e:\n    rc = e.code\n"
-             "print(rc, os.environ.get('OMP_WAIT_POLICY'), 'torch' in sys.modules)")
-    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
-    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120)
-    assert out.stdout.split()[1:] == ["PASSIVE", "True"], out.stderr[-2000:]
-    out = subprocess.run([sys.executable, "-c", probe], env={**env, "OMP_WAIT_POLICY": "ACTIVE"},
-                         capture_output=True, text=True, timeout=120)
-    assert out.stdout.split()[1:] == ["ACTIVE", "True"], out.stderr[-2000:]
+def test_proc_parsing_and_the_users_choice():
+    assert system_running("cpu  1 2 3\nprocs_running 7\nprocs_blocked 0\n") == 7
+    assert own_running() >= 1  # this thread is running while it counts
+    assert not adapts_threads({"OMP_NUM_THREADS": "2"}) and adapts_threads({})
+
+
+def matmuls(seconds: float) -> None:
+    a = torch.randn(256, 256)
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        a @ a
+
+
+def test_a_crowded_step_drops_the_team_and_an_emptied_machine_gives_it_back():
+    """Two busy processes beside a two-thread torch loop on two CPUs: the loop's threads queue, the next step
+    runs one thread; once they end, the load falls and the team grows back to the CPUs."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    sampler = LoadSampler(interval=0.02)
+    callback = FairShareThreads(sampler, cpus=2)
+    callback.on_train_begin(None, State(), None)
+    busy = [subprocess.Popen([sys.executable, "-c", BUSY]) for _ in range(2)]
+    try:
+        time.sleep(0.3)
+        callback.on_step_begin(None, State(), None)
+        queued = queued_seconds()
+        matmuls(1.5)
+        assert queued_seconds() - queued > 0.3  # our threads waited for the CPUs the busy ones held
+        loaded = sampler.take()
+        sampler._sum, sampler._count = loaded, 1  # the callback reads the same window
+        callback.on_step_begin(None, State(), None)
+        assert torch.get_num_threads() == 1
+        logs = {}
+        callback.on_log(None, State(), None, logs=logs)
+        assert logs == {"threads": 1}
+    finally:
+        for p in busy:
+            p.kill()
+            p.wait()
+    try:
+        sampler.take()
+        matmuls(1.0)
+        other = sampler.take()
+        sampler._sum, sampler._count = other, 1  # the callback reads the same window
+        callback.on_step_begin(None, State(), None)
+        assert torch.get_num_threads() == next_threads(1, 2, 0.0, other)
+        assert other < loaded - 1.2, (loaded, other)  # the two busy ones are gone (whatever else runs here)
+    finally:
+        callback.on_train_end(None, State(), None)
+        torch.set_num_threads(before)
+
+
+class State:
+    global_step = 0
