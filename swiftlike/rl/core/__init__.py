@@ -7,6 +7,7 @@ selection: which tokens get gradient: top-entropy tokens, Clip-Cov / KL-Cov cova
 correction: training-inference mismatch metrics (KL, PPL, chi-square, ESS), rollout IS weights, OPSM.
 rejection: rejection sampling on the mismatch (token / sequence / geometric, k1 / k2 / k3 rules).
 sampling: vLLM's temperature / top-k / top-p distribution, to score tokens as vLLM sampled them.
+chunked_logps: the unfiltered sampling log-probs from the hidden states and the head, a chunk of rows at a time.
 distill: forward / reverse KL and generalized JSD (full vocabulary and top-k) for GKD.
 staleness: when a generation batch is trained, how far ahead --async_generate may run, which groups are stale.
 options: the typed option groups the trainers receive, with the flat flags generated from them.

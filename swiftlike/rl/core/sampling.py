@@ -85,6 +85,14 @@ def _check_sampling(temperature: float, top_p: float) -> None:
         raise ValueError(f"temperature must be >= 0, got {temperature}")
 
 
+def filters_vocabulary(temperature: float, top_k: int, top_p: float, vocab: int) -> bool:
+    """Whether the sampling restricts the vocabulary (top-k / top-p on, not greedy), the rule `_kept_set` and
+    `selected_logps` apply: without a filter the log-probs need no sorted logits and can be taken in chunks from
+    the hidden states (chunked_logps.py)."""
+    _check_sampling(temperature, top_p)
+    return temperature >= SAMPLING_EPS and (0 < top_k < vocab or top_p < 1.0)
+
+
 def apply_temperature_and_filter(logits: torch.Tensor, temperature: float = 1.0, top_k: int = -1,
                                  top_p: float = 1.0) -> torch.Tensor:
     """Log-probs (float32, same shape as `logits` (..., vocab)) of vLLM's sampling distribution.

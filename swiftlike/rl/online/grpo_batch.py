@@ -17,15 +17,18 @@ Two ways to run the model over it (`completion_logps`), the same numbers up to f
   all distinct, and for `--share_prompt_prefix false`.
 
 The LM head over a 49k-token vocabulary and the log-softmax after it are a small model's largest cost per
-position, which is why the logits are taken at completion positions only in both (`logits_to_keep`).
+position, which is why the logits are taken at completion positions only in both (`logits_to_keep`). With
+unfiltered sampling not even those are held whole: both paths return the decoder's hidden states there, and the
+log-probs come from them and the head's weight a chunk of rows at a time (rl/core/chunked_logps.py).
 """
 from __future__ import annotations
 
 import torch
-from transformers import DynamicCache
+from transformers import DynamicCache, PreTrainedModel
 
 from .rollout_worker import Rollout
-from ..core.sampling import SampledLogps, selected_logps
+from ..core.chunked_logps import linear_selected_logps
+from ..core.sampling import SampledLogps, filters_vocabulary, selected_logps
 
 
 def tensorize(part: list[Rollout], pad_id: int, overlong_filter: bool = False) -> dict:
@@ -92,14 +95,52 @@ def full_sequences(batch: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tenso
     return ids, attn, (attn.cumsum(-1) - 1).clamp(min=0)
 
 
-def _full_logits(model, batch: dict) -> torch.Tensor:
+# Causal LMs whose logits are exactly `lm_head(decoder output)`, checked in transformers' modelling code: the
+# decoder's last hidden state goes to the head unchanged and nothing is applied after it. The others keep the logits
+# path, among them Gemma 2/3 (`final_logit_softcapping`), Cohere (`logit_scale`) and Granite (`logits_scaling`).
+LINEAR_HEAD_MODEL_TYPES = frozenset({"gemma", "llama", "mistral", "mixtral", "olmo2", "phi3", "qwen2", "qwen2_moe",
+                                     "qwen3", "qwen3_moe"})
+
+
+def linear_head(model) -> tuple[torch.nn.Linear, torch.nn.Module] | None:
+    """(output head, decoder body) of a causal LM (PEFT-wrapped or not) whose logits are a plain linear head over the
+    decoder's last hidden state, else None (other model types, a LoRA-wrapped, `modules_to_save` or quantised head,
+    a head ZeRO-3 holds partitioned outside the forward pass, models not from transformers)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    if not isinstance(base, PreTrainedModel) or base.config.model_type not in LINEAR_HEAD_MODEL_TYPES:
+        return None
+    head = base.get_output_embeddings()
+    if type(head) is not torch.nn.Linear or head.weight.shape != (head.out_features, head.in_features):
+        return None
+    return head, base.get_decoder()
+
+
+def _last_positions(model, decoder, keep: int, **inputs):
+    """`model(**inputs)` and its last `keep` positions: their logits, or with `decoder` (the model's decoder body)
+    the hidden states the head takes there, the head then scoring no position. The pass goes through `model`, not
+    the decoder alone, so a DDP wrapper sees its one forward per backward and a PEFT wrapper its own forward."""
+    if decoder is None:
+        out = model(**inputs, logits_to_keep=keep)
+        return out, out.logits
+    captured = []
+    hook = decoder.register_forward_hook(lambda _module, _args, output: captured.append(output.last_hidden_state))
+    try:
+        out = model(**inputs, logits_to_keep=torch.empty(0, dtype=torch.long, device=inputs["input_ids"].device))
+    finally:
+        hook.remove()
+    return out, captured[0][:, -keep:]
+
+
+def _full_outputs(model, batch: dict, decoder) -> torch.Tensor:
+    """One row per sequence (`full_sequences`); its outputs at the positions that predict the completion tokens."""
     ids, attn, positions = full_sequences(batch)
     width = batch["completion_ids"].shape[1]
-    return model(input_ids=ids, attention_mask=attn, position_ids=positions, use_cache=False,
-                 logits_to_keep=width + 1).logits[:, :-1]
+    _, kept = _last_positions(model, decoder, width + 1, input_ids=ids, attention_mask=attn, position_ids=positions,
+                              use_cache=False)
+    return kept[:, :-1]
 
 
-def _shared_prompt_logits(model, prompt_model, batch: dict) -> torch.Tensor:
+def _shared_prompt_outputs(model, prompt_model, batch: dict, decoder) -> torch.Tensor:
     """The prompts once (their last position predicts each completion's first token), then the completions on
     a copy of the prompt's KV cache per row. `prompt_model` is `model` without a DDP wrapper: DDP expects one
     forward per backward, and the prompt pass's gradients reach the parameters through the completion pass's
@@ -107,17 +148,18 @@ def _shared_prompt_logits(model, prompt_model, batch: dict) -> torch.Tensor:
     prompt_attn = batch["prompt_attention_mask"]
     prompt_positions = (prompt_attn.cumsum(-1) - 1).clamp(min=0)
     config = getattr(prompt_model, "config", None)
-    prompt_out = prompt_model(input_ids=batch["prompt_ids"], attention_mask=prompt_attn, position_ids=prompt_positions,
-                              past_key_values=DynamicCache(config=config), use_cache=True, logits_to_keep=1)
+    prompt_out, prompt_last = _last_positions(prompt_model, decoder, 1, input_ids=batch["prompt_ids"],
+                                              attention_mask=prompt_attn, position_ids=prompt_positions,
+                                              past_key_values=DynamicCache(config=config), use_cache=True)
     index = batch["prompt_index"]
     cache = prompt_out.past_key_values
     cache.reorder_cache(index)  # index_select on every layer's keys and values: differentiable
     width = batch["completion_ids"].shape[1]
     positions = prompt_positions[index, -1:] + 1 + torch.arange(width, device=index.device)
     attn = torch.cat([prompt_attn[index], batch["completion_attention_mask"]], dim=1)
-    completion_logits = model(input_ids=batch["completion_ids"], attention_mask=attn, position_ids=positions,
-                              past_key_values=cache, use_cache=True).logits
-    return torch.cat([prompt_out.logits[index], completion_logits[:, :-1]], dim=1)
+    _, completion = _last_positions(model, decoder, width, input_ids=batch["completion_ids"], attention_mask=attn,
+                                    position_ids=positions, past_key_values=cache, use_cache=True)
+    return torch.cat([prompt_last[index], completion[:, :-1]], dim=1)
 
 
 def shares_prompts(model, batch: dict, enabled: bool) -> bool:
@@ -128,10 +170,21 @@ def shares_prompts(model, batch: dict, enabled: bool) -> bool:
 
 def completion_logps(model, batch: dict, temperature: float, top_k: int, top_p: float, *, share_prompts: bool = True,
                      prompt_model=None, with_entropy: bool = False, with_unfiltered: bool = False) -> SampledLogps:
-    """`selected_logps` of a `tensorize`d batch's completion tokens, (rows, completion width)."""
-    if shares_prompts(prompt_model if prompt_model is not None else model, batch, share_prompts):
-        logits = _shared_prompt_logits(model, prompt_model if prompt_model is not None else model, batch)
+    """`selected_logps` of a `tensorize`d batch's completion tokens, (rows, completion width).
+
+    Unfiltered sampling (no top-k / top-p, or greedy) on a model with a plain linear head (`linear_head`) takes
+    the log-probs from the decoder's hidden states a chunk of rows at a time (`linear_selected_logps`), never
+    holding the (tokens x vocabulary) logits; top-k / top-p need the whole rows and take the logits."""
+    unwrapped = prompt_model if prompt_model is not None else model
+    head, decoder = linear_head(unwrapped) or (None, None)
+    if head is not None and filters_vocabulary(temperature, top_k, top_p, head.out_features):
+        head = decoder = None
+    if shares_prompts(unwrapped, batch, share_prompts):
+        outputs = _shared_prompt_outputs(model, unwrapped, batch, decoder)
     else:
-        logits = _full_logits(model, batch)
-    return selected_logps(logits, batch["completion_ids"], temperature, top_k, top_p, with_entropy=with_entropy,
-                          with_unfiltered=with_unfiltered)
+        outputs = _full_outputs(model, batch, decoder)
+    if head is None:
+        return selected_logps(outputs, batch["completion_ids"], temperature, top_k, top_p, with_entropy=with_entropy,
+                              with_unfiltered=with_unfiltered)
+    return linear_selected_logps(outputs, head.weight, head.bias, batch["completion_ids"], temperature,
+                                 with_entropy=with_entropy, with_unfiltered=with_unfiltered)
