@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.setup-stamp
 
-.PHONY: setup test test-fast demo demo-dpo demo-gkd demo-agent-sft demo-agent demo-algorithms demo-ppo demo-rft examples bench bench-train bench-grpo bench-rollout bench-async bench-deploy bench-dpo bench-gkd bench-ray bench-delta bench-agent bench-reward bench-ppo bench-sample bench-eval lint clean
+.PHONY: setup test test-fast demo demo-dpo demo-gkd demo-agent-sft demo-agent demo-algorithms demo-ppo demo-rft examples bench bench-train bench-grpo bench-rollout bench-async bench-deploy bench-dpo bench-gkd bench-ray bench-delta bench-agent bench-reward bench-ppo bench-sample bench-eval bench-pair bench-logps profile-steps roofline lint clean
 
 setup: $(STAMP)
 
@@ -95,6 +95,18 @@ bench-sample: setup
 bench-eval: setup
 	$(PY) benchmarks/bench_eval.py --rounds 2
 	$(PY) benchmarks/bench_eval.py --rounds 2 --compiled
+
+bench-pair: setup
+	$(PY) benchmarks/bench_pair.py
+
+bench-logps: setup
+	$(PY) benchmarks/bench_logps.py
+
+profile-steps: setup
+	$(PY) benchmarks/profile_steps.py
+
+roofline: setup
+	$(PY) benchmarks/roofline.py
 
 lint: setup
 	$(VENV)/bin/ruff check swiftlike tests benchmarks scripts

@@ -11,6 +11,11 @@ checkpoint at the last step; what differs is the rows (rendered by swiftlike's t
 tokenizer's chat template on the other, which also trains the newline after each end-of-turn token) and what
 swiftlike adds around the Trainer (atomic checkpoint publishing, args.json, logging.jsonl).
 
+Beside the ratio, each side's bound (`bound.py`): the model FLOPs over the tokens it counted (steps x batch x 2
+sequences of the mean length), of LoRA training plus the reference forward (the adapters disabled: one more
+forward every step, as neither side precomputes the reference log-probs), per second of `train_runtime`, as a
+share of the fp32 peak.
+
     .venv/bin/python benchmarks/bench_dpo.py
     .venv/bin/python benchmarks/bench_dpo.py --quick   # smoke test on a tiny model
 """
@@ -26,6 +31,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from bound import Work, mean_lengths, model_shape, report
 from common import (add_run_options, alternating_rounds, fill_defaults, final_record, run_logged, run_trl_baseline,
                     swiftlike_cli)
 
@@ -91,6 +97,12 @@ def describe(result: dict) -> str:
     return ", ".join(parts)
 
 
+def dpo_work(args, result: dict) -> Work:
+    """LoRA training and the reference forward over each pair's chosen and rejected sequences."""
+    sequences = mean_lengths(float(result["num_input_tokens_seen"]), 2 * int(result["global_step"]) * args.batch_size)
+    return Work(train=sequences, lora=True, forward=sequences)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", default=None, help=f"default {DEFAULTS['model']}")
@@ -134,6 +146,13 @@ def main() -> None:
     if seen[0] != seen[1]:
         print("note: the two sides counted different numbers of tokens (different rendering of the same pairs); "
               "tokens/s still divides each side's own count by its own runtime")
+
+    shape = model_shape(args.model)
+    print("\nthe machine's bound: model FLOPs of the tokens each side counted over its train_runtime, all rounds")
+    for name, runs in results.items():
+        summary[f"bound_{name}"] = report(name, shape, sum((dpo_work(args, x) for x in runs), Work()),
+                                          sum(float(x["train_runtime"]) for x in runs),
+                                          sum(int(x["global_step"]) for x in runs))
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"args": vars(args), "summary": summary, "rounds": results}, f, indent=2)

@@ -9,6 +9,12 @@ process and the sides alternate over the rounds; the figure is the ratio of seco
 (`train_runtime / global_step`; goal <= 0.7x). vLLM's start-up (before training) is reported apart, as the
 whole process's wall time.
 
+Beside the ratio, each side's bound (`bound.py`): the model FLOPs of sampling (each prompt prefilled, its
+completion decoded), the teacher's forward and the student's LoRA training over every prompt + completion, per
+second of `train_runtime`, as a share of the fp32 peak. Completion lengths are each side's mean over the run
+(swiftlike's logged `completions/mean_length`, TRL's counted around its `generate_on_policy_outputs`); the
+prompts' length, which neither side records, is the dataset's mean ("~").
+
     .venv/bin/python benchmarks/bench_gkd.py
     .venv/bin/python benchmarks/bench_gkd.py --quick   # smoke test on a tiny model
 """
@@ -26,8 +32,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import (add_run_options, alternating_rounds, fill_defaults, final_record, run_logged, run_trl_baseline,
-                    swiftlike_cli)
+from bound import Work, mean_prompt_length, model_shape, report, rollout_work
+from common import (add_run_options, alternating_rounds, fill_defaults, final_record, mean_over_steps, run_logged,
+                    run_trl_baseline, swiftlike_cli)
 
 HERE = Path(__file__).resolve().parent
 BASELINE = HERE / "trl_gkd_baseline.py"
@@ -69,7 +76,8 @@ def run_swiftlike(args, teacher: str, workdir: Path, tag: str) -> dict:
     if not final:
         sys.exit(f"no final training record in the swiftlike run; see {workdir / f'swiftlike-{tag}.log'}")
     runtime, steps = float(final["train_runtime"]), int(final["step"])
-    return {"step_s": runtime / steps, "train_runtime": runtime, "global_step": steps, "wall_s": wall}
+    return {"step_s": runtime / steps, "train_runtime": runtime, "global_step": steps, "wall_s": wall,
+            "completion_mean_length": mean_over_steps(Path(run_dir[-1]), "completions/mean_length")}
 
 
 def run_trl(args, teacher: str, workdir: Path, tag: str) -> dict:
@@ -120,6 +128,15 @@ def main() -> None:
     print("|---:|---:|---:|---|")
     print(f"| {ours:.2f} | {trl:.2f} | {ours / trl:.3f} | {wall['swiftlike']:.0f} / {wall['trl']:.0f} |")
     print(f"\n(median of {args.rounds} round(s); goal: step time ratio <= 0.7)")
+
+    shape, prompt_length = model_shape(args.model), mean_prompt_length(args.model, args.dataset)
+    print(f"\nthe machine's bound: model FLOPs over train_runtime, all rounds; prompts ~{prompt_length} tokens "
+          "(the dataset's mean)")
+    for name, runs in results.items():  # per step: sampling, the teacher's forward, the student's LoRA training
+        work = sum((rollout_work(prompt_length, [x["completion_mean_length"]] * x["global_step"], args.batch_size,
+                                 lora=True, forwards=1) for x in runs), Work())
+        summary[f"bound_{name}"] = report(name, shape, work, sum(x["train_runtime"] for x in runs),
+                                          sum(x["global_step"] for x in runs), approximate=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"args": vars(args), "summary": summary, "rounds": results}, f, indent=2)

@@ -20,6 +20,12 @@ the final checkpoint save are left out. Sync figures are swiftlike's `sync/bytes
 keys (first sync left out) and TRL's sync call timed around it. The runs alternate their order over the
 rounds; the figure that matters is the ratio, not the seconds.
 
+Beside the ratio, each side's bound (`bound.py`) over the same timed steps: the model FLOPs of generation (each
+prompt prefilled once, its completions decoded), LoRA training, and the no-grad forwards each side runs: the
+reference (beta > 0; the adapters disabled) on both, and on TRL's also the old policy (its vLLM
+importance-sampling correction, on by default); swiftlike skips it with num_iterations 1. Completion lengths are
+each step's logged mean; the prompts' length, which neither side logs, is the dataset's mean ("~").
+
     .venv/bin/python benchmarks/bench_grpo.py
     .venv/bin/python benchmarks/bench_grpo.py --quick   # smoke test on a tiny model
 """
@@ -35,6 +41,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from bound import Work, mean_prompt_length, model_shape, report, rollout_work
 from common import add_run_options, alternating_rounds, fill_defaults, run_logged, run_trl_baseline, swiftlike_cli
 
 HERE = Path(__file__).resolve().parent
@@ -132,6 +139,13 @@ def describe(result: dict) -> str:
     return ", ".join(parts)
 
 
+def grpo_work(args, result: dict, prompt_length: int, forwards: int) -> Work:
+    """The timed steps' work (steps 2..N) from their mean completion lengths."""
+    means = result["completion_mean_length"][-len(result["step_times"]):]
+    return rollout_work(prompt_length, means, args.batch_size * args.grad_accum // args.num_generations,
+                        args.num_generations, lora=True, forwards=forwards)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     for key in ("model", "dataset"):
@@ -202,6 +216,17 @@ def main() -> None:
     print(f"| (TRL colocate, merged weights) | {trl_b / 2**20:.2f} MiB | {trl_s:.3f} |")
     summary["sync"] = {"lora": {"bytes": lora_b, "seconds": lora_s}, "full": {"bytes": full_b, "seconds": full_s},
                        "trl": {"bytes": trl_b, "seconds": trl_s}}
+
+    shape, prompt_length = model_shape(args.model), mean_prompt_length(args.model, args.dataset)
+    print(f"\nthe machine's bound: model FLOPs of the timed steps (steps 2..N, all rounds) over their seconds; "
+          f"prompts ~{prompt_length} tokens (the dataset's mean)")
+    summary["bound"] = {}
+    for name, _ in SIDES:
+        forwards = int(args.beta > 0) + (name == "trl")  # the reference; TRL's old-policy forward
+        runs = results[name]
+        work = sum((grpo_work(args, x, prompt_length, forwards) for x in runs), Work())
+        summary["bound"][name] = report(name, shape, work, sum(t for x in runs for t in x["step_times"]),
+                                        sum(len(x["step_times"]) for x in runs), approximate=True)
 
     trl = results["trl"][0]
     if trl.get("trl_patched"):

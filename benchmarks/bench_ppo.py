@@ -9,6 +9,14 @@ made from it here (its body and a seeded one-label score head, saved once), whic
 process and the sides alternate over the rounds; the figure is the ratio of seconds per optimizer step
 (`train_runtime / global_step`, model loading outside it; goal <= 0.5x).
 
+Beside the ratio, each side's bound (`bound.py`): the model FLOPs of sampling (each prompt prefilled, its
+completion decoded), full training of the policy and of the critic (a one-label head on the same body), the
+reward model's and the critic's no-grad forwards, and the reference's forward, over every prompt + completion,
+per second of `train_runtime`, as a share of the fp32 peak. swiftlike also runs the old policy's forward for its
+log-probs, which TRL takes from the sampling's logits. Completion lengths are each side's mean over the run
+(swiftlike's logged `completions/mean_length`, TRL's counted up to the first end-of-turn token around its
+`batch_generation`); the prompts' length, which neither side records, is the dataset's mean ("~").
+
     .venv/bin/python benchmarks/bench_ppo.py
     .venv/bin/python benchmarks/bench_ppo.py --quick   # smoke test on a tiny model
 """
@@ -24,8 +32,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from common import (add_run_options, alternating_rounds, fill_defaults, final_record, run_logged, run_trl_baseline,
-                    swiftlike_cli)
+from bound import Work, mean_prompt_length, model_shape, report, rollout_work
+from common import (add_run_options, alternating_rounds, fill_defaults, final_record, mean_over_steps, run_logged,
+                    run_trl_baseline, swiftlike_cli)
 
 HERE = Path(__file__).resolve().parent
 BASELINE = HERE / "trl_ppo_baseline.py"
@@ -92,8 +101,11 @@ def main() -> None:
     def swiftlike_side(tag: str) -> dict:
         out = run_logged(swiftlike_command(args, reward_model, str(workdir / f"swiftlike-{tag}")),
                          workdir / f"swiftlike-{tag}.log", args.timeout, {"SWIFTLIKE_OFFLINE": "1"})
-        record = final_record(Path(RUN_DIR.findall(out)[-1]))
-        return {"step_s": record["train_runtime"] / record["step"], "train_runtime": record["train_runtime"]}
+        run_dir = Path(RUN_DIR.findall(out)[-1])
+        record = final_record(run_dir)
+        return {"step_s": record["train_runtime"] / record["step"], "train_runtime": record["train_runtime"],
+                "global_step": record["step"],
+                "completion_mean_length": mean_over_steps(run_dir, "completions/mean_length")}
 
     def trl_side(tag: str) -> dict:
         path = os.pathsep.join([trl_with_ppo_path(), repo])  # trl 1.12 first, this checkout's swiftlike next
@@ -109,10 +121,22 @@ def main() -> None:
     print(f"  swiftlike (colocated vLLM): {ours:6.2f} s/step")
     print(f"  TRL {TRL_WITH_PPO} PPOTrainer (generate): {theirs:6.2f} s/step")
     print(f"  ratio swiftlike / TRL: {ours / theirs:.2f}x  (goal <= 0.5x)")
+
+    shape, prompt_length = model_shape(args.model), mean_prompt_length(args.model, args.dataset)
+    print(f"\nthe machine's bound: model FLOPs over train_runtime, all rounds; prompts ~{prompt_length} tokens "
+          "(the dataset's mean)")
+    bounds = {}
+    for name, runs in results.items():
+        # forwards: the reference, and swiftlike's old policy; value forwards: the critic's values, the reward model
+        work = sum((rollout_work(prompt_length, [x["completion_mean_length"]] * x["global_step"], args.batch_size,
+                                 lora=False, forwards=2 if name == "swiftlike" else 1, value_forwards=2,
+                                 value_train=True) for x in runs), Work())
+        bounds[name] = report(name, shape, work, sum(x["train_runtime"] for x in runs),
+                              sum(x["global_step"] for x in runs), approximate=True)
     print(f"logs in {workdir}")
     if args.json:
         Path(args.json).write_text(json.dumps({"swiftlike": results["swiftlike"], "trl": results["trl"],
-                                               "ratio": ours / theirs}, indent=2))
+                                               "ratio": ours / theirs, "bound": bounds}, indent=2))
 
 
 if __name__ == "__main__":

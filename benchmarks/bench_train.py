@@ -12,6 +12,11 @@ Each side keeps its own design inside that time: swiftlike always writes a final
 checkpoint (and draws its PNG curves) at the last step, inside `train_runtime`; TRL computes
 the loss through its tiled "fused LM head" and logs entropy and token accuracy every step.
 
+Beside the ratio, each side's bound (`bound.py`): the model FLOPs of LoRA training over the
+tokens it counted, per second of `train_runtime`, as a share of the fp32 peak. Without packing
+the sequences are steps x batch rows of the mean length; with packing the attention runs per
+original sample, whose count is estimated from the dataset's mean sample length ("~").
+
     .venv/bin/python benchmarks/bench_train.py
     .venv/bin/python benchmarks/bench_train.py --quick   # smoke test on a tiny model
 """
@@ -27,6 +32,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from bound import Work, dataset_lengths, mean_lengths, model_shape, report
 from common import add_run_options, fill_defaults, final_record, in_turn, run_logged, run_trl_baseline, swiftlike_cli
 
 HERE = Path(__file__).resolve().parent
@@ -97,6 +103,14 @@ def describe(result: dict) -> str:
     return ", ".join(parts)
 
 
+def sft_work(args, result: dict, sample_length: float | None) -> Work:
+    """LoRA training over the run's tokens: steps x batch rows, or (packing, `sample_length` given) as many
+    samples of the dataset's mean length as the tokens fill."""
+    tokens = float(result["num_input_tokens_seen"])
+    rows = round(tokens / sample_length) if sample_length else int(result["global_step"]) * args.batch_size
+    return Work(train=mean_lengths(tokens, rows), lora=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", default=None, help=f"default {DEFAULTS['model']}")
@@ -146,6 +160,16 @@ def main() -> None:
         if figures["tokens_seen_swiftlike"] != figures["tokens_seen_trl"]:
             print(f"note: {mode}: the two sides counted different numbers of tokens (different encoding, truncation "
                   "or counting rule); tokens/s still divides each side's own count by its own runtime")
+
+    shape = model_shape(args.model)
+    sample_length = statistics.fmean(dataset_lengths(args.model, args.dataset, False, args.max_length))
+    print("\nthe machine's bound: model FLOPs of the tokens each side counted over its train_runtime, all rounds")
+    for mode, packing in MODES:
+        for name, runs in results[mode].items():
+            work = sum((sft_work(args, x, sample_length if packing else None) for x in runs), Work())
+            summary[mode][f"bound_{name}"] = report(
+                f"{name:<9} ({mode})", shape, work, sum(float(x["train_runtime"]) for x in runs),
+                sum(int(x["global_step"]) for x in runs), approximate=packing)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"args": vars(args), "summary": summary, "rounds": results}, f, indent=2)

@@ -66,6 +66,18 @@ def final_record(run_dir: Path) -> dict | None:
     return final[-1] if final else None
 
 
+def mean_over_steps(run_dir: Path, key: str) -> float:
+    """The mean of `key` (e.g. `completions/mean_length`) over a swiftlike run's steps, from its logging.jsonl:
+    each record holds the mean since the previous record, so it weighs as many steps as it covers (with
+    --logging_steps 1000 the records are the first step's and the last step's)."""
+    entries = map(json.loads, (Path(run_dir) / "logging.jsonl").read_text().splitlines())
+    total, last = 0.0, 0
+    for e in entries:
+        if e.get(key) is not None:
+            total, last = total + e[key] * (e["step"] - last), e["step"]
+    return total / last
+
+
 def in_turn(sides: Sequence, round_index: int) -> Sequence:
     """The sides in the order they run in round `round_index`: who goes first flips every round, so that machine
     noise (a warming cache, a neighbour's load) hits them alike."""

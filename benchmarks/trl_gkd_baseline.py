@@ -9,7 +9,10 @@ The settings mirror the swiftlike side of the benchmark (LoRA r16 alpha 32 on al
 beta, temperature, max new tokens, batch, lr, cosine schedule, weight decay 0.1, adam_beta2 0.95, seed 42, a
 checkpoint at the last step). Prints one parseable line at the end:
 
-    TRL_RESULT {"step_s": ..., "train_runtime": ..., "global_step": ...}
+    TRL_RESULT {"step_s": ..., "train_runtime": ..., "global_step": ..., "completion_mean_length": ...}
+
+`completion_mean_length` (tokens up to and including the first end-of-sequence token, as TRL masks them) is
+counted around `generate_on_policy_outputs`, for the benchmark's FLOP count.
 
     SWIFTLIKE_OFFLINE=1 .venv/bin/python benchmarks/trl_gkd_baseline.py --model tiny-random/qwen2_5 \
         --teacher tiny-random/qwen2_5 --max_steps 2
@@ -78,12 +81,21 @@ def main() -> None:
         )
         trainer = GKDTrainer(model=model, teacher_model=teacher, args=config, train_dataset=dataset,
                              processing_class=tokenizer, peft_config=peft_config)
+        completion_lengths: list[int] = []
+        generate = trainer.generate_on_policy_outputs
+
+        def counted_generate(unwrapped, inputs, generation_config):  # measurement only: what was sampled
+            ids, attention_mask, labels = generate(unwrapped, inputs, generation_config)
+            completion_lengths.extend(attention_mask[:, inputs["prompts"].shape[1]:].sum(1).tolist())
+            return ids, attention_mask, labels
+        trainer.generate_on_policy_outputs = counted_generate
         output = trainer.train()
 
     runtime = output.metrics["train_runtime"]
     steps = trainer.state.global_step
     result = {"step_s": runtime / max(steps, 1), "train_runtime": runtime, "global_step": steps,
-              "train_loss": output.metrics.get("train_loss")}
+              "train_loss": output.metrics.get("train_loss"),
+              "completion_mean_length": sum(completion_lengths) / max(len(completion_lengths), 1)}
     print(f"  seconds per step  {result['step_s']:.2f}")
     print(RESULT_PREFIX + json.dumps(result), flush=True)
 

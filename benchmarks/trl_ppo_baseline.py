@@ -8,7 +8,10 @@ that renders them.
 
 Prints one parseable line at the end:
 
-    TRL_RESULT {"step_s": ..., "train_runtime": ..., "global_step": ...}
+    TRL_RESULT {"step_s": ..., "train_runtime": ..., "global_step": ..., "completion_mean_length": ...}
+
+`completion_mean_length` (tokens up to and including the first end-of-sequence token, where TRL truncates them)
+is counted around the trainer module's `batch_generation`, for the benchmark's FLOP count.
 """
 from __future__ import annotations
 
@@ -43,6 +46,7 @@ def main() -> None:
         warnings.simplefilter("ignore")
         import trl
         from trl.experimental.ppo import PPOConfig, PPOTrainer
+        from trl.experimental.ppo import ppo_trainer as ppo_module
 
     from swiftlike.dataset import load_dataset
     from swiftlike.model import resolve_model
@@ -66,6 +70,16 @@ def main() -> None:
                            stop_token="eos", temperature=0.7, kl_coef=0.05, learning_rate=args.learning_rate,
                            num_sample_generations=0, save_strategy="no", report_to=[], bf16=False, fp16=False,
                            use_cpu=not torch.cuda.is_available())
+        completion_lengths: list[int] = []
+        generate = ppo_module.batch_generation
+
+        def counted_generation(model, queries, *rest):  # measurement only: what was sampled, up to its end
+            query_responses, logits = generate(model, queries, *rest)
+            is_eos = query_responses[:, queries.shape[1]:] == tokenizer.eos_token_id
+            ends = torch.where(is_eos.any(1), is_eos.int().argmax(1) + 1, is_eos.shape[1])
+            completion_lengths.extend(ends.tolist())
+            return query_responses, logits
+        ppo_module.batch_generation = counted_generation
         trainer = PPOTrainer(args=config, processing_class=tokenizer, model=policy, ref_model=ref,
                              reward_model=reward, train_dataset=dataset, eval_dataset=dataset, value_model=value)
         start = time.perf_counter()
@@ -73,7 +87,8 @@ def main() -> None:
         runtime = time.perf_counter() - start
     steps = trainer.state.global_step
     result = {"step_s": runtime / max(steps, 1), "train_runtime": runtime, "global_step": steps,
-              "trl": trl.__version__}
+              "trl": trl.__version__,
+              "completion_mean_length": sum(completion_lengths) / max(len(completion_lengths), 1)}
     print(f"  seconds per step  {result['step_s']:.2f}")
     print(RESULT_PREFIX + json.dumps(result), flush=True)
 
