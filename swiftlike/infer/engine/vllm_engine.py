@@ -22,6 +22,7 @@ from ...utils.fields import arg
 from ..protocol import (DEFAULT_MAX_LOGPROBS, VLLM_EXTENSIONS, Choice, InferRequest, InferResponse, RequestConfig,
                         StreamDelta, TokenLogprob, TopLogprob, Usage)
 from .base import InferEngine
+from .vllm_cpu_lora import install_fast_cpu_lora
 
 logger = get_logger("swiftlike.infer")
 
@@ -131,6 +132,8 @@ class VllmEngine(InferEngine):
         self.max_logprobs = self.options.max_logprobs
         if adapters and not self.options.enable_lora:
             self.options = dataclasses.replace(self.options, enable_lora=True)
+        if self.options.enable_lora and on_cpu():
+            install_fast_cpu_lora()
         self.llm = LLM(**engine_kwargs(resolved.model_dir, self.options))
         self._adapters: dict[str, object] = {}
         self._lora_ids = itertools.count(1)
