@@ -15,6 +15,10 @@ os.environ.setdefault("SWIFTLIKE_OFFLINE", "1")
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# A fixed thread count in every run the tests start: a training process otherwise follows the machine's load
+# (utils/threads.py), and a different count sums in another order, so a seeded run could sample other tokens
+# when the suite runs beside other work. tests/unit/utils/test_threads.py drives the adaptation directly.
+os.environ.setdefault("OMP_NUM_THREADS", str(len(os.sched_getaffinity(0))))
 
 import pytest  # noqa: E402
 

@@ -35,12 +35,14 @@ class FairShareThreads(TrainerCallback):
         self.cpus = cpus or usable_cpus()
         self._started = False
         self._mark: tuple[float, float] | None = None  # (wall clock, queued seconds) at the last step's start
+        self._initial = 1
 
     def on_train_begin(self, args, state, control, **kwargs):
         if self._started:
             return
         self.sampler.start()
         self._started = True
+        self._initial = torch.get_num_threads()
         waiting = probe_waiting()  # the first step would otherwise run crowded: on two cores that is 10x slower
         current = torch.get_num_threads()
         wanted = next_threads(current, self.cpus, waiting, other_running=0.0)
@@ -69,4 +71,7 @@ class FairShareThreads(TrainerCallback):
             logs["threads"] = torch.get_num_threads()
 
     def on_train_end(self, args, state, control, **kwargs):
+        """The process's own count back: a Python API caller's next work (or run) starts from it."""
         self.sampler.stop()
+        if self._started:
+            torch.set_num_threads(self._initial)
