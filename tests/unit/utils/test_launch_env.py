@@ -12,6 +12,7 @@ LAUNCH = ("NPROC_PER_NODE", "NNODES", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT",
 # The modules that may touch os.environ, each for its reason. Anything else reads LaunchEnv or takes an argument.
 ENVIRONMENT_EDGES = {
     "utils/launch_env.py": "the launch variables, and the settings libraries read only from the environment",
+    "utils/threads.py": "OMP_NUM_THREADS in the environment is the user's fixed thread count (no adaptation)",
     "utils/hub.py": "the user's offline switches (HF_HUB_OFFLINE, SWIFTLIKE_OFFLINE, ...)",
     "utils/io.py": "SWIFTLIKE_CACHE",
     "utils/logging.py": "SWIFTLIKE_LOG_LEVEL",
