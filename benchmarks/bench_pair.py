@@ -58,7 +58,8 @@ def paired(args, workdir: Path, setting: str) -> list[float]:
     for i in (1, 2):
         log = workdir / f"{setting}-pair{i}.log"
         cmd = bench_dpo.swiftlike_command(args, str(workdir / f"{setting}-pair{i}"))
-        jobs.append((subprocess.Popen(cmd, stdout=open(log, "w"), stderr=subprocess.STDOUT, env=env), log))
+        with open(log, "w") as out:  # the child keeps its own copy of the descriptor
+            jobs.append((subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env), log))
     rates = []
     for proc, log in jobs:
         if proc.wait(timeout=args.timeout) != 0:
