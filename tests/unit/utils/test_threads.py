@@ -10,7 +10,7 @@ from swiftlike.train.fair_threads import FairShareThreads
 from swiftlike.utils.threads import (LoadSampler, adapts_threads, next_threads, own_running, queued_seconds,
                                      system_running)
 
-BUSY = "import time\nend = time.time() + 30\nwhile time.time() < end: pass\n"
+BUSY = "import time\nprint('ready', flush=True)\nend = time.time() + 30\nwhile time.time() < end: pass\n"
 
 
 def test_down_on_queueing_up_on_room():
@@ -36,20 +36,24 @@ def matmuls(seconds: float) -> None:
 
 
 def test_a_crowded_step_drops_the_team_and_an_emptied_machine_gives_it_back():
-    """Two busy processes beside a two-thread torch loop on two CPUs: the loop's threads queue, the next step
+    """Four busy processes beside a two-thread torch loop on two CPUs: the loop's threads queue, the next step
     runs one thread; once they end, the load falls and the team grows back to the CPUs."""
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     sampler = LoadSampler(interval=0.02)
     callback = FairShareThreads(sampler, cpus=2)
     callback.on_train_begin(None, State(), None)
-    busy = [subprocess.Popen([sys.executable, "-c", BUSY]) for _ in range(3)]
+    busy = [subprocess.Popen([sys.executable, "-c", BUSY], stdout=subprocess.PIPE, text=True) for _ in range(4)]
     try:
-        time.sleep(0.3)
+        for p in busy:  # every one spinning before the step starts: a slow interpreter start is no contention
+            assert p.stdout.readline() == "ready\n"
+        time.sleep(0.2)
+        sampler.take()
         callback.on_step_begin(None, State(), None)
-        queued = queued_seconds()
+        queued, start = queued_seconds(), time.perf_counter()
         matmuls(1.5)
-        assert queued_seconds() - queued > 0.3  # our threads waited for the CPUs the busy ones held
+        waiting = (queued_seconds() - queued) / (time.perf_counter() - start)
+        assert waiting >= 0.5, waiting  # our threads waited for the CPUs the busy ones held
         loaded = sampler.take()
         sampler._sum, sampler._count = loaded, 1  # the callback reads the same window
         callback.on_step_begin(None, State(), None)
@@ -61,6 +65,7 @@ def test_a_crowded_step_drops_the_team_and_an_emptied_machine_gives_it_back():
         for p in busy:
             p.kill()
             p.wait()
+            p.stdout.close()
     try:
         sampler.take()
         matmuls(1.0)
