@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.setup-stamp
 
-.PHONY: setup test test-fast demo demo-dpo demo-gkd demo-agent-sft demo-agent demo-algorithms demo-ppo demo-rft examples bench bench-train bench-grpo bench-rollout bench-async bench-deploy bench-dpo bench-gkd bench-ray bench-delta bench-agent bench-reward bench-ppo bench-sample bench-eval bench-pair bench-logps profile-steps roofline lint clean
+.PHONY: setup test test-fast demo demo-dpo demo-gkd demo-agent-sft demo-agent demo-algorithms demo-ppo demo-rft examples bench bench-train bench-grpo bench-rollout bench-async bench-deploy bench-dpo bench-gkd bench-ray bench-delta bench-agent bench-reward bench-ppo bench-sample bench-eval bench-pair bench-logps bench-compile padding-waste profile-steps roofline lint clean
 
 setup: $(STAMP)
 
@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml scripts/setup.sh
 
 test: setup
 	$(VENV)/bin/ruff check swiftlike tests benchmarks scripts
-	$(PY) -m pytest -q --durations=25 tests
+	$(PY) -m pytest -q --durations=40 tests
 
 test-fast: setup
 	$(PY) -m pytest -q tests -m "not slow"
@@ -101,6 +101,12 @@ bench-pair: setup
 
 bench-logps: setup
 	$(PY) benchmarks/bench_logps.py
+
+bench-compile: setup
+	$(PY) benchmarks/bench_compile.py
+
+padding-waste: setup
+	$(PY) benchmarks/padding_waste.py
 
 profile-steps: setup
 	$(PY) benchmarks/profile_steps.py

@@ -320,6 +320,10 @@ class RlhfArguments(TrainArguments, PreferenceArguments, GkdArguments, TeacherAr
                        if getattr(self, name)]
         if batch_flags:
             raise ValueError(f"{', '.join(batch_flags)}: not built for {what}")
+        if self.torch_compile and not self.is_preference:
+            raise ValueError(f"--torch_compile: not built for {self.rlhf_type}, whose trainer runs the model through "
+                             "its own passes (prompt caches, hooks on the decoder); it applies to sft, pt and the "
+                             "preference types (dpo, kto, cpo, simpo, orpo, rm)")
         if self.loss_scale == "all":
             answers = {"grpo": "sampled completions", "gkd": "completions"}.get(self.rlhf_type,
                                                                                 "chosen/rejected answers")

@@ -214,6 +214,7 @@ def training_arguments(args: TrainArguments, run_dir: Path, has_eval: bool, conf
         # On CPU, accelerate forms a torchrun process group only when told it is a CPU run.
         use_cpu=on_cpu, ddp_backend=args.ddp_backend, ddp_find_unused_parameters=False,
         use_liger_kernel=args.use_liger_kernel and not on_cpu,
+        torch_compile=args.torch_compile,
         # packed and flattened rows have no padding; counting "non-padding" would skip real tokens equal to the pad id
         include_num_input_tokens_seen="all" if args.packing or args.padding_free else "non_padding",
         **extra,

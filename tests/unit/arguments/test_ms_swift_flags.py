@@ -109,11 +109,22 @@ def test_ms_swift_command_line_parses_with_ms_swift_defaults():
      "sampled completions only"),
     (RlhfArguments, ["--rlhf_type", "grpo", "--reward_funcs", "accuracy", "--num_generations", "2", "--streaming", "true"],
      "--streaming: not built for GRPO"),
+    (RlhfArguments, ["--rlhf_type", "gkd", "--teacher_model", TINY, "--torch_compile", "true"],
+     "--torch_compile: not built for gkd"),
 ])
 def test_flag_misuse_is_a_clear_error(cls, argv, message, capsys):
     with pytest.raises(SystemExit):
         args_of(*argv, cls=cls)
     assert message in capsys.readouterr().err
+
+
+def test_torch_compile_reaches_the_trainer_for_sft_and_dpo(tmp_path):
+    """ms-swift's --torch_compile (transformers' own field) reaches the Trainer's arguments; off by default."""
+    from swiftlike.train.run import training_arguments
+    assert training_arguments(args_of("--torch_compile", "true"), tmp_path, has_eval=False).torch_compile is True
+    assert training_arguments(args_of(), tmp_path, has_eval=False).torch_compile is False
+    dpo = args_of("--rlhf_type", "dpo", "--torch_compile", "true", cls=RlhfArguments)
+    assert training_arguments(dpo, tmp_path, has_eval=False).torch_compile is True
 
 
 # --- --attn_impl ----------------------------------------------------------------------------------------------
