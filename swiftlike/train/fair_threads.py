@@ -36,6 +36,8 @@ class FairShareThreads(TrainerCallback):
         self._started = False
         self._mark: tuple[float, float] | None = None  # (wall clock, queued seconds) at the last step's start
         self._initial = 1
+        # what the last decision read: this process's mean queued threads and the other running tasks over the step
+        self.measured: tuple[float, float] | None = None
 
     def on_train_begin(self, args, state, control, **kwargs):
         if self._started:
@@ -58,6 +60,7 @@ class FairShareThreads(TrainerCallback):
         if last is None or other is None:
             return
         waiting = (queued - last[1]) / max(now - last[0], 1e-6)
+        self.measured = (waiting, other)
         current = torch.get_num_threads()
         wanted = next_threads(current, self.cpus, waiting, other)
         if wanted != current:

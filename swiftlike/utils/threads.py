@@ -74,9 +74,9 @@ def own_running(task_dir: Path = Path("/proc/self/task")) -> int:
     for stat in task_dir.glob("*/stat"):
         try:
             text = stat.read_text()
-        except OSError:  # the thread ended between the listing and the read
+            running += text[text.rindex(")") + 2:].startswith("R")
+        except (OSError, ValueError):  # the thread ended between the listing and the read
             continue
-        running += text[text.rindex(")") + 2:].startswith("R")
     return running
 
 
@@ -105,7 +105,10 @@ class LoadSampler:
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
-            value = self.sample()
+            try:
+                value = self.sample()
+            except (OSError, ValueError):  # /proc read mid-change: skip this sample, keep the thread alive
+                continue
             with self._lock:
                 self._sum += value
                 self._count += 1
