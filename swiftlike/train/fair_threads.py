@@ -19,6 +19,13 @@ from ..utils.threads import LoadSampler, next_threads, queued_seconds, usable_cp
 logger = get_logger(__name__)
 
 
+def threads_settable() -> bool:
+    """Whether `torch.set_num_threads` is still torch's own. vLLM's CPU worker, once it has bound its OpenMP
+    threads to cores, replaces it in its process with a no-op that warns (a colocated engine lives in the
+    trainer's process): the count is then vLLM's, and changing it would undo the binding."""
+    return torch.set_num_threads is torch._C.set_num_threads
+
+
 def probe_waiting(seconds: float = 0.3) -> float:
     """The mean number of this process's threads queued for a CPU during `seconds` of matmuls on the current
     team: the contention a step would meet, measured before the first one."""
@@ -42,6 +49,10 @@ class FairShareThreads(TrainerCallback):
     def on_train_begin(self, args, state, control, **kwargs):
         if self._started:
             return
+        if not threads_settable():
+            logger.info("torch threads stay at %d: vLLM's CPU engine in this process has bound them to cores",
+                        torch.get_num_threads())
+            return
         self.sampler.start()
         self._started = True
         self._initial = torch.get_num_threads()
@@ -54,6 +65,13 @@ class FairShareThreads(TrainerCallback):
             torch.set_num_threads(wanted)
 
     def on_step_begin(self, args, state, control, **kwargs):
+        if not threads_settable():
+            if self._started:
+                logger.info("torch threads stay at %d from here: vLLM's CPU engine in this process has bound them "
+                            "to cores", torch.get_num_threads())
+                self.sampler.stop()
+                self._started = False
+            return
         now, queued = time.perf_counter(), queued_seconds()
         last, self._mark = self._mark, (now, queued)
         other = self.sampler.take()
@@ -76,5 +94,5 @@ class FairShareThreads(TrainerCallback):
     def on_train_end(self, args, state, control, **kwargs):
         """The process's own count back: a Python API caller's next work (or run) starts from it."""
         self.sampler.stop()
-        if self._started:
+        if self._started and threads_settable():
             torch.set_num_threads(self._initial)

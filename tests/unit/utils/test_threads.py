@@ -87,3 +87,19 @@ def test_a_crowded_step_drops_the_team_and_an_emptied_machine_gives_it_back():
 
 class State:
     global_step = 0
+
+
+def test_a_colocated_vllm_engine_keeps_its_thread_binding(monkeypatch):
+    """vLLM's CPU worker replaces torch.set_num_threads in its process once it has bound its threads to cores
+    (vllm/v1/worker/cpu_worker.py); a colocated trainer then leaves the count alone instead of calling the no-op
+    at every step."""
+    calls = []
+    monkeypatch.setattr(torch, "set_num_threads", calls.append)
+    sampler = LoadSampler(interval=0.02)
+    callback = FairShareThreads(sampler, cpus=2)
+    callback.on_train_begin(None, State(), None)
+    for _ in range(2):
+        callback.on_step_begin(None, State(), None)
+    callback.on_train_end(None, State(), None)
+    assert calls == [] and callback.measured is None
+
