@@ -18,13 +18,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's swiftlike
+from common import alternating_rounds, fill_defaults, run_side_process
 
 DEFAULTS = {"model": "HuggingFaceTB/SmolLM2-135M-Instruct", "rows": 4, "tokens": 256, "steps": 6, "rounds": 2}
 QUICK = {"model": "tiny-random/qwen2_5", "tokens": 32, "steps": 3, "rounds": 1}
@@ -74,24 +72,15 @@ def main() -> None:
     parser.add_argument("--json", default=None, help="also write the figures to this file")
     parser.add_argument("--side", choices=SIDES, help=argparse.SUPPRESS)  # a child process's one side
     args = parser.parse_args()
-    for key, value in DEFAULTS.items():
-        if getattr(args, key) is None:
-            setattr(args, key, QUICK.get(key, value) if args.quick else value)
+    fill_defaults(args, DEFAULTS, QUICK)
     if args.side:
         print(json.dumps(run_side(args)))
         return
     child = [sys.executable, __file__] + [f"--{k}={getattr(args, k)}" for k in DEFAULTS]
-    figures: dict[str, list[dict]] = {side: [] for side in SIDES}
-    for r in range(args.rounds):
-        for side in SIDES if r % 2 == 0 else SIDES[::-1]:
-            out = subprocess.run(child + [f"--side={side}"], capture_output=True, text=True,
-                                 env={**os.environ, "SWIFTLIKE_OFFLINE": "1"})
-            if out.returncode:
-                sys.exit(f"the {side} side failed:\n{out.stderr[-3000:]}")
-            figures[side].append(json.loads(out.stdout.strip().splitlines()[-1]))
-            f = figures[side][-1]
-            print(f"round {r + 1} {side:8s}: step {f['step_s']:.3f} s (fastest of {args.steps}), first step "
-                  f"{f['first_step_s']:.1f} s, first loss {f['first_loss']:.6f}", flush=True)
+    figures = alternating_rounds(
+        args.rounds, [(side, lambda _tag, side=side: run_side_process(child, side)) for side in SIDES],
+        lambda f: f"step {f['step_s']:.3f} s (fastest of {args.steps}), first step {f['first_step_s']:.1f} s, "
+                  f"first loss {f['first_loss']:.6f}")
     eager = min(f["step_s"] for f in figures["eager"])
     compiled = min(f["step_s"] for f in figures["compiled"])
     compile_cost = min(f["first_step_s"] for f in figures["compiled"]) - eager

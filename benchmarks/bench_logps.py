@@ -18,12 +18,11 @@ from __future__ import annotations
 import argparse
 import json
 import resource
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's swiftlike
+from common import alternating_rounds, fill_defaults, run_side_process
 
 DEFAULTS = {"rows": 16, "tokens": 256, "hidden": 576, "vocab": 49152, "temperature": 0.9, "repeats": 3, "rounds": 2}
 QUICK = {"rows": 2, "tokens": 16, "hidden": 64, "vocab": 1024, "repeats": 1, "rounds": 1}
@@ -73,21 +72,15 @@ def main() -> None:
     parser.add_argument("--json", default=None, help="also write the figures to this file")
     parser.add_argument("--side", choices=SIDES, help=argparse.SUPPRESS)  # a child process's one side
     args = parser.parse_args()
-    for key, value in DEFAULTS.items():
-        if getattr(args, key) is None:
-            setattr(args, key, QUICK.get(key, value) if args.quick else value)
+    fill_defaults(args, DEFAULTS, QUICK)
     if args.side:
         print(json.dumps(run_side(args)))
         return
     child = [sys.executable, __file__] + [f"--{k}={getattr(args, k)}" for k in DEFAULTS]
     child += [f"--chunk_rows={args.chunk_rows}"] * (args.chunk_rows is not None) + ["--train_head"] * args.train_head
-    figures: dict[str, list[dict]] = {side: [] for side in SIDES}
-    for r in range(args.rounds):
-        for side in SIDES if r % 2 == 0 else SIDES[::-1]:
-            out = subprocess.run(child + [f"--side={side}"], capture_output=True, text=True, check=True)
-            figures[side].append(json.loads(out.stdout.strip().splitlines()[-1]))
-            print(f"round {r + 1} {side}: {figures[side][-1]['seconds']:.3f} s, "
-                  f"peak +{figures[side][-1]['peak_mib']:.0f} MiB", flush=True)
+    figures = alternating_rounds(
+        args.rounds, [(side, lambda _tag, side=side: run_side_process(child, side)) for side in SIDES],
+        lambda f: f"{f['seconds']:.3f} s, peak +{f['peak_mib']:.0f} MiB")
     result = {side: {"seconds": min(f["seconds"] for f in rows),
                      "peak_mib": max(f["peak_mib"] for f in rows)} for side, rows in figures.items()}
     result["speedup"] = result["logits"]["seconds"] / result["chunked"]["seconds"]

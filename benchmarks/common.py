@@ -97,6 +97,16 @@ def alternating_rounds(rounds: int, sides: Sequence[tuple[str, Callable[[str], d
     return results
 
 
+def run_side_process(child: list[str], side: str) -> dict:
+    """One side of an in-script comparison in a fresh process (`child` + `--side=<side>`, offline), so neither
+    side's caches or compiled graphs reach the other: the JSON object its last line prints."""
+    out = subprocess.run([*child, f"--side={side}"], capture_output=True, text=True,
+                         env={**os.environ, "SWIFTLIKE_OFFLINE": "1"})
+    if out.returncode:
+        sys.exit(f"the {side} side failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def add_run_options(parser, quick: dict, steps_key: str, timeout: float) -> None:
     """The options every benchmark has: --quick (a tiny-model smoke test), --timeout, --keep, --json."""
     parser.add_argument("--quick", action="store_true",
