@@ -4,6 +4,7 @@ from __future__ import annotations
 from ..arguments.train_args import TrainArguments
 from ..model import ResolvedModel, attn_implementation, check_adapter_dir, pick_dtype
 from ..utils import get_logger
+from .lora_dropout import use_hashed_lora_dropout
 
 logger = get_logger("swiftlike.train")
 
@@ -49,11 +50,14 @@ def prepare_model(args: TrainArguments, resolved: ResolvedModel, device: str, re
             raise ValueError("--adapters: training continues one adapter at a time")
         path = check_adapter_dir(next(iter(args.adapter_paths().values())))
         logger.info("continuing LoRA training from %s", path)
-        return PeftModel.from_pretrained(model, str(path), is_trainable=True)
-    try:
-        return get_peft_model(model, lora_config(args, reward_head))
-    except ValueError as e:
-        raise ValueError(f"--target_modules {' '.join(args.target_modules)}: {e}") from None
+        model = PeftModel.from_pretrained(model, str(path), is_trainable=True)
+    else:
+        try:
+            model = get_peft_model(model, lora_config(args, reward_head))
+        except ValueError as e:
+            raise ValueError(f"--target_modules {' '.join(args.target_modules)}: {e}") from None
+    use_hashed_lora_dropout(model)
+    return model
 
 
 def parameter_summary(model) -> str:

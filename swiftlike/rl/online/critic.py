@@ -77,6 +77,7 @@ def load_critic(source: CriticSource, args, device: str, resume_dir: str | None 
     from transformers import AutoModelForSequenceClassification
 
     from ...model import pick_dtype, resolve_model
+    from ...train.lora_dropout import use_hashed_lora_dropout
     from ...train.tuner import lora_config
 
     saved = Path(resume_dir) / CRITIC_DIR if resume_dir else None
@@ -99,8 +100,11 @@ def load_critic(source: CriticSource, args, device: str, resume_dir: str | None 
     if args.tuner_type == "full":
         return base.train()
     if saved is not None:
-        return PeftModel.from_pretrained(base, str(saved), is_trainable=True).train()
-    return get_peft_model(base, lora_config(args, reward_head=True)).train()
+        critic = PeftModel.from_pretrained(base, str(saved), is_trainable=True)
+    else:
+        critic = get_peft_model(base, lora_config(args, reward_head=True))
+    use_hashed_lora_dropout(critic)
+    return critic.train()
 
 
 def _backbone_and_head(critic: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn.Module]:
