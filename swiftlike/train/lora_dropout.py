@@ -108,6 +108,6 @@ def use_hashed_lora_dropout(model) -> int:
                 layer.lora_dropout[adapter] = HashedDropout(dropout.p)
                 swapped += 1
     if swapped:
-        logger.info("LoRA dropout: %d layers draw their CPU masks from a counter hash (torch's bernoulli_ is "
-                    "single-threaded on this CPU)", swapped)
+        logger.info("LoRA dropout: %d layers draw their CPU masks from a counter hash instead of torch's "
+                    "bernoulli_ (train/lora_dropout.py)", swapped)
     return swapped

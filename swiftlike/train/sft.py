@@ -19,7 +19,7 @@ def train(args: TrainArguments) -> TrainResult:
     data = prepare_data(args, run.template)
     run.training_arguments(has_eval=data.val is not None)
     run_dir = run.open(data.stats)
-    model = prepare_model(args, run.resolved, default_device())
+    model = prepare_model(args, run.resolved, default_device(), compact_head=True)
     logger.info("%s (%s); run directory %s", parameter_summary(model), args.tuner_type, run_dir)
     trainer = SwiftlikeTrainer(model=model, args=run.training_args, train_dataset=data.train, eval_dataset=data.val,
                                data_collator=data.collator, processing_class=run.tokenizer, callbacks=run.callbacks,

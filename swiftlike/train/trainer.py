@@ -70,6 +70,17 @@ class AtomicCheckpoints:
 class SwiftlikeTrainer(AtomicCheckpoints, Trainer):
     """transformers' Trainer with atomic checkpoints; sft, pt and GRPO train with it."""
 
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        """Training batches go through the compact LM head when the model has it (fused_head.py): the same
+        loss, projected at labelled positions only. Evaluation keeps the logits (metrics may read them), and
+        label smoothing and a custom loss need them too. `self.model`, not `model`: a DDP wrapper hides the
+        attribute."""
+        if (model.training and "labels" in inputs and self.label_smoother is None and self.compute_loss_func is None
+                and getattr(self.model, "compact_lm_head", False)):
+            inputs = {**inputs, "fused_lm_head": True}
+        return super().compute_loss(model, inputs, return_outputs=return_outputs,
+                                    num_items_in_batch=num_items_in_batch)
+
     def _save(self, output_dir: str | None = None, state_dict=None) -> None:
         """A Megatron-backend model is saved as an HF checkpoint (LoRA merged), which transformers, vLLM and
         `swiftlike deploy` load; the Trainer would write its GPTModel state dict under Megatron's names. Tensor

@@ -4,6 +4,7 @@ from __future__ import annotations
 from ..arguments.train_args import TrainArguments
 from ..model import ResolvedModel, attn_implementation, check_adapter_dir, pick_dtype
 from ..utils import get_logger
+from .fused_head import add_compact_lm_head
 from .lora_dropout import use_hashed_lora_dropout
 
 logger = get_logger("swiftlike.train")
@@ -39,9 +40,12 @@ def lora_config(args: TrainArguments, reward_head: bool = False):
                       task_type="SEQ_CLS" if reward_head else "CAUSAL_LM")
 
 
-def prepare_model(args: TrainArguments, resolved: ResolvedModel, device: str, reward_head: bool = False):
-    """Load the model in the training dtype and wrap it for the chosen tuner."""
+def prepare_model(args: TrainArguments, resolved: ResolvedModel, device: str, reward_head: bool = False,
+                  compact_head: bool = False):
+    """Load the model in the training dtype and wrap it for the chosen tuner. `compact_head` gives a causal LM
+    TRL's fused head (fused_head.py) before PEFT wraps it; the model's `compact_lm_head` says if it took."""
     model = load_base_model(args, resolved, device, reward_head)
+    model.compact_lm_head = compact_head and add_compact_lm_head(model)
     if args.tuner_type == "full":
         return model
     from peft import PeftModel, get_peft_model

@@ -54,7 +54,8 @@ CONTACT_POINTS: tuple[ContactPoint, ...] = (
                  "the non-finite guard and GKD's per-step teacher work wrap the Trainer's step",
                  "rl/online/grpo_trainer.py, rl/online/gkd_trainer.py", ("model", "inputs", "num_items_in_batch")),
     ContactPoint("transformers", "transformers.trainer:Trainer.compute_loss", "override",
-                 "the GRPO and GKD losses", "rl/online/grpo_trainer.py, rl/online/gkd_trainer.py",
+                 "the GRPO and GKD losses; sft/pt's training loss through the compact LM head",
+                 "rl/online/grpo_trainer.py, rl/online/gkd_trainer.py, train/trainer.py",
                  ("model", "inputs", "return_outputs", "num_items_in_batch")),
     ContactPoint("transformers", "transformers.trainer_utils:rotate_checkpoints", "call",
                  "--save_total_limit applied to checkpoints published outside the Trainer's own save path",
@@ -63,6 +64,13 @@ CONTACT_POINTS: tuple[ContactPoint, ...] = (
                  "--logging_dir is given to the writer directly; transformers reads it only from "
                  "TENSORBOARD_LOGGING_DIR, which would outlive the run in the process", "train/run.py"),
     # TRL: the preference trainers, handed rows we encoded with our template
+    ContactPoint("trl", "trl.trainer.utils:add_fused_lm_head", "call",
+                 "sft and pt compute their loss from the hidden states at labelled positions only",
+                 "train/fused_head.py", ("model",)),
+    ContactPoint("trl", "trl.trainer.utils:_use_triton", "patch",
+                 "TRL's fused LM head asks it whether to project only the labelled positions; on CPU it says no, "
+                 "and sft rows and preference pairs are mostly prompt, so it is made to say yes there too",
+                 "train/fused_head.py", ("device",)),
     ContactPoint("trl", "trl:DPOTrainer._prepare_dataset", "override",
                  "rows arrive tokenized and length-limited; TRL must not tokenize them again",
                  "rl/preference/trainers.py", ("dataset", "processing_class", "args", "dataset_name")),

@@ -8,12 +8,16 @@ import warnings
 
 from trl import DPOConfig, DPOTrainer, KTOConfig, KTOTrainer, RewardConfig, RewardTrainer
 
+from ...train.fused_head import score_only_labelled_positions_on_cpu
 from ...train.trainer import AtomicCheckpoints
 
 with warnings.catch_warnings():  # "experimental" notices; the classes are the ones TRL documents for CPO/ORPO
     warnings.simplefilter("ignore")
     from trl.experimental.cpo import CPOConfig, CPOTrainer
     from trl.experimental.orpo import ORPOConfig, ORPOTrainer
+
+
+score_only_labelled_positions_on_cpu()  # DPO and KTO forward through TRL's fused head (train/fused_head.py)
 
 
 class DpoTrainer(AtomicCheckpoints, DPOTrainer):
