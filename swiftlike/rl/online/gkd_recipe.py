@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from ...arguments.rlhf_args import RlhfArguments
 from ...model import default_device
+from ...model.segment_attention import use_segment_attention
 from ...train.data import EncodeStats, ListDataset
 from ...train.run import TrainResult, checkpoint_args_writer, load_train_val_rows, prepare_run
 from ...utils import get_logger
@@ -127,6 +128,8 @@ def train_gkd(args: RlhfArguments) -> TrainResult:
 
     device = default_device()
     model = load_policy(args, resolved, device)
+    if use_segment_attention(model):  # GKD's batches are packed rows (teacher.PackedSequences)
+        logger.info("attention: each packed sequence on its own (segment attention), not a row-wide mask")
     teacher = worker = None
     try:
         logger.info("%s (gkd, %s); run directory %s", parameter_summary(model), args.tuner_type, run_dir)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ...model.segment_attention import on_segment_attention, segment_bounds, use_segment_attention
 from ...utils import get_logger
 from ..core.options import TeacherOptions
 
@@ -106,9 +107,12 @@ class TeacherOutput:
 
 def completion_logits(model, batch: PackedSequences) -> torch.Tensor:
     """(completion tokens, vocab): the model's logits where a completion token is predicted, with the LM head
-    computed there only (transformers' `logits_to_keep` takes the positions)."""
+    computed there only (transformers' `logits_to_keep` takes the positions). The sequences' boundaries go
+    along, so a model on segment attention (model/segment_attention.py) attends within each one without the
+    row-wide mask."""
+    bounds = segment_bounds(batch.lengths, batch.input_ids.device) if on_segment_attention(model) else {}
     return model(input_ids=batch.input_ids, position_ids=batch.position_ids, use_cache=False,
-                 logits_to_keep=batch.predict_at).logits[0]
+                 logits_to_keep=batch.predict_at, **bounds).logits[0]
 
 
 def same_tokenizer(student_tokenizer, teacher_tokenizer) -> bool:
@@ -178,6 +182,7 @@ class LocalTeacher:
     def __init__(self, model, topk: int | None, offload: bool, device: str):
         self.model, self.topk, self.offload, self.device = model, topk, offload, device
         if model is not None:
+            use_segment_attention(model)
             model.eval()
             for p in model.parameters():
                 p.requires_grad_(False)
