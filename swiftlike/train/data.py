@@ -178,16 +178,31 @@ class PackedCollator:
         import torch
         out = {key: torch.tensor([[token for b in batch for token in b[key]]], dtype=torch.long)
                for key in ("input_ids", "labels", "position_ids")}
-        return out | {"use_cache": False}
+        return out | sample_bounds(out["position_ids"][0].tolist()) | {"use_cache": False}
+
+
+def sample_bounds(position_ids: list[int]) -> dict:
+    """Where each sample of a flat row starts (its position id restarts at 0), as flash-attn's varlen keywords:
+    transformers hands them to every attention layer, where segment attention (model/segment_attention.py) and
+    flash-attn keep each sample to itself without the row-wide mask."""
+    import torch
+    starts = [i for i, p in enumerate(position_ids) if p == 0] or [0]
+    edges = [*starts, len(position_ids)] if starts[0] == 0 else [0, *starts, len(position_ids)]
+    lengths = [b - a for a, b in zip(edges[:-1], edges[1:])]
+    bounds = torch.tensor(edges, dtype=torch.int32)
+    return {"cu_seq_lens_q": bounds, "cu_seq_lens_k": bounds, "max_length_q": max(lengths),
+            "max_length_k": max(lengths)}
 
 
 class PaddingFreeCollator:
     """--padding_free: a batch of samples flattened into one row by transformers' DataCollatorWithFlattening
-    (the layout of a packed row, built per batch instead of up front); `use_cache=False` as for packing."""
+    (the layout of a packed row, built per batch instead of up front); `use_cache=False` as for packing, and
+    the samples' boundaries as PackedCollator gives them."""
 
     def __init__(self):
         from transformers import DataCollatorWithFlattening
-        self.flatten = DataCollatorWithFlattening(return_position_ids=True, separator_id=IGNORE_INDEX)
+        self.flatten = DataCollatorWithFlattening(return_position_ids=True, separator_id=IGNORE_INDEX,
+                                                  return_flash_attn_kwargs=True)
 
     def __call__(self, batch: list[dict]) -> dict:
         return dict(self.flatten(batch)) | {"use_cache": False}

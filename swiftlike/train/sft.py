@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from ..arguments.train_args import TrainArguments
 from ..model import default_device
+from ..model.segment_attention import use_segment_attention
 from ..utils import get_logger
 from .run import TrainResult, prepare_run
 
@@ -20,6 +21,8 @@ def train(args: TrainArguments) -> TrainResult:
     run.training_arguments(has_eval=data.val is not None)
     run_dir = run.open(data.stats)
     model = prepare_model(args, run.resolved, default_device(), compact_head=True)
+    if (args.packing or args.padding_free) and use_segment_attention(model):
+        logger.info("attention: each sample of a flat row on its own (segment attention), not a row-wide mask")
     logger.info("%s (%s); run directory %s", parameter_summary(model), args.tuner_type, run_dir)
     trainer = SwiftlikeTrainer(model=model, args=run.training_args, train_dataset=data.train, eval_dataset=data.val,
                                data_collator=data.collator, processing_class=run.tokenizer, callbacks=run.callbacks,

@@ -165,18 +165,33 @@ def test_padding_free_collator_flattens_without_padding():
     assert batch["position_ids"].tolist() == [[0, 1, 2, 0, 0, 1]]
     assert batch["labels"].tolist() == [[-100, 6, 7, -100, -100, 10]]  # no sample learns from the previous one
     assert "attention_mask" not in batch and batch["use_cache"] is False
+    assert batch["cu_seq_lens_q"].tolist() == batch["cu_seq_lens_k"].tolist() == [0, 3, 4, 6]
+    assert batch["max_length_q"] == batch["max_length_k"] == 3
 
 
-@pytest.mark.parametrize("attn_impl", ["sdpa", "eager"])
+def test_packed_rows_carry_their_samples_bounds():
+    rows = [train_data.flatten([{"input_ids": [1, 2], "labels": [1, 2]}, {"input_ids": [3, 4, 5], "labels": [3, 4, 5]}]),
+            train_data.flatten([{"input_ids": [6], "labels": [6]}])]
+    batch = train_data.PackedCollator()(rows)
+    assert batch["position_ids"].tolist() == [[0, 1, 0, 1, 2, 0]]
+    assert batch["cu_seq_lens_q"].tolist() == [0, 2, 5, 6] and batch["max_length_q"] == 3
+
+
+@pytest.mark.parametrize("attn_impl", ["sdpa", "eager", "segments"])
 def test_padding_free_forward_equals_separate_forwards(tiny_resolved, tiny_template, attn_impl):
-    """Without a mask, transformers keeps flattened samples apart by their restarting position_ids."""
+    """Without a mask, transformers keeps flattened samples apart by their restarting position_ids; segment
+    attention (what sft switches an SDPA model to for flat rows) by the bounds the collator adds."""
     from swiftlike.model import load_model
-    model = load_model(tiny_resolved, "float32", "cpu", attn_impl)
+    from swiftlike.model.segment_attention import use_segment_attention
+    model = load_model(tiny_resolved, "float32", "cpu", "sdpa" if attn_impl == "segments" else attn_impl)
+    if attn_impl == "segments":
+        assert use_segment_attention(model)
     encoder = train_data.RowEncoder(tiny_template, None, "delete", False)
     samples, _ = train_data.encode_rows([multi_turn(1), multi_turn(22)], encoder)
     batch = train_data.PaddingFreeCollator()(samples)
+    inputs = {k: v for k, v in batch.items() if k != "labels"}
     with torch.no_grad():
-        flat = model(input_ids=batch["input_ids"], position_ids=batch["position_ids"], use_cache=False).logits[0]
+        flat = model(**inputs).logits[0]
         offset = 0
         for sample in samples:
             n = len(sample["input_ids"])
@@ -203,6 +218,7 @@ def test_padding_free_sft_trains_on_flattened_batches(tmp_path, monkeypatch):
     starts = [sum(lengths[:i]) for i in range(3)]
     assert [i for i, p in enumerate(flat["position_ids"][0].tolist()) if p == 0] == starts
     assert all(flat["labels"][0, s] == IGNORE_INDEX for s in starts)
+    assert flat["cu_seq_lens_q"].tolist() == [*starts, sum(lengths)]
 
 
 # --- --loss_scale ---------------------------------------------------------------------------------------------
