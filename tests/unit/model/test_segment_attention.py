@@ -91,3 +91,18 @@ def test_gkd_scores_a_packed_batch_alike_on_either_attention(resolved):
     with torch.no_grad():
         assert torch.allclose(completion_logits(segmented, batch), completion_logits(masked, batch), atol=1e-5,
                               rtol=0)
+
+
+def test_in_bf16_it_is_as_close_to_fp32_as_the_masked_row_is(resolved):
+    """Where users train: bf16 rounds both paths; segment attention must not add error of its own."""
+    reference = tiny(resolved)
+    ids, positions = packed(reference.config.vocab_size)
+    with torch.no_grad():
+        exact = reference(input_ids=ids, position_ids=positions, use_cache=False).logits
+        masked, segmented = tiny(resolved).bfloat16(), tiny(resolved).bfloat16()
+        use_segment_attention(segmented)
+        masked_error = (masked(input_ids=ids, position_ids=positions, use_cache=False).logits.float() - exact).abs()
+        segmented_error = (segmented(input_ids=ids, position_ids=positions, use_cache=False,
+                                     **segment_bounds(LENGTHS)).logits.float() - exact).abs()
+    assert segmented_error.mean() <= 1.25 * masked_error.mean() + 1e-4, (segmented_error.mean(), masked_error.mean())
+    assert segmented_error.max() <= 2 * masked_error.max() + 1e-3

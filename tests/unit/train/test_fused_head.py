@@ -94,3 +94,16 @@ def test_the_trainer_routes_training_batches_through_it_and_evaluation_around_it
     evaluated = trainer.compute_loss(model, dict(batch))
     assert calls == [True, False]
     assert torch.allclose(trained, evaluated, atol=1e-5)
+
+
+def test_in_bf16_the_compact_loss_is_as_close_to_fp32_as_transformers_is():
+    """Where users train: in bf16 the head's tiles accumulate in fp32 (TRL), transformers' logits are rounded to
+    bf16 first; the compact loss must be no further from the fp32 loss than transformers' own."""
+    exact_model = lora_model(False)
+    batch = sft_batch(exact_model.config.vocab_size)
+    with torch.no_grad():
+        exact = exact_model(**batch).loss
+        plain, compact = lora_model(False).bfloat16(), lora_model(True).bfloat16()
+        plain_error = (plain(**batch).loss.float() - exact).abs()
+        compact_error = (compact(**batch, fused_lm_head=True).loss.float() - exact).abs()
+    assert compact_error <= plain_error + 2e-3, (compact_error, plain_error)
