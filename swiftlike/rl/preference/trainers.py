@@ -8,8 +8,10 @@ import warnings
 
 from trl import DPOConfig, DPOTrainer, KTOConfig, KTOTrainer, RewardConfig, RewardTrainer
 
-from ...train.fused_head import score_only_labelled_positions_on_cpu
+from ...model.segment_attention import use_segment_attention
+from ...train.fused_head import pack_padded_rows, score_only_labelled_positions_on_cpu
 from ...train.trainer import AtomicCheckpoints
+from ...utils import get_logger
 
 with warnings.catch_warnings():  # "experimental" notices; the classes are the ones TRL documents for CPO/ORPO
     warnings.simplefilter("ignore")
@@ -17,10 +19,25 @@ with warnings.catch_warnings():  # "experimental" notices; the classes are the o
     from trl.experimental.orpo import ORPOConfig, ORPOTrainer
 
 
+logger = get_logger("swiftlike.rl")
+
 score_only_labelled_positions_on_cpu()  # DPO and KTO forward through TRL's fused head (train/fused_head.py)
 
 
 class DpoTrainer(AtomicCheckpoints, DPOTrainer):
+    """Padding-free on segment attention: the policy's and the reference's forwards run each batch's chosen and
+    rejected sequences as one packed row (train/fused_head.py `pack_padded_rows`); TRL's loss sees the padded
+    layout it built."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        for model in (self.model, self.ref_model):
+            base = model.get_base_model() if hasattr(model, "get_base_model") else model
+            if base is not None and use_segment_attention(base):
+                pack_padded_rows(base)
+                logger.info("dpo: each batch's chosen and rejected sequences run as one packed row, attended "
+                            "one sequence at a time (%s)", "policy" if model is self.model else "reference")
+
     def _prepare_dataset(self, dataset, processing_class, args, dataset_name):
         return dataset  # prompt_ids / chosen_ids / rejected_ids, encoded and length-limited already
 

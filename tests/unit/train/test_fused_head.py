@@ -107,3 +107,54 @@ def test_in_bf16_the_compact_loss_is_as_close_to_fp32_as_transformers_is():
         plain_error = (plain(**batch).loss.float() - exact).abs()
         compact_error = (compact(**batch, fused_lm_head=True).loss.float() - exact).abs()
     assert compact_error <= plain_error + 2e-3, (compact_error, plain_error)
+
+
+def preference_batch(vocab: int):
+    """TRL's DPO collator layout: prompt + answer rows, right-padded, labels only on the answers."""
+    torch.manual_seed(5)
+    lengths, prompts = [19, 12, 25, 9], [11, 8, 11, 6]
+    ids = torch.randint(0, vocab, (4, max(lengths)))
+    attention = (torch.arange(ids.shape[1]) < torch.tensor(lengths)[:, None]).long()
+    labels = ids.masked_fill(attention == 0, -100)
+    for row, prompt in enumerate(prompts):
+        labels[row, :prompt] = -100
+    return {"input_ids": ids, "attention_mask": attention}, labels
+
+
+def test_a_packed_preference_batch_gives_the_padded_batchs_outputs_and_gradients():
+    from trl.trainer.utils import add_fused_lm_head
+
+    from swiftlike.model.segment_attention import use_segment_attention
+    from swiftlike.train.fused_head import pack_padded_rows
+
+    def dpo_model(packed: bool):
+        torch.manual_seed(0)
+        model = load_model(resolve_model(TINY), "float32", "cpu")
+        add_fused_lm_head(model, outputs=("log_probs", "entropy", "mean_logits", "is_top1"))
+        if packed:
+            assert use_segment_attention(model)
+            pack_padded_rows(model)
+            pack_padded_rows(model)  # idempotent
+        return model.train()
+
+    padded, packed = dpo_model(False), dpo_model(True)
+    inputs, labels = preference_batch(padded.config.vocab_size)
+    backbone_rows = []
+    packed.model.register_forward_pre_hook(lambda _, args, kwargs: backbone_rows.append(kwargs["input_ids"].shape),
+                                           with_kwargs=True)
+    outputs = {}
+    for name, model in (("padded", padded), ("packed", packed)):
+        model.zero_grad()
+        out = model(**inputs, labels=labels, fused_lm_head=True, use_cache=False)
+        (out.log_probs.sum() + out.loss).backward()
+        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        outputs[name] = (out, grads)
+    (expected, expected_grads), (got, got_grads) = outputs["padded"], outputs["packed"]
+    assert got.log_probs.shape == expected.log_probs.shape == (4, labels.shape[1] - 1)
+    assert torch.equal(got.label_mask, expected.label_mask)
+    for field in ("log_probs", "entropy", "mean_logits", "loss"):
+        assert torch.allclose(getattr(got, field), getattr(expected, field), atol=1e-5, rtol=0), field
+    assert torch.equal(got.is_top1, expected.is_top1)
+    assert backbone_rows == [(1, int(inputs["attention_mask"].sum()))]  # one row, no padding
+    for name, grad in expected_grads.items():
+        assert torch.allclose(got_grads[name], grad, atol=1e-5, rtol=1e-4), name
