@@ -8,6 +8,10 @@ encodes bench_dpo.py's dataset with our chat template exactly as `swiftlike rlhf
 (`PreferenceEncoder`), draws batches in a seeded random order, and counts both sides' model FLOPs with
 `swiftlike/utils/flops.py`'s formula (forward; training multiplies both sides alike). No model runs.
 
+It prints both packed layouts: the row under transformers' row-wide mask, and the row on segment attention
+(`swiftlike/model/segment_attention.py`, which attends within each sequence), the layout `swiftlike rlhf --rlhf_type
+dpo` now runs; on segment attention the packed row saves the pad positions' FLOPs without paying the mask's.
+
     .venv/bin/python benchmarks/padding_waste.py
 """
 from __future__ import annotations
@@ -49,7 +53,7 @@ def main() -> None:
         pairs.append((len(prompt) + len(chosen), len(prompt) + len(rejected)))
     shape = model_shape(args.model)
     rng = random.Random(0)
-    real = padded = linear_padded = linear_packed = attn_padded = attn_packed = 0
+    real = padded = linear_padded = linear_packed = attn_padded = attn_packed = attn_segments = 0
     for _ in range(args.batches):
         batch = rng.sample(pairs, args.batch_size)
         lengths = [n for pair in batch for n in pair]
@@ -60,9 +64,12 @@ def main() -> None:
         linear_packed += 2 * shape.matmul_params * total
         attn_padded += attention_flops(shape, len(lengths), width, width)
         attn_packed += attention_flops(shape, 1, total, total)
+        attn_segments += sum(attention_flops(shape, 1, n, n) for n in lengths)
     padded_flops, packed_flops = linear_padded + attn_padded, linear_packed + attn_packed
+    segments_flops = linear_packed + attn_segments
     figures = {"pairs": len(pairs), "mean_sequence": real / (args.batches * 2 * args.batch_size),
                "padding_share": 1 - real / padded, "packed_over_padded_flops": packed_flops / padded_flops,
+               "segments_over_padded_flops": segments_flops / padded_flops,
                "attention_share_padded": attn_padded / padded_flops, "attention_share_packed": attn_packed / packed_flops}
     print(f"{args.dataset} on {args.model}: {len(pairs)} pairs, batches of {args.batch_size} pairs "
           f"({2 * args.batch_size} sequences), {args.batches} random batches")
@@ -71,6 +78,7 @@ def main() -> None:
     print(f"  forward FLOPs, packed / padded: {figures['packed_over_padded_flops']:.3f} (attention "
           f"{100 * figures['attention_share_padded']:.1f}% of the padded batch's, "
           f"{100 * figures['attention_share_packed']:.1f}% of the packed row's, dense-masked on a CPU)")
+    print(f"  forward FLOPs, packed on segment attention / padded: {figures['segments_over_padded_flops']:.3f}")
     if args.json:
         Path(args.json).write_text(json.dumps({"args": vars(args), **figures}, indent=2))
 
