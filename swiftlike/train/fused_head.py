@@ -52,7 +52,8 @@ def _right_padded(attention_mask) -> bool:
     """Every row's real tokens are a prefix of it (TRL's preference collators pad on the right)."""
     import torch
     lengths = attention_mask.sum(1, keepdim=True)
-    return bool((attention_mask.bool() == (torch.arange(attention_mask.shape[1], device=lengths.device) < lengths)).all())
+    positions = torch.arange(attention_mask.shape[1], device=lengths.device)
+    return bool((attention_mask.bool() == (positions < lengths)).all())
 
 
 def pack_padded_rows(model) -> None:
@@ -78,6 +79,9 @@ def pack_padded_rows(model) -> None:
                                   attention_mask=attention_mask, labels=labels, **kwargs)
         real = attention_mask.bool()
         lengths = real.sum(1).tolist()
+        if min(lengths) < 1:  # an all-padding row has no place in a packed row
+            return padded_forward(fused_lm_head=True, input_ids=input_ids, attention_mask=attention_mask,
+                                  labels=labels, **kwargs)
         flat_labels = labels[real].clone()
         starts = torch.tensor([0, *lengths[:-1]], device=labels.device).cumsum(0)
         flat_labels[starts] = -100  # a row's first token is predicted by the row before it: never a label
