@@ -185,13 +185,10 @@ def sample_bounds(position_ids: list[int]) -> dict:
     """Where each sample of a flat row starts (its position id restarts at 0), as flash-attn's varlen keywords:
     transformers hands them to every attention layer, where segment attention (model/segment_attention.py) and
     flash-attn keep each sample to itself without the row-wide mask."""
-    import torch
-    starts = [i for i, p in enumerate(position_ids) if p == 0] or [0]
-    edges = [*starts, len(position_ids)] if starts[0] == 0 else [0, *starts, len(position_ids)]
-    lengths = [b - a for a, b in zip(edges[:-1], edges[1:])]
-    bounds = torch.tensor(edges, dtype=torch.int32)
-    return {"cu_seq_lens_q": bounds, "cu_seq_lens_k": bounds, "max_length_q": max(lengths),
-            "max_length_k": max(lengths)}
+    from ..model.segment_attention import segment_bounds
+    starts = [i for i, p in enumerate(position_ids) if p == 0 and i > 0]
+    edges = [0, *starts, len(position_ids)]
+    return segment_bounds([b - a for a, b in zip(edges[:-1], edges[1:])])
 
 
 class PaddingFreeCollator:
