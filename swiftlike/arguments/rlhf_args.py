@@ -166,8 +166,9 @@ class RlhfArguments(TrainArguments, PreferenceArguments, GkdArguments, TeacherAr
                 raise ValueError("--ref_model with --tuner_type lora: the reference is the model with its adapter "
                                  "disabled; use --ref_adapters to give the reference an adapter of its own")
             return groups
-        groups[MultiTurnOptions] = multi_turn = MultiTurnOptions(**flag_values(self, MultiTurnOptions))
-        self._check_pass_dataset(multi_turn)
+        groups[MultiTurnOptions] = multi_turn = MultiTurnOptions(**flag_values(self, MultiTurnOptions),
+                                                                 on_servers=self.use_vllm and self.vllm_mode == "server")
+        self._check_pass_dataset()
         groups[TeacherOptions] = teacher = TeacherOptions(**flag_values(self, TeacherOptions))
         if self.rlhf_type == "ppo":
             groups[RewardOptions] = RewardOptions(**flag_values(self, RewardOptions), trainer="ppo")
@@ -224,12 +225,11 @@ class RlhfArguments(TrainArguments, PreferenceArguments, GkdArguments, TeacherAr
                                 "rollout servers")
         self.steps_per_generation, self.num_iterations = derived["steps_per_generation"], derived["num_iterations"]
 
-    def _check_pass_dataset(self, multi_turn: MultiTurnOptions) -> None:
-        """--vllm_server_pass_dataset feeds the servers' scheduler; without one on servers it has no reader."""
-        if self.vllm_server_pass_dataset and not (multi_turn.enabled and self.use_vllm and self.vllm_mode == "server"):
+    def _check_pass_dataset(self) -> None:
+        """--vllm_server_pass_dataset feeds the servers' scheduler (named here or not: the trainer takes theirs)."""
+        if self.vllm_server_pass_dataset and not (self.use_vllm and self.vllm_mode == "server"):
             raise ValueError("--vllm_server_pass_dataset true sends the rows' other columns to the rollout servers' "
-                             "multi-turn scheduler; it needs --use_vllm true --vllm_mode server and "
-                             "--multi_turn_scheduler (the server's)")
+                             "multi-turn scheduler; it needs --use_vllm true --vllm_mode server")
 
     def _check_opd(self, grpo: GrpoOptions, reward: RewardOptions, teacher: TeacherOptions) -> None:
         """OPD-RL's per-token teacher advantage against what needs a per-sequence one or reward variance

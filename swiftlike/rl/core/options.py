@@ -515,6 +515,10 @@ class MultiTurnOptions:
     external_plugins: list[str] = arg([], "Python files imported before any model loads, to register reward "
                                       "functions, multi-turn schedulers, environments or tools by name.",
                                       only=SAMPLING)
+    # Rollouts on `swiftlike rollout` servers (set from --vllm_mode, not a flag of its own): the servers own the
+    # scheduler, and a trainer that names none takes theirs (rollout_worker), so multi-turn settings without
+    # --multi_turn_scheduler are the servers' to check, as in ms-swift's commands.
+    on_servers: bool = False
 
     def __post_init__(self) -> None:
         check_choices(self)
@@ -524,7 +528,7 @@ class MultiTurnOptions:
             object.__setattr__(self, "use_gym_env", self.gym_env is not None)
         if self.max_turns is not None and self.max_turns < 1:
             raise ValueError(f"--max_turns must be >= 1 (or unset for no limit), got {self.max_turns}")
-        if self.multi_turn_scheduler is None:
+        if self.multi_turn_scheduler is None and not self.on_servers:
             given = [flag for flag, value in (("--max_turns", self.max_turns is not None),
                                               ("--completion_length_limit_scope total",
                                                self.completion_length_limit_scope == "total"),

@@ -104,7 +104,8 @@ def train_grpo(args: RlhfArguments) -> TrainResult:
         ref_model = make_ref_model(model, grpo.beta, args.tuner_type)
         teacher = build_opd_teacher(args.teacher_options(), args, resolved, tokenizer, model) if grpo.opd else None
         worker = RolloutWorker(rollout, sampling, args.vllm_options(), resolved, template, model, args.max_length,
-                               multi_turn=multi_turn, scheduler=scheduler)
+                               multi_turn=multi_turn, scheduler=scheduler,
+                               adopt_server_scheduler=args.rlhf_type == "grpo")
         trainer = trainer_cls(model=model, args=training_args, train_dataset=ListDataset(rows),
                               processing_class=tokenizer, callbacks=run.callbacks, checkpoint_extras=write_args,
                               grpo=grpo, sampling=sampling, rollout=rollout, reward=reward,

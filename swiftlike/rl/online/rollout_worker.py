@@ -103,11 +103,13 @@ class RolloutWorker:
 
     `rollout` says where completions come from and how weights reach them, `sampling` how they are drawn,
     `vllm` the engine's settings (colocated); `max_prompt_length` (--max_length) sizes a colocated engine whose
-    --vllm_max_model_len is unset."""
+    --vllm_max_model_len is unset. `adopt_server_scheduler`: on servers that run a scheduler, a trainer without
+    --multi_turn_scheduler trains on their trajectories (`multi_turn` then names it); False for a trainer that
+    cannot (ppo), which is refused instead."""
 
     def __init__(self, rollout: RolloutOptions, sampling: SamplingOptions, vllm: VllmOptions, resolved, template,
                  model, max_prompt_length: int | None = None, multi_turn: MultiTurnOptions | None = None,
-                 scheduler=None):
+                 scheduler=None, adopt_server_scheduler: bool = True):
         self.options = rollout
         self.sampling = sampling
         self.multi_turn = multi_turn if multi_turn is not None else MultiTurnOptions()
@@ -142,7 +144,7 @@ class RolloutWorker:
             mine, self.owns_servers = server_shares(len(addresses), rank, world)
             self.shares_servers = len(addresses) < world
             self.engine = _remote_engine(rollout, vllm, template, [addresses[i] for i in mine])
-            self._check_server_scheduler()
+            self._check_server_scheduler(adopt_server_scheduler)
         elif rollout.use_vllm:
             from ...infer.engine import EngineSpec, build_engine
             opts = dataclasses.replace(
@@ -158,15 +160,22 @@ class RolloutWorker:
             spec = EngineSpec("pt", max_batch_size=64, logprobs_mode="processed_logprobs")
             self.engine = build_engine(spec, resolved=resolved, template=template, model=model)
 
-    def _check_server_scheduler(self) -> None:
-        """Server mode: the servers run the scheduler (ms-swift's placement); this trainer's --multi_turn_scheduler
-        and --max_turns must say what they run, so the run trains what its flags say."""
+    def _check_server_scheduler(self, adopt: bool) -> None:
+        """Server mode: the servers run the scheduler (ms-swift's placement). A trainer that names none takes
+        theirs (`adopt`; ms-swift's trainer commands do not repeat it); one that names another, or another
+        --max_turns, is refused, so the run trains what its flags say."""
         from ...rollout.server.trajectories import check_trainer
         try:
-            check_trainer(self.engine.multi_turn, self.multi_turn.multi_turn_scheduler, self.multi_turn.max_turns)
+            served = check_trainer(self.engine.multi_turn, self.multi_turn.multi_turn_scheduler,
+                                   self.multi_turn.max_turns, adopt=adopt)
         except ValueError:
             self.engine.close()
             raise
+        if served is not None and not self.multi_turn.enabled:
+            self.multi_turn = dataclasses.replace(self.multi_turn, multi_turn_scheduler=served,
+                                                  max_turns=self.engine.multi_turn["max_turns"])
+            logger.info("multi-turn: the rollout servers run --multi_turn_scheduler %s (--max_turns %s); training "
+                        "on their trajectories", served, self.multi_turn.max_turns)
 
     def _completion_budget(self) -> int:
         """Context a colocated engine leaves after the prompt when --vllm_max_model_len is unset: one completion,

@@ -70,7 +70,8 @@ class MultiTurnScheduler:
       the assistant's message, added to it): `on_turn_end(request, choice, turn)` (async) -> dict, then
       `check_finished(request, choice, turn)`; a `done` from on_turn_end overrides check_finished, and
       `max_turns` ends it regardless;
-    - if it goes on, `step(request, choice, turn)` (sync or async) -> dict: appends what comes next to
+    - if it goes on, `step(request, choice, turn)` (sync or async; a sync one runs in a worker thread, so
+      state it shares across trajectories needs a lock) -> dict: appends what comes next to
       `request.messages` (tool results, or one user message), or returns the turn's ids itself;
     - `on_trajectory_end(request)` (async) once at the end, however it ends (swiftlike's: closes environments).
 
@@ -113,6 +114,18 @@ class MultiTurnScheduler:
 
     async def on_trajectory_end(self, request: RolloutRequest) -> None:
         return None
+
+
+async def _step(scheduler: MultiTurnScheduler, request: RolloutRequest, choice: Choice, turn: int) -> dict:
+    """A scheduler's `step`; a plain (sync) one runs in a worker thread. ms-swift's plugins write `step` sync,
+    and one that blocks (a tool call, an HTTP request) would otherwise stop every other trajectory on the event
+    loop: the rollout server's requests and the other trajectories of a lockstep batch."""
+    if inspect.iscoroutinefunction(scheduler.step):
+        return await scheduler.step(request, choice, turn)
+    stepped = await asyncio.to_thread(scheduler.step, request, choice, turn)
+    if inspect.isawaitable(stepped):
+        stepped = await stepped
+    return stepped
 
 
 def tool_turn_ids(template: Template, results: list[str]) -> list[int]:
@@ -218,9 +231,7 @@ class TrajectoryRun:
                 self.finish()
                 return
             before = copy.deepcopy(self.request.messages)
-            stepped = self.scheduler.step(self.request, choice, self.turns)
-            if inspect.isawaitable(stepped):
-                stepped = await stepped
+            stepped = await _step(self.scheduler, self.request, choice, self.turns)
             if not isinstance(stepped, dict):
                 raise TypeError(f"{type(self.scheduler).__name__}.step must return a dict (at least "
                                 f"{{'infer_request': request}}), got {type(stepped).__name__}")

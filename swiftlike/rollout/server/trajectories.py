@@ -11,8 +11,9 @@ sampled with. Inserted ids (tool results, observations) take the version of the 
 settings do not resume exactly (a scheduler's stop words, ReAct's `Observation:`) makes the update wait instead.
 
 Why the trainer sends the length scope and max_completion_length, but the server owns the scheduler, max_turns
-and gym_env: ms-swift's split; a trainer whose --multi_turn_scheduler or --max_turns differs from the server's is
-refused when it connects (`check_trainer`), so the run trains what it says.
+and gym_env: ms-swift's split. A trainer that names no scheduler takes the server's (ms-swift's commands set it on
+`swift rollout` only); one whose --multi_turn_scheduler or --max_turns differs from the server's is refused when
+it connects (`check_trainer`), so the run trains what it says.
 """
 from __future__ import annotations
 
@@ -59,20 +60,33 @@ class MultiTurnServing:
         return [dataclasses.asdict(t) for t in trajectories]
 
 
-def check_trainer(served: dict | None, scheduler: str | None, max_turns: int | None) -> None:
-    """Refuse a trainer whose multi-turn flags disagree with what the server runs (`served`: /info's
-    `multi_turn`, None for a server without a scheduler); the message names both sides."""
+def check_trainer(served: dict | None, scheduler: str | None, max_turns: int | None, *,
+                  adopt: bool = True) -> str | None:
+    """The scheduler a trainer's run trains with, given what the servers run (`served`: /info's `multi_turn`,
+    None for servers without a scheduler). A trainer that names none takes the servers' (`adopt`), as ms-swift's
+    trainers do: their commands set `--multi_turn_scheduler` on `swift rollout` only. One that names another, a
+    --max_turns other than theirs, or multi-turn settings against servers that run no scheduler is refused,
+    naming both sides, so the run trains what its flags say."""
     server_name = served["scheduler"] if served else None
-    if scheduler != server_name:
+    if scheduler is None and server_name is not None and not adopt:
+        raise ValueError(f"the rollout server runs --multi_turn_scheduler {server_name}, and this trainer does not "
+                         "train multi-turn trajectories; point it at a server started without "
+                         "--multi_turn_scheduler")
+    if scheduler is None and server_name is None and max_turns is not None:
+        raise ValueError(f"--max_turns {max_turns}: the rollout server runs no scheduler (it generates one turn per "
+                         "prompt); restart it with `swiftlike rollout ... --multi_turn_scheduler NAME --max_turns "
+                         f"{max_turns}`, or drop --max_turns here")
+    if scheduler is not None and scheduler != server_name:
         if server_name is None:
             raise ValueError(f"--multi_turn_scheduler {scheduler}: the rollout server runs no scheduler (it "
                              "generates one turn per prompt); restart it with `swiftlike rollout ... "
                              f"--multi_turn_scheduler {scheduler}` (schedulers run on the server, as in ms-swift)")
         raise ValueError(f"the rollout server runs --multi_turn_scheduler {server_name} but this trainer has "
-                         f"{'--multi_turn_scheduler ' + scheduler if scheduler else 'none'}; pass "
-                         f"--multi_turn_scheduler {server_name} to train on its trajectories, or restart the server "
-                         "with the scheduler you want")
+                         f"--multi_turn_scheduler {scheduler}; pass --multi_turn_scheduler {server_name} (or leave "
+                         "it unset: the trainer takes the server's) to train on its trajectories, or restart the "
+                         "server with the scheduler you want")
     if served and max_turns is not None and max_turns != served["max_turns"]:
         raise ValueError(f"--max_turns {max_turns}, but the rollout server runs {server_name} with --max_turns "
                          f"{served['max_turns']}; the server's limit applies: leave --max_turns unset here, or "
                          "give both the same value")
+    return server_name

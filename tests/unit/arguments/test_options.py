@@ -258,12 +258,17 @@ def test_multi_turn_on_servers_with_async_generate_and_the_dataset_passed(capsys
     args = grpo("--multi_turn_scheduler", "gym_scheduler", "--gym_env", "math_env", *server, "--async_generate",
                 "true", "--vllm_server_pass_dataset", "true")
     assert args.multi_turn_options().vllm_server_pass_dataset and args.rollout_options().async_generate
-    for flags in ([*server], ["--multi_turn_scheduler", "math_tip_trick"]):
+    # ms-swift's trainer command on servers: the scheduler is the server's, --max_turns and the dataset go along
+    swift_style = grpo(*server, "--max_turns", "3", "--vllm_server_pass_dataset", "true").multi_turn_options()
+    assert not swift_style.enabled and swift_style.on_servers and swift_style.max_turns == 3
+    for flags in ([], ["--multi_turn_scheduler", "math_tip_trick"]):
         with pytest.raises(SystemExit):
             grpo(*flags, "--vllm_server_pass_dataset", "true")
         assert ("--vllm_server_pass_dataset true sends the rows' other columns to the rollout servers' multi-turn "
-                "scheduler; it needs --use_vllm true --vllm_mode server and --multi_turn_scheduler"
-                in capsys.readouterr().err)
+                "scheduler; it needs --use_vllm true --vllm_mode server" in capsys.readouterr().err)
+    with pytest.raises(SystemExit):
+        grpo("--max_turns", "3")
+    assert "--max_turns: multi-turn settings, but no --multi_turn_scheduler" in capsys.readouterr().err
 
 
 def test_agent_template_is_read_by_multi_turn_rollouts_only():

@@ -2,6 +2,7 @@
 the length limits and max_turns through the real loop on the tiny model (pt engine), and the scheduler registry."""
 import asyncio
 import json
+import threading
 import pytest
 from trajectories import VERSION, drive, engine_answer
 
@@ -292,3 +293,23 @@ def test_versions_follow_the_tokens_they_sampled(tiny_template):
     assert trajectory.version_spans == [(3, 2), (4, len(first.token_ids) - 2 + inserted), (5, len(second.token_ids))]
     assert sum(n for _, n in trajectory.version_spans) == len(trajectory.completion_ids)
     assert trajectory.infos["num_turns"] == 2
+
+
+def test_a_blocking_sync_step_does_not_stop_the_other_trajectories(tiny_template):
+    """ms-swift's plugins write `step` sync; one that blocks must leave the event loop to the other trajectories.
+    Both steps wait at one barrier: run on the loop, the first would wait alone and the barrier break."""
+    barrier = threading.Barrier(2, timeout=20)
+
+    class Blocking(AskAgain):
+        def step(self, request, choice, current_turn):
+            barrier.wait()
+            return super().step(request, choice, current_turn)
+
+    async def two_at_once():
+        scheduler = Blocking(tiny_template, max_turns=2)
+        requests = [RolloutRequest(messages=[{"role": "user", "content": f"Hi {i}"}]) for i in range(2)]
+        return await asyncio.gather(*(drive(tiny_template, scheduler, request, ["Hello.<|im_end|>", "Bye.<|im_end|>"])
+                                      for request in requests))
+    done = asyncio.run(two_at_once())
+    assert [trajectory.turns for trajectory, _ in done] == [2, 2]
+    assert not barrier.broken

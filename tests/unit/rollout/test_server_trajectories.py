@@ -10,21 +10,29 @@ from swiftlike.rollout.server.trajectories import check_trainer
 SERVED = {"scheduler": "gym_scheduler", "max_turns": 4, "gym_env": "math_env", "trajectories": 0, "env_errors": 0}
 
 
-def test_a_trainer_must_name_the_servers_scheduler():
-    check_trainer(SERVED, "gym_scheduler", None)  # the server's --max_turns applies
-    check_trainer(SERVED, "gym_scheduler", 4)
-    check_trainer(None, None, None)  # one turn per prompt on both sides
+def test_a_trainer_takes_the_servers_scheduler_or_names_it():
+    assert check_trainer(SERVED, "gym_scheduler", None) == "gym_scheduler"  # the server's --max_turns applies
+    assert check_trainer(SERVED, "gym_scheduler", 4) == "gym_scheduler"
+    assert check_trainer(None, None, None) is None  # one turn per prompt on both sides
+    # ms-swift's trainer commands name no scheduler (it is set on `swift rollout`), --max_turns at most
+    assert check_trainer(SERVED, None, None) == "gym_scheduler"
+    assert check_trainer(SERVED, None, 4) == "gym_scheduler"
     with pytest.raises(ValueError, match="the rollout server runs --multi_turn_scheduler gym_scheduler but this "
                                          "trainer has --multi_turn_scheduler math_tip_trick; pass "
                                          "--multi_turn_scheduler gym_scheduler"):
         check_trainer(SERVED, "math_tip_trick", None)
-    with pytest.raises(ValueError, match="this trainer has none; pass --multi_turn_scheduler gym_scheduler"):
-        check_trainer(SERVED, None, None)
+    with pytest.raises(ValueError, match="runs --multi_turn_scheduler gym_scheduler, and this trainer does not train "
+                                         "multi-turn trajectories"):
+        check_trainer(SERVED, None, None, adopt=False)
     with pytest.raises(ValueError, match="--multi_turn_scheduler tool_call_scheduler: the rollout server runs no "
                                          "scheduler .* restart it with"):
         check_trainer(None, "tool_call_scheduler", None)
+    with pytest.raises(ValueError, match="--max_turns 3: the rollout server runs no scheduler"):
+        check_trainer(None, None, 3)
     with pytest.raises(ValueError, match="--max_turns 2, but the rollout server runs gym_scheduler with --max_turns 4"):
         check_trainer(SERVED, "gym_scheduler", 2)
+    with pytest.raises(ValueError, match="--max_turns 2, but the rollout server runs gym_scheduler with --max_turns 4"):
+        check_trainer(SERVED, None, 2)
 
 
 def trajectory(spans):
