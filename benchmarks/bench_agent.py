@@ -1,8 +1,8 @@
 """Multi-turn GRPO on a rollout server with uneven trajectories: --max_staleness 0 against 2, in one run.
 
 The server runs the scheduler (benchmarks/agent_rounds_plugin.py: each trajectory draws 1-4 rounds, a tool-style
-result inserted after each round but its last), pinned to core 0; the trainer (`--vllm_mode server
---multi_turn_scheduler uneven_tool_rounds`) is pinned to core 1, one thread each. The same GRPO run with
+result inserted after each round but its last), pinned to core 0; the trainer (`--vllm_mode server`, taking the
+server's scheduler as an ms-swift command does) is pinned to core 1, one thread each. The same GRPO run with
 `--async_generate true --max_staleness K` for each K (0: synchronous). Every run trains on the same number of
 trajectories (steps x batch). Reported per K, over steps 2..N (the first step has nothing to overlap yet): step
 time and trained tokens/s (sampled tokens only; inserted ids are context), medians over rounds run in
@@ -57,8 +57,7 @@ def grpo_command(args, port: int, output_dir: Path, k: int) -> list[str]:
             "--learning_rate", "1e-4", "--lora_dropout", "0", "--torch_dtype", "float32",
             "--gradient_checkpointing", "false", "--logging_steps", "1", "--save_steps", "1000", "--report_to",
             "none", "--max_steps", str(args.steps), "--use_vllm", "true", "--vllm_mode", "server",
-            "--vllm_server_port", str(port), "--multi_turn_scheduler", "uneven_tool_rounds",
-            "--async_generate", "true", "--max_staleness", str(k), "--log_completions", "true",
+            "--vllm_server_port", str(port), "--async_generate", "true", "--max_staleness", str(k), "--log_completions", "true",
             "--rollout_importance_sampling_mode", "token_truncate", "--output_dir", str(output_dir)]
 
 

@@ -60,9 +60,10 @@ def test_args_check_group_divisibility():
 
 @pytest.fixture(scope="module")
 def pt_run(tmp_path_factory):
-    """beta > 0 and the mismatch metrics on: the old-policy and the reference forwards both run."""
+    """beta > 0, the mismatch metrics on and LoRA dropout left on (--disable_dropout false), so a train-mode pass
+    is not the sampling-time policy: the old-policy and the reference forwards both run."""
     return rlhf(tmp_path_factory.mktemp("pt"), "--use_vllm", "false", "--log_completions", "true",
-                "--profile_step", "2")
+                "--profile_step", "2", "--disable_dropout", "false")
 
 
 def test_grpo_pt_rollout_logs_rewards_and_metrics(pt_run):
@@ -82,12 +83,14 @@ def test_grpo_pt_rollout_logs_rewards_and_metrics(pt_run):
 
 
 def test_no_old_policy_forward_with_one_iteration_and_no_reference_forward_with_beta_0(tmp_path, pt_run):
-    """With --num_iterations 1 the loss's old log-probs are the current ones detached, and with --beta 0 nothing
-    reads the reference: neither forward may run. Each pass that runs is logged with its seconds (pt_run has
-    both); here neither is."""
-    steps, _ = rlhf(tmp_path, "--use_vllm", "false", "--beta", "0", "--log_rollout_offpolicy_metrics", "false",
-                    steps=1)
+    """With --num_iterations 1 and no dropout the loss's old log-probs, and the mismatch metrics' training side,
+    are the training pass's own, detached; with --beta 0 nothing reads the reference: neither forward may run.
+    Each pass that runs is logged with its seconds (pt_run has both); here neither is, and the metrics still
+    show the engine matching the trainer."""
+    steps, _ = rlhf(tmp_path, "--use_vllm", "false", "--beta", "0", "--rollout_importance_sampling_mode",
+                    "token_truncate", steps=1)
     assert "timing/old_logps" not in steps[-1] and "timing/ref_logps" not in steps[-1], steps[-1]
+    assert steps[-1]["rollout_correction/k3_kl"] < 1e-4, steps[-1]
     assert all(e["timing/old_logps"] > 0 and e["timing/ref_logps"] > 0 for e in pt_run[0])
 
 

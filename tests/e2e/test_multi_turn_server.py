@@ -91,8 +91,9 @@ def rlhf(tmp_path, port, plugin, *extra, check: bool = True):
 
 
 def test_server_mode_grpo_trains_on_the_servers_trajectories(server, plugin, tmp_path):
-    steps, run_dir = rlhf(tmp_path, server, plugin, "--multi_turn_scheduler", "observe_every_turn",
-                          "--vllm_server_pass_dataset", "true")
+    """The trainer's flags as ms-swift's server-mode commands give them: no --multi_turn_scheduler (it takes the
+    server's), --max_turns and --vllm_server_pass_dataset."""
+    steps, run_dir = rlhf(tmp_path, server, plugin, "--max_turns", str(TURNS), "--vllm_server_pass_dataset", "true")
     assert [e["step"] for e in steps] == [1, 2]
     for e in steps:
         assert math.isfinite(e["loss"]) and e["multi_turn/turns_mean"] == TURNS == e["multi_turn/turns_max"], e

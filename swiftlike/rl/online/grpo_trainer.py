@@ -43,7 +43,7 @@ from ..rewards.functions import ScoredRewards, combine_rewards
 from .rollout_worker import Rollout, RolloutWorker
 from .trajectories import drop_failed_trajectories, multi_turn_metrics, trajectory_record
 from .teacher import ServedTeacher, TeacherReplicas
-from .online_trainer import RolloutTrainer, disable_dropout
+from .online_trainer import RolloutTrainer, disable_dropout, has_active_dropout
 from ..core.options import (GrpoOptions, PolicyTrainingOptions, RewardOptions, RolloutOptions,
                             SamplingOptions)
 from ..core.sampling import SampledLogps
@@ -134,6 +134,10 @@ class GrpoTrainer(RolloutTrainer):
         self._timeline: list[dict] = []
         if policy_training.disable_dropout and ref_model is not None:
             disable_dropout(ref_model)
+        # Without dropout the training pass in train mode gives the sampling-time log-probs exactly (the weights
+        # move only at the optimizer step), so the mismatch metrics and IS weights take them from it, detached,
+        # and a batch used once needs no pass of its own for them: on CPU that pass was ~1/6 of a step.
+        self._eval_pass_differs = has_active_dropout(self.model)
 
     # ------------------------------------------------------------------ data
     def get_train_dataloader(self) -> DataLoader:
@@ -389,8 +393,8 @@ class GrpoTrainer(RolloutTrainer):
         rollout = self.rollout
         has_rollout_lp = batch["rollout_logps"] is not None
         return (self._reuses_batches() or (self.grpo.kl_in_reward and self.grpo.beta > 0) or self.teacher is not None
-                or (has_rollout_lp and (rollout.rollout_importance_sampling_mode is not None
-                                        or rollout.log_rollout_offpolicy_metrics))
+                or (self._eval_pass_differs and has_rollout_lp
+                    and (rollout.rollout_importance_sampling_mode is not None or rollout.log_rollout_offpolicy_metrics))
                 or (not has_rollout_lp and rollout.off_policy_sequence_mask_delta is not None))
 
     def _reuses_batches(self) -> bool:

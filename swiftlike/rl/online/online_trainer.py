@@ -48,6 +48,13 @@ def disable_dropout(model: torch.nn.Module) -> None:
             module.attention_dropout = 0.0
 
 
+def has_active_dropout(model: torch.nn.Module) -> bool:
+    """Whether a forward pass in train mode differs from one in eval mode (what `disable_dropout` zeroes)."""
+    return any((isinstance(module, torch.nn.Dropout) and module.p > 0)
+               or (isinstance(getattr(module, "attention_dropout", None), float) and module.attention_dropout > 0)
+               for module in model.modules())
+
+
 class RolloutTrainer(SwiftlikeTrainer):
     """`policy_training`: what a non-finite step does and whether dropout is off; `worker` the RolloutWorker, or
     None when nothing is generated."""
