@@ -1,4 +1,4 @@
-"""Multi-turn GRPO on a rollout server with uneven trajectories: --max_staleness 0 against 2, in one run.
+"""Multi-turn GRPO on a rollout server with uneven trajectories: --max_staleness 0 against 2 (--bounds), in one run.
 
 The server runs the scheduler (benchmarks/agent_rounds_plugin.py: each trajectory draws 1-4 rounds, a tool-style
 result inserted after each round but its last), pinned to core 0; the trainer (`--vllm_mode server`, taking the
@@ -13,6 +13,7 @@ trained on and the partial rollouts the server made (turns cut by an update and 
 
     .venv/bin/python benchmarks/bench_agent.py                 # SmolLM2, 6 steps per K
     .venv/bin/python benchmarks/bench_agent.py --quick         # tiny model
+    .venv/bin/python benchmarks/bench_agent.py --bounds 2 4    # K = 0, 2 and 4
 """
 from __future__ import annotations
 
@@ -34,7 +35,6 @@ HERE = Path(__file__).resolve().parent
 PLUGIN = HERE / "agent_rounds_plugin.py"
 DEFAULTS = {"model": "HuggingFaceTB/SmolLM2-135M-Instruct", "steps": 6, "rounds": 2}
 QUICK = {"model": "tiny-random/qwen2_5", "steps": 5, "rounds": 2}
-BOUNDS = (0, 2)
 BATCH = 8
 
 
@@ -85,10 +85,11 @@ def measure(args, workdir: Path) -> dict:
     """Each round runs every K, in alternating order (this machine is shared, so its load drifts); the step time
     and tokens/s of a K are its medians over the rounds, the counts are summed."""
     proc, port = start_server(args, workdir / "server.log")
-    runs: dict[int, list[dict]] = {k: [] for k in BOUNDS}
+    bounds = args.bounds
+    runs: dict[int, list[dict]] = {k: [] for k in bounds}
     try:
         for round_index in range(args.rounds):
-            for k in (BOUNDS if round_index % 2 == 0 else BOUNDS[::-1]):
+            for k in (bounds if round_index % 2 == 0 else bounds[::-1]):
                 runs[k].append(run_once(args, port, workdir, k, f"grpo-k{k}-r{round_index}"))
     finally:
         stop(proc)
@@ -100,7 +101,7 @@ def measure(args, workdir: Path) -> dict:
         results[k]["staleness_max"] = max(r["staleness_max"] for r in done)
         results[k]["turns_mean"] = statistics.fmean(r["turns_mean"] for r in done)
         results[k]["per_round_s_per_step"] = [round(r["s_per_step"], 2) for r in done]
-    for k in BOUNDS:
+    for k in bounds:
         results[k]["step_rate_vs_k0"] = results[0]["s_per_step"] / results[k]["s_per_step"]
         results[k]["tokens_per_s_vs_k0"] = results[k]["tokens_per_s"] / results[0]["tokens_per_s"]
     return results
@@ -112,9 +113,12 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=None, help="GRPO steps per run (steps 2..N are timed)")
     parser.add_argument("--rounds", type=int, default=None, help="runs per K, in alternating order (medians)")
     parser.add_argument("--max_completion_length", type=int, default=32, help="tokens per turn (per_round)")
+    parser.add_argument("--bounds", type=int, nargs="+", default=[0, 2],
+                        help="the --max_staleness values to compare; 0 (synchronous) is the baseline and always runs")
     add_run_options(parser, QUICK, "steps", timeout=1800)
     args = parser.parse_args()
     fill_defaults(args, DEFAULTS, QUICK)
+    args.bounds = [0, *sorted(set(args.bounds) - {0})]
     if args.steps < 2:
         parser.error("--steps must be >= 2: the first step is a warm-up and is not timed")
     if os.cpu_count() < 2:

@@ -26,7 +26,7 @@ else
   N_HELD=${AGENT_DEMO_HELD:-64}; N_PROMPTS=${AGENT_DEMO_PROMPTS:-256}; STEPS=${AGENT_DEMO_STEPS:-10}
   # 16 trajectories a step (2 questions x 8) in micro-batches of 4: one micro-batch of 16 whole trajectories
   # (fp32 logits over a 49k vocabulary) took 17 GB and was killed on this 23 GB machine
-  MICRO=4; ACCUM=4; GENERATIONS=8; REPLY_TOKENS=128
+  MICRO=4; ACCUM=4; GENERATIONS=${AGENT_DEMO_GENERATIONS:-8}; REPLY_TOKENS=128
 fi
 rm -rf "$OUT" && mkdir -p "$OUT"
 START=$(date +%s)
