@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# GPU checks of GRPO, multi-turn GRPO with tools (agent) and PPO at real precision: colocated vLLM in bfloat16 with --top_k 20 --top_p 0.9, on the tiny
-# model and on SmolLM2-135M, with LoRA-only sync (--vllm_enable_lora true) and with full (merged) sync. Each run is 3
-# optimizer steps; tests/gpu/check_rl_run.py then asserts that every logged loss, grad norm, kl and metric is finite
-# and that rollout_correction/k3_kl, measured on the batch sampled right after each weight sync, stays under
-# K3_MAX (bf16 engine vs bf16 trainer: rounding, not a stale engine). Prints one PASS / FAIL line per run, writes
-# $OUT/rl_checks.md when $OUT is set, exits 1 if any run failed and 2 at once when there is no GPU.
+# GPU checks of GRPO, multi-turn GRPO with tools (agent) and PPO at real precision: colocated vLLM in bfloat16 with
+# --top_k 20 --top_p 0.9, on the tiny model and on SmolLM2-135M, with LoRA-only sync (--vllm_enable_lora true) and
+# with full (merged) sync. Each run is 3 optimizer steps; tests/gpu/check_rl_run.py then asserts that every logged
+# loss, grad norm, kl and metric is finite and that rollout_correction/k3_kl, measured on the batch sampled right
+# after each weight sync, stays under K3_MAX (bf16 engine vs bf16 trainer: rounding, not a stale engine). Prints one
+# PASS / FAIL line per run, writes $OUT/rl_checks.md when $OUT is set, exits 1 if any run failed and 2 at once when
+# there is no GPU.
 #
 #   tests/gpu/run_rl_checks.sh
 #   MODELS="tiny-random/qwen2_5" SYNCS="lora" ALGOS="ppo" K3_MAX=0.02 tests/gpu/run_rl_checks.sh
@@ -32,8 +33,8 @@ for algo in $ALGOS; do
         out=$(mktemp -d)
         if [ "$sync" = lora ]; then sync_args="--tuner_type lora --vllm_enable_lora true"
         else sync_args="--tuner_type full --learning_rate 1e-5"; fi
-        # PPO: one completion a prompt, a critic from the policy, two epochs over each rollout batch
         dataset='swiftlike/arithmetic#64' rlhf_type=$algo rewards="accuracy format_hash"
+        # PPO: one completion a prompt, a critic from the policy, two epochs over each rollout batch
         if [ "$algo" = ppo ]; then algo_args="--num_ppo_epochs 2"; else algo_args="--num_generations 4"; fi
         if [ "$algo" = agent ]; then
             rlhf_type=grpo dataset='swiftlike/calculator-agent-test#64' rewards=accuracy
