@@ -66,7 +66,7 @@ $SWIFTLIKE rlhf --rlhf_type grpo --model "$SFT_CKPT" --tuner_type lora --lora_ra
   --reward_funcs accuracy --use_vllm true --vllm_mode colocate --vllm_gpu_memory_utilization 0.3 \
   --vllm_max_model_len 2048 --torch_dtype float32 --num_generations "$GENERATIONS" \
   --per_device_train_batch_size "$MICRO" --gradient_accumulation_steps "$ACCUM" --max_completion_length "$REPLY_TOKENS" \
-  --temperature 1.0 --beta 0.0 --learning_rate "${AGENT_RL_LR:-3e-4}" --max_steps "$STEPS" --logging_steps 1 \
+  --temperature "${AGENT_RL_TEMPERATURE:-0.7}" --beta 0.0 --learning_rate "${AGENT_RL_LR:-3e-4}" --max_steps "$STEPS" --logging_steps 1 \
   --save_steps "$STEPS" --gradient_checkpointing false --log_completions true --report_to none --seed 42 \
   --output_dir "$OUT/grpo"
 GRPO_RUN=$(ls -d "$OUT"/grpo/v*-* | tail -n 1)

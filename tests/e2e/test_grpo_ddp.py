@@ -149,25 +149,32 @@ def launch(out: Path, rollouts: Path, dataset: Path, processes: int, runs: dict 
     assert result.returncode == 0, result.stderr[-6000:]
 
 
-def launch_one_and_two(base: Path, runs: dict, common: list[str] = COMMON) -> dict[int, Path]:
-    """The rollouts recorded and the prompts written into `base`, then `runs` in one process and in two:
-    {processes: directory of the worker's results}."""
+def launch_one_and_two(base: Path, runs: dict, common: list[str] = COMMON,
+                       processes: tuple[int, ...] = (1, 2)) -> dict[int, Path]:
+    """The rollouts recorded and the prompts written into `base` (once), then `runs` in each number of
+    `processes`: {processes: directory of the worker's results}."""
     rollouts, dataset = base / "rollouts.json", base / "prompts.jsonl"
-    record_rollouts(rollouts)
-    dataset.write_text("".join(json.dumps({"messages": [{"role": "user", "content": p}]}) + "\n" for p in PROMPTS))
+    if not rollouts.exists():
+        record_rollouts(rollouts)
+        dataset.write_text("".join(json.dumps({"messages": [{"role": "user", "content": p}]}) + "\n"
+                                   for p in PROMPTS))
     out = {}
-    for processes in (1, 2):
-        out[processes] = base / f"p{processes}"
-        out[processes].mkdir()
-        launch(out[processes], rollouts, dataset, processes, runs, common)
+    for count in processes:
+        out[count] = base / f"p{count}"
+        out[count].mkdir()
+        launch(out[count], rollouts, dataset, count, runs, common)
     return out
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory, tiny_adapter):
-    """{processes: directory of the worker's results} for one and two processes."""
-    return launch_one_and_two(tmp_path_factory.mktemp("ddp"),
-                              {name: [a.format(adapter=tiny_adapter) for a in argv] for name, argv in RUNS.items()})
+def runs(grpo_one_process):
+    """{processes: directory of the worker's results} for one process (shared with test_megatron_rl.py) and two."""
+    base, one = grpo_one_process
+    return {1: one, **launch_one_and_two(base, runs_with_adapter(base), processes=(2,))}
+
+
+def runs_with_adapter(base: Path) -> dict:
+    return json.loads((base / "runs.json").read_text())
 
 
 def rel_diff(a, b) -> float:

@@ -1,7 +1,6 @@
 """GRPO with the train role on the Megatron backend (`swiftlike megatron rlhf`, megatron-core on CPU at TP 1):
 the same loss, gradient and update as the transformers backend on the same batch, Megatron-LM's argument names,
 LoRA, and a real run against a colocated vLLM engine whose weights are synced from the Megatron model."""
-import json
 import subprocess
 import sys
 
@@ -73,27 +72,26 @@ EQUIVALENCE_RUNS = ("grpo", "rloo_cispo_entropy", "reinforce_pp_sapo", "gdpo_kl_
 UPDATE_RTOL = 5e-5
 
 
-def test_megatron_backend_trains_like_the_transformers_backend(tmp_path, tiny_adapter):
-    """The recorded rollouts of tests/e2e/test_grpo_ddp.py, one process each: loss, gradient norm and the update of
-    every weight (compared under HF names) agree within 1e-5 relative (the update within UPDATE_RTOL), for GRPO and
-    the 2026 algorithm set, OPD-RL with an in-process teacher included."""
+def test_megatron_backend_trains_like_the_transformers_backend(tmp_path, grpo_one_process):
+    """The recorded rollouts of tests/e2e/test_grpo_ddp.py, one process each (the transformers side is the run
+    test_grpo_ddp.py compares two processes against): loss, gradient norm and the update of every weight (compared
+    under HF names) agree within 1e-5 relative (the update within UPDATE_RTOL), for GRPO and the 2026 algorithm
+    set, OPD-RL with an in-process teacher included."""
     import torch
 
     from swiftlike.model import resolve_model
     from swiftlike.train.megatron import mcore_to_hf
-    from test_grpo_ddp import PROMPTS, RTOL, RUNS, launch, record_rollouts, rel_diff, train_logs
+    from test_grpo_ddp import RTOL, launch, rel_diff, runs_with_adapter, train_logs
     from transformers import AutoConfig
-    rollouts, dataset = tmp_path / "rollouts.json", tmp_path / "prompts.jsonl"
-    record_rollouts(rollouts)
-    dataset.write_text("".join(json.dumps({"messages": [{"role": "user", "content": p}]}) + "\n" for p in PROMPTS))
-    hf, mc = tmp_path / "hf", tmp_path / "mc"
-    hf.mkdir()
+    base, hf = grpo_one_process
+    mc = tmp_path / "mc"
     mc.mkdir()
-    runs = {name: [a.format(adapter=tiny_adapter) for a in RUNS[name]] for name in EQUIVALENCE_RUNS}
-    launch(hf, rollouts, dataset, 1, runs)
+    runs = {name: argv for name, argv in runs_with_adapter(base).items() if name in EQUIVALENCE_RUNS}
+    assert set(runs) == set(EQUIVALENCE_RUNS)
     # the Megatron backend generates through vLLM only; the engine is synced every step and never sampled here
-    launch(mc, rollouts, dataset, 1, {name: [*argv, "--train_backend", "megatron", "--use_vllm", "true",
-                                             "--vllm_max_model_len", "256"] for name, argv in runs.items()})
+    launch(mc, base / "rollouts.json", base / "prompts.jsonl", 1,
+           {name: [*argv, "--train_backend", "megatron", "--use_vllm", "true", "--vllm_max_model_len", "256"]
+            for name, argv in runs.items()})
     config = AutoConfig.from_pretrained(resolve_model(TINY).model_dir)
     for run in EQUIVALENCE_RUNS:
         a, b = train_logs(hf, run), train_logs(mc, run)
