@@ -67,7 +67,7 @@ $SWIFTLIKE rlhf --rlhf_type grpo --model "$SFT_CKPT" --tuner_type lora --lora_ra
   --vllm_max_model_len 2048 --torch_dtype float32 --num_generations "$GENERATIONS" \
   --per_device_train_batch_size "$MICRO" --gradient_accumulation_steps "$ACCUM" --max_completion_length "$REPLY_TOKENS" \
   --temperature "${AGENT_RL_TEMPERATURE:-0.7}" --beta 0.0 --learning_rate "${AGENT_RL_LR:-3e-4}" --max_steps "$STEPS" --logging_steps 1 \
-  --save_steps "$STEPS" --gradient_checkpointing false --log_completions true --report_to none --seed 42 \
+  --save_steps "$STEPS" --gradient_checkpointing false --log_completions true --report_to none --seed "${AGENT_RL_SEED:-42}" \
   --output_dir "$OUT/grpo"
 GRPO_RUN=$(ls -d "$OUT"/grpo/v*-* | tail -n 1)
 GRPO_CKPT=$(ls -d "$GRPO_RUN"/checkpoint-* | grep -v -- '-merged$' | sort -V | tail -n 1)
