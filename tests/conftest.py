@@ -151,3 +151,17 @@ def browser():
         chromium = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
         yield chromium
         chromium.close()
+
+
+@pytest.fixture(scope="session")
+def grpo_one_process(tmp_path_factory, tiny_adapter):
+    """(base, results): every run of tests/e2e/test_grpo_ddp.py's RUNS in one process on the recorded rollouts
+    written into `base`. The reference that two processes (test_grpo_ddp.py) and the Megatron backend
+    (test_megatron_rl.py) must both match, launched once for both."""
+    import json
+
+    from test_grpo_ddp import RUNS, launch_one_and_two
+    base = tmp_path_factory.mktemp("grpo_one_process")
+    runs = {name: [a.format(adapter=tiny_adapter) for a in argv] for name, argv in RUNS.items()}
+    (base / "runs.json").write_text(json.dumps(runs))
+    return base, launch_one_and_two(base, runs, processes=(1,))[1]
