@@ -55,7 +55,7 @@ def _json_value(value):
 
 class Bridge:
     def __init__(self, env, vf):
-        self.env, self.vf = env, vf
+        self.env = env
         self.replies: dict[str, asyncio.Future] = {}
         self.tasks: dict[str, asyncio.Task] = {}
         self.datasets: dict[str, object] = {}
