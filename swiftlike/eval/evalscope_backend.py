@@ -22,6 +22,7 @@ from pathlib import Path
 from ..arguments.eval_args import EvalArguments
 from ..utils import get_logger
 from ..utils.hub import offline_variable
+from ..utils.side_venv import side_venv_python
 from .report import BenchmarkResult
 from .served import Endpoint
 
@@ -35,24 +36,11 @@ ERROR_LINE = re.compile(r"^[\w.]*(Error|Exception|Exit)\b.*:")  # a traceback's 
 
 
 def evalscope_python() -> Path:
-    """$SWIFTLIKE_EVALSCOPE_PYTHON, else .venv-evalscope next to the running virtualenv (`make setup` builds both
-    side by side), in the source tree swiftlike runs from (an editable install), or in the working directory."""
-    override = os.environ.get(PYTHON_VARIABLE)
-    if override:
-        if not Path(override).is_file():
-            raise FileNotFoundError(f"${PYTHON_VARIABLE}={override}: no such file (give the python of a "
-                                    "virtualenv with evalscope installed)")
-        return Path(override)
-    roots = (Path(sys.prefix).parent, Path(__file__).resolve().parents[2], Path.cwd())
-    candidates = list(dict.fromkeys(root / VENV_NAME / "bin" / "python" for root in roots))
-    for python in candidates:
-        if python.is_file():
-            return python
-    raise FileNotFoundError(
-        f"--eval_backend Native needs evalscope in its own virtualenv, and none was found (looked for "
-        f"{', '.join(map(str, candidates))}). Build it with `make setup` (scripts/setup.sh) in the swiftlike "
-        f"checkout, or `python -m venv {VENV_NAME} && {VENV_NAME}/bin/pip install evalscope==1.14.1`, or point "
-        f"${PYTHON_VARIABLE} at a python that has evalscope.")
+    """$SWIFTLIKE_EVALSCOPE_PYTHON, else .venv-evalscope beside .venv (utils.side_venv)."""
+    return side_venv_python(
+        PYTHON_VARIABLE, VENV_NAME, "evalscope", "--eval_backend Native needs evalscope",
+        f"Build it with `make setup` (scripts/setup.sh) in the swiftlike checkout, or `python -m venv {VENV_NAME} && "
+        f"{VENV_NAME}/bin/pip install evalscope==1.14.1`, or point ${PYTHON_VARIABLE} at a python that has evalscope.")
 
 
 def task_config(args: EvalArguments, endpoint: Endpoint, work_dir: Path) -> dict:

@@ -26,15 +26,14 @@ import asyncio
 import atexit
 import collections
 import json
-import os
 import queue
 import subprocess
-import sys
 import threading
 import time
 import uuid
 from pathlib import Path
 
+from ...utils.side_venv import side_venv_python
 from .envs import Env, last_assistant_text, register_env
 from .trajectory import RolloutRequest
 
@@ -48,24 +47,12 @@ STDERR_TAIL_LINES = 30
 
 
 def verifiers_python() -> Path:
-    """$SWIFTLIKE_VERIFIERS_PYTHON, else .venv-verifiers next to the running virtualenv (`make setup` builds both
-    side by side), in the source tree swiftlike runs from, or in the working directory."""
-    override = os.environ.get(PYTHON_VARIABLE)
-    if override:
-        if not Path(override).is_file():
-            raise FileNotFoundError(f"${PYTHON_VARIABLE}={override}: no such file (give the python of a virtualenv "
-                                    f"with {VERIFIERS} and your environment installed)")
-        return Path(override)
-    roots = (Path(sys.prefix).parent, Path(__file__).resolve().parents[3], Path.cwd())
-    candidates = list(dict.fromkeys(root / VENV_NAME / "bin" / "python" for root in roots))
-    for python in candidates:
-        if python.is_file():
-            return python
-    raise FileNotFoundError(
-        f"the verifiers environment needs verifiers in its own virtualenv, and none was found (looked for "
-        f"{', '.join(map(str, candidates))}). Build it with `make setup` in the swiftlike checkout, or "
-        f"`python -m venv {VENV_NAME} && {VENV_NAME}/bin/pip install {VERIFIERS} <your environment package>`, or "
-        f"point ${PYTHON_VARIABLE} at a python that has them.")
+    """$SWIFTLIKE_VERIFIERS_PYTHON, else .venv-verifiers beside .venv (utils.side_venv)."""
+    return side_venv_python(
+        PYTHON_VARIABLE, VENV_NAME, f"{VERIFIERS} and your environment",
+        "the verifiers environment needs verifiers",
+        f"Build it with `make setup` in the swiftlike checkout, or `python -m venv {VENV_NAME} && {VENV_NAME}/bin/pip "
+        f"install {VERIFIERS} <your environment package>`, or point ${PYTHON_VARIABLE} at a python that has them.")
 
 
 class BridgeProcess:
