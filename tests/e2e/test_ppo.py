@@ -83,7 +83,7 @@ def test_ppo_pt_rollout_whitened_k3_with_missing_eos_penalty(tmp_path):
     steps, run_dir = rlhf(tmp_path, "--reward_funcs", "text_length", "--use_vllm", "false", "--whiten_rewards",
                           "true", "--kl_estimator", "k3", "--missing_eos_penalty", "1.0", "--num_ppo_epochs", "2",
                           "--num_mini_batches", "2", "--gamma", "0.99", "--lam", "0.9", "--log_completions", "true",
-                          steps=4)
+                          "--local_rollout_forward_batch_size", "3", steps=4)
     assert [e["step"] for e in steps] == [1, 2, 3, 4]
     for key in ("loss/policy", "loss/value", "clip_ratio/policy", "clip_ratio/value", "ppo/approx_kl", "entropy",
                 "value/grad_norm", "value/predicted_mean"):
@@ -93,6 +93,8 @@ def test_ppo_pt_rollout_whitened_k3_with_missing_eos_penalty(tmp_path):
                 "reward", "rewards/text_length/mean"):
         assert key in steps[0] and key not in steps[1], key
     assert "frac_reward_zero_std" not in steps[0]
+    # a reused batch with a KL term: the critic's and the old policy's passes both ran
+    assert steps[0]["timing/values"] > 0 and steps[0]["timing/old_logps"] > 0
     # every completion is cut at 12 tokens: the whole --missing_eos_penalty comes off its length reward
     assert steps[0]["completions/clipped_ratio"] == 1.0
     assert steps[0]["reward"] == pytest.approx(steps[0]["rewards/text_length/mean"] - 1.0, abs=1e-5)
@@ -107,13 +109,15 @@ def test_ppo_pt_rollout_whitened_k3_with_missing_eos_penalty(tmp_path):
 
 def test_ppo_colocated_vllm_lora_sync_with_reward_model_saves_and_resumes_its_critic(tmp_path, tiny_reward_model):
     common = ("--use_vllm", "true", "--vllm_enable_lora", "true", "--reward_model", str(tiny_reward_model),
-              "--reward_funcs", "text_length", "--num_ppo_epochs", "1", "--save_steps", "2",
+              "--reward_funcs", "text_length", "--num_ppo_epochs", "1", "--kl_coef", "0", "--save_steps", "2",
               "--log_rollout_offpolicy_metrics", "true", "--temperature", "0.7", "--top_p", "0.9", "--top_k", "20")
     steps, run_dir = rlhf(tmp_path, *common, steps=2)
     assert [e["step"] for e in steps] == [1, 2]
     assert f"rewards/{tiny_reward_model.name}/mean" in steps[-1] and "rewards/text_length/mean" in steps[-1]
     # the engine runs the synced LoRA and truncates as the trainer renormalises: it samples what the trainer scores
     assert all(e["rollout_correction/k3_kl"] < 1e-3 for e in steps)
+    # trained on once without a KL term: no old-policy pass (the loss's own log-probs are the old policy's)
+    assert all("timing/old_logps" not in e and e["timing/values"] > 0 for e in steps)
     checkpoint = run_dir / "checkpoint-2"
     assert (checkpoint / CRITIC_DIR / "adapter_config.json").is_file()
     resumed, resumed_dir = rlhf(tmp_path, *common, "--resume_from_checkpoint", str(checkpoint), steps=4,

@@ -136,8 +136,10 @@ class GrpoOptions:
                                 "(finish_reason length) are left out of the loss.", only=GRPO)
     share_prompt_prefix: bool = arg(True, "Score a group's shared prompt once per micro-batch and run its "
                                     "completions on that prompt's KV cache (gradients flow through it), instead "
-                                    "of once per completion: the same loss up to float rounding, about half the "
-                                    "tokens. Off under --gradient_checkpointing, which drops the cache in training.")
+                                    "of once per completion; likewise the first tokens all the micro-batch's "
+                                    "prompts share (a chat template's system prompt), when there are 8 or more. "
+                                    "The same loss up to float rounding, far fewer tokens. Off under "
+                                    "--gradient_checkpointing, which drops the cache in training.")
     log_completions: bool = arg(False, "Write prompts, completions and rewards to completions.jsonl in the run dir.")
     teacher_kl_coef: float = arg(1.0, "OPD-RL (--teacher_model or --teacher_model_server with grpo): weight of the teacher's per-token "
                                  "log-ratio (teacher - old log-prob of the sampled token) added to each token's "

@@ -19,7 +19,7 @@ import torch
 from ...model.seq_cls import SeqClsCheckpoint
 from ..core.options import RewardOptions
 from ..core.ppo_options import PpoOptions
-from .grpo_batch import full_sequences
+from .grpo_batch import completion_outputs
 
 CRITIC_DIR = "value_model"  # inside each checkpoint: the critic's weights (or adapter), for resuming
 
@@ -115,14 +115,13 @@ def _backbone_and_head(critic: torch.nn.Module) -> tuple[torch.nn.Module, torch.
     return getattr(inner, inner.base_model_prefix), head
 
 
-def completion_values(critic: torch.nn.Module, batch: dict) -> torch.Tensor:
+def completion_values(critic: torch.nn.Module, batch: dict, share_prompts: bool = True) -> torch.Tensor:
     """(rows, completion width): at column t, the critic's value of the sequence before completion token t (the
-    state the policy chose token t in), TRL's `full_value[:, context_length - 1 : -1]`."""
+    state the policy chose token t in), TRL's `full_value[:, context_length - 1 : -1]`. The body runs the batch as
+    the policy's log-probs do (`completion_outputs`: the prompts' common prefix once, with --share_prompt_prefix)."""
     backbone, head = _backbone_and_head(critic)
-    ids, attn, positions = full_sequences(batch)
-    width = batch["completion_ids"].shape[1]
-    hidden = backbone(input_ids=ids, attention_mask=attn, position_ids=positions, use_cache=False).last_hidden_state
-    return head(hidden[:, -(width + 1):-1]).squeeze(-1).float()
+    hidden = completion_outputs(backbone, batch, share_prompts, decoder=backbone)
+    return head(hidden).squeeze(-1).float()
 
 
 def save_critic(critic: torch.nn.Module, directory: Path) -> None:

@@ -12,6 +12,10 @@ Two ways to run the model over it (`completion_logps`), the same numbers up to f
   scores about half the tokens a row-per-sequence forward does (1.5x-2x faster trainer steps on SmolLM2,
   docs/benchmarks.md). Neither TRL nor ms-swift does this for GRPO; a library could not serve because it is
   a property of how the batch is laid out, not of the model.
+  Distinct prompts share a prefix too: the chat template's system prompt and header, the same on every row.
+  When every prompt of the micro-batch starts with the same `MIN_SHARED_PREFIX` tokens or more, that prefix is
+  run once (one row) before the prompt pass, which runs the rest of each prompt on a copy of its cache. This is
+  what makes the path pay for PPO, whose rows all have prompts of their own.
 - *full*: one row per sequence (prompt + completion), for gradient checkpointing, under which transformers
   drops the KV cache in training passes (`GradientCheckpointingLayer`), for micro-batches whose prompts are
   all distinct, and for `--share_prompt_prefix false`.
@@ -118,7 +122,11 @@ def linear_head(model) -> tuple[torch.nn.Linear, torch.nn.Module] | None:
 def _last_positions(model, decoder, keep: int, **inputs):
     """`model(**inputs)` and its last `keep` positions: their logits, or with `decoder` (the model's decoder body)
     the hidden states the head takes there, the head then scoring no position. The pass goes through `model`, not
-    the decoder alone, so a DDP wrapper sees its one forward per backward and a PEFT wrapper its own forward."""
+    the decoder alone, so a DDP wrapper sees its one forward per backward and a PEFT wrapper its own forward.
+    A `model` that is the decoder itself (the critic's body) gives its hidden states."""
+    if decoder is not None and model is decoder:
+        out = model(**inputs)
+        return out, out.last_hidden_state[:, -keep:]
     if decoder is None:
         out = model(**inputs, logits_to_keep=keep)
         return out, out.logits
@@ -140,32 +148,94 @@ def _full_outputs(model, batch: dict, decoder) -> torch.Tensor:
     return kept[:, :-1]
 
 
-def _shared_prompt_outputs(model, prompt_model, batch: dict, decoder) -> torch.Tensor:
+MIN_SHARED_PREFIX = 8  # a common prompt prefix shorter than this is not worth a forward pass of its own
+
+
+def common_prefix_length(batch: dict) -> int:
+    """How many leading tokens every prompt of a `tensorize`d batch has in common (0 with one prompt), at most the
+    shortest prompt's length less one: each prompt keeps a token of its own, whose position predicts its
+    completions' first token."""
+    lengths = batch["prompt_attention_mask"].sum(1)
+    shortest = int(lengths.min()) - 1
+    if len(lengths) < 2 or shortest < 1:
+        return 0
+    starts = batch["prompt_ids"].shape[1] - lengths
+    columns = starts[:, None] + torch.arange(shortest, device=starts.device)
+    heads = batch["prompt_ids"].gather(1, columns)
+    return int((heads == heads[:1]).all(0).long().cumprod(0).sum())
+
+
+def _without_prefix(batch: dict, prefix: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The prompts' ids and attention mask with their first `prefix` tokens cut out, still left-padded."""
+    ids, attn = batch["prompt_ids"], batch["prompt_attention_mask"]
+    starts = ids.shape[1] - attn.sum(1)
+    kept = torch.arange(ids.shape[1] - prefix, device=ids.device)[None]
+    columns = kept + prefix * (kept >= starts[:, None])
+    return ids.gather(1, columns), attn.gather(1, columns)
+
+
+def _prefix_cache(prompt_model, decoder, batch: dict, prefix: int, config) -> DynamicCache:
+    """The KV cache of the prompts' common first `prefix` tokens, run once and copied to every prompt's row."""
+    ids = batch["prompt_ids"]
+    start = ids.shape[1] - int(batch["prompt_attention_mask"][0].sum())
+    positions = torch.arange(prefix, device=ids.device)[None]
+    out, _ = _last_positions(prompt_model, decoder, 1, input_ids=ids[:1, start:start + prefix],
+                             attention_mask=torch.ones_like(positions), position_ids=positions,
+                             past_key_values=DynamicCache(config=config), use_cache=True)
+    cache = out.past_key_values
+    cache.reorder_cache(torch.zeros(ids.shape[0], dtype=torch.long, device=ids.device))
+    return cache
+
+
+def _shared_prompt_outputs(model, prompt_model, batch: dict, decoder, prefix: int = 0) -> torch.Tensor:
     """The prompts once (their last position predicts each completion's first token), then the completions on
-    a copy of the prompt's KV cache per row. `prompt_model` is `model` without a DDP wrapper: DDP expects one
-    forward per backward, and the prompt pass's gradients reach the parameters through the completion pass's
-    backward anyway, where DDP's hooks see them summed."""
-    prompt_attn = batch["prompt_attention_mask"]
-    prompt_positions = (prompt_attn.cumsum(-1) - 1).clamp(min=0)
+    a copy of the prompt's KV cache per row; with a `prefix`, the prompts' common first tokens once before that.
+    `prompt_model` is `model` without a DDP wrapper: DDP expects one forward per backward, and the prompt pass's
+    gradients reach the parameters through the completion pass's backward anyway, where DDP's hooks see them
+    summed."""
     config = getattr(prompt_model, "config", None)
-    prompt_out, prompt_last = _last_positions(prompt_model, decoder, 1, input_ids=batch["prompt_ids"],
-                                              attention_mask=prompt_attn, position_ids=prompt_positions,
-                                              past_key_values=DynamicCache(config=config), use_cache=True)
+    prompt_ids, prompt_attn = batch["prompt_ids"], batch["prompt_attention_mask"]
+    cache = DynamicCache(config=config)
+    if prefix:
+        cache = _prefix_cache(prompt_model, decoder, batch, prefix, config)
+        prompt_ids, prompt_attn = _without_prefix(batch, prefix)
+    prompt_positions = prefix + (prompt_attn.cumsum(-1) - 1).clamp(min=0)
+    context_attn = torch.cat([torch.ones_like(prompt_attn[:, :1]).expand(-1, prefix), prompt_attn], dim=1)
+    prompt_out, prompt_last = _last_positions(prompt_model, decoder, 1, input_ids=prompt_ids,
+                                              attention_mask=context_attn, position_ids=prompt_positions,
+                                              past_key_values=cache, use_cache=True)
     index = batch["prompt_index"]
     cache = prompt_out.past_key_values
     cache.reorder_cache(index)  # index_select on every layer's keys and values: differentiable
     width = batch["completion_ids"].shape[1]
     positions = prompt_positions[index, -1:] + 1 + torch.arange(width, device=index.device)
-    attn = torch.cat([prompt_attn[index], batch["completion_attention_mask"]], dim=1)
+    attn = torch.cat([context_attn[index], batch["completion_attention_mask"]], dim=1)
     _, completion = _last_positions(model, decoder, width, input_ids=batch["completion_ids"], attention_mask=attn,
                                     position_ids=positions, past_key_values=cache, use_cache=True)
     return torch.cat([prompt_last[index], completion[:, :-1]], dim=1)
 
 
-def shares_prompts(model, batch: dict, enabled: bool) -> bool:
-    """Whether `completion_logps` takes the shared-prompt path for this batch and model."""
+def shared_prefix(model, batch: dict, enabled: bool) -> int | None:
+    """How `completion_outputs` runs this batch on this model: None for one row per sequence, else the shared
+    path with this many common prefix tokens run once (0: none)."""
     checkpointing = model.training and bool(getattr(model, "is_gradient_checkpointing", False))
-    return enabled and not checkpointing and batch["prompt_ids"].shape[0] < batch["completion_ids"].shape[0]
+    if not enabled or checkpointing:
+        return None
+    prefix = common_prefix_length(batch)
+    if prefix >= MIN_SHARED_PREFIX:
+        return prefix
+    return 0 if batch["prompt_ids"].shape[0] < batch["completion_ids"].shape[0] else None
+
+
+def completion_outputs(model, batch: dict, share_prompts: bool, prompt_model=None, decoder=None) -> torch.Tensor:
+    """(rows, completion width, ...): the outputs at the positions that predict each completion token: logits,
+    or with `decoder` its hidden states (the shared-prompt path when `shared_prefix` allows, else one row per
+    sequence)."""
+    unwrapped = prompt_model if prompt_model is not None else model
+    prefix = shared_prefix(unwrapped, batch, share_prompts)
+    if prefix is None:
+        return _full_outputs(model, batch, decoder)
+    return _shared_prompt_outputs(model, unwrapped, batch, decoder, prefix)
 
 
 def completion_logps(model, batch: dict, temperature: float, top_k: int, top_p: float, *, share_prompts: bool = True,
@@ -179,10 +249,7 @@ def completion_logps(model, batch: dict, temperature: float, top_k: int, top_p: 
     head, decoder = linear_head(unwrapped) or (None, None)
     if head is not None and filters_vocabulary(temperature, top_k, top_p, head.out_features):
         head = decoder = None
-    if shares_prompts(unwrapped, batch, share_prompts):
-        outputs = _shared_prompt_outputs(model, unwrapped, batch, decoder)
-    else:
-        outputs = _full_outputs(model, batch, decoder)
+    outputs = completion_outputs(model, batch, share_prompts, unwrapped, decoder)
     if head is None:
         return selected_logps(outputs, batch["completion_ids"], temperature, top_k, top_p, with_entropy=with_entropy,
                               with_unfiltered=with_unfiltered)

@@ -85,7 +85,10 @@ class PpoTrainer(GrpoTrainer):
         return scored
 
     def _needs_old_logps(self, batch: dict) -> bool:
-        return True  # the KL in the reward and the ratio of every reused mini-batch
+        """GRPO's cases (a reused batch: the ratio of every later mini-batch; the mismatch metrics), and the KL in
+        the reward. A batch trained on once without a KL term needs no pass of its own: the loss's log-probs,
+        detached, are the old policy's, since no optimizer step comes between sampling and that forward."""
+        return super()._needs_old_logps(batch) or self.ppo.kl_coef > 0
 
     def _values(self, batch: dict) -> torch.Tensor:
         """The critic's values of a micro-batch at sampling time, --local_rollout_forward_batch_size rows a pass."""
@@ -93,7 +96,8 @@ class PpoTrainer(GrpoTrainer):
         self.critic.eval()
         try:
             with torch.no_grad():
-                return torch.cat([completion_values(self.critic, _row_slice(batch, slice(i, i + step)))
+                return torch.cat([completion_values(self.critic, _row_slice(batch, slice(i, i + step)),
+                                                    self.grpo.share_prompt_prefix)
                                   for i in range(0, rows, step)])
         finally:
             self.critic.train()
@@ -112,15 +116,17 @@ class PpoTrainer(GrpoTrainer):
         into each micro-batch. A completion without a valid reward (a judge reply with no score, a dropped
         group) gets no tokens in the loss."""
         ppo, width = self.ppo, max(b["completion_ids"].shape[1] for b in batches)
+        t = time.time()
         for b in batches:
             b["values"] = self._values(b)
+        self._timed("values", t)
 
         def stacked(key: str) -> torch.Tensor:
             return torch.cat([torch.nn.functional.pad(b[key].cpu(), (0, width - b[key].shape[1])) for b in batches])
         mask = stacked("completion_mask") & valid.unsqueeze(1)
-        values, old = stacked("values"), stacked("old_logps").float()
-        kl = (ppo_math.per_token_kl(old, stacked("ref_logps").float(), ppo.kl_estimator) if ppo.kl_coef > 0
-              else torch.zeros_like(old))
+        values = stacked("values")
+        kl = (ppo_math.per_token_kl(stacked("old_logps").float(), stacked("ref_logps").float(), ppo.kl_estimator)
+              if ppo.kl_coef > 0 else torch.zeros_like(values))
         scores = torch.where(valid, scored.total.float(), torch.zeros_like(scored.total.float()))
         rewards = ppo_math.token_rewards(scores, kl, mask, ppo_math.last_token_index(mask), ppo.kl_coef)
         if ppo.whiten_rewards:
@@ -153,13 +159,14 @@ class PpoTrainer(GrpoTrainer):
         ppo, mask = self.ppo, inputs["completion_mask"]
         width = inputs["completion_ids"].shape[1]
         scored = self._logps(model, inputs, with_entropy=True)
-        old, advantages = inputs["old_logps"], inputs["advantages"][:, :width]
+        old = inputs["old_logps"] if inputs["old_logps"] is not None else scored.logps.detach()
+        advantages = inputs["advantages"][:, :width]
         # the micro-batches of every process add up to their union's mean (the token count is global)
         tokens = inputs.get("num_items_in_batch")
         per_process = None if tokens is None else tokens / self.accelerator.num_processes
         policy_loss, policy_clip = ppo_math.clipped_policy_loss(scored.logps, old, advantages, mask, ppo.cliprange,
                                                                 per_process)
-        values = completion_values(self.critic, inputs)
+        values = completion_values(self.critic, inputs, self.grpo.share_prompt_prefix)
         value_loss, value_clip = ppo_math.clipped_value_loss(values, inputs["values"], inputs["returns"], mask,
                                                              ppo.cliprange_value, per_process)
         loss = policy_loss + ppo.vf_coef * value_loss
@@ -180,6 +187,9 @@ class PpoTrainer(GrpoTrainer):
 
 
 def _row_slice(batch: dict, rows: slice) -> dict:
-    """The rows `rows` of a `tensorize`d batch (its prompts stay whole: rows index them)."""
-    return {**batch, "prompt_index": batch["prompt_index"][rows], "completion_ids": batch["completion_ids"][rows],
+    """The rows `rows` of a `tensorize`d batch, with only the prompts they use (so a slice's passes run no other
+    row's prompt)."""
+    used, index = torch.unique(batch["prompt_index"][rows], return_inverse=True)
+    return {**batch, "prompt_ids": batch["prompt_ids"][used],
+            "prompt_attention_mask": batch["prompt_attention_mask"][used], "prompt_index": index, "completion_ids": batch["completion_ids"][rows],
             "completion_attention_mask": batch["completion_attention_mask"][rows]}

@@ -80,7 +80,7 @@ def test_completion_logps_equal_each_sequence_alone_and_both_paths_agree(model_t
     """Both forward paths (a group's prompt once with its KV cache shared, or one row per sequence) give each
     completion token the log-prob an unpadded forward of its own sequence gives, and the same gradients."""
     from swiftlike.model import load_model, resolve_model
-    from swiftlike.rl.online.grpo_batch import shares_prompts
+    from swiftlike.rl.online.grpo_batch import shared_prefix
     torch.manual_seed(0)
     model = load_model(resolve_model(f"tiny-random/{model_type}"), "float32", "cpu")
     part = [Rollout([11, 12, 13, 14, 15], [21, 22], "a", "stop", None),
@@ -88,7 +88,7 @@ def test_completion_logps_equal_each_sequence_alone_and_both_paths_agree(model_t
             Rollout([31, 32], [41, 42, 43, 44], "c", "stop", None),
             Rollout([31, 32], [61], "d", "stop", None)]
     batch = tensorize(part, pad_id=0)
-    assert shares_prompts(model, batch, share) is share
+    assert shared_prefix(model, batch, share) == (0 if share else None)  # no common prefix here
     out = completion_logps(model, batch, 0.7, 5, 0.9, share_prompts=share, with_unfiltered=True)
     assert out.logps.shape == (4, 4)
     for i, r in enumerate(part):
@@ -110,16 +110,16 @@ def test_completion_logps_equal_each_sequence_alone_and_both_paths_agree(model_t
 
 def test_gradient_checkpointing_in_training_takes_the_full_path(tiny_resolved):
     from swiftlike.model import load_model
-    from swiftlike.rl.online.grpo_batch import shares_prompts
+    from swiftlike.rl.online.grpo_batch import shared_prefix
     model = load_model(tiny_resolved, "float32", "cpu")
     batch = tensorize([Rollout([1, 2], [3], "a", "stop", None), Rollout([1, 2], [4], "b", "stop", None)], 0)
     model.gradient_checkpointing_enable()
     model.train()
-    assert not shares_prompts(model, batch, True)
+    assert shared_prefix(model, batch, True) is None
     model.eval()  # no-grad passes keep the cache under checkpointing
-    assert shares_prompts(model, batch, True)
+    assert shared_prefix(model, batch, True) == 0
     distinct = tensorize([Rollout([1, 2], [3], "a", "stop", None), Rollout([5], [4], "b", "stop", None)], 0)
-    assert not shares_prompts(model, distinct, True)
+    assert shared_prefix(model, distinct, True) is None
 
 
 # ---------------------------------------------------------------- loss wiring: OPSM and metric gating
