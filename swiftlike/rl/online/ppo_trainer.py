@@ -191,5 +191,6 @@ def _row_slice(batch: dict, rows: slice) -> dict:
     row's prompt)."""
     used, index = torch.unique(batch["prompt_index"][rows], return_inverse=True)
     return {**batch, "prompt_ids": batch["prompt_ids"][used],
-            "prompt_attention_mask": batch["prompt_attention_mask"][used], "prompt_index": index, "completion_ids": batch["completion_ids"][rows],
+            "prompt_attention_mask": batch["prompt_attention_mask"][used], "prompt_index": index,
+            "completion_ids": batch["completion_ids"][rows],
             "completion_attention_mask": batch["completion_attention_mask"][rows]}
