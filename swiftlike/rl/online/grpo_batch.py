@@ -18,7 +18,7 @@ Two ways to run the model over it (`completion_logps`), the same numbers up to f
   what makes the path pay for PPO, whose rows all have prompts of their own.
 - *full*: one row per sequence (prompt + completion), for gradient checkpointing, under which transformers
   drops the KV cache in training passes (`GradientCheckpointingLayer`), for micro-batches whose prompts are
-  all distinct, and for `--share_prompt_prefix false`.
+  all distinct and share fewer than `MIN_SHARED_PREFIX` leading tokens, and for `--share_prompt_prefix false`.
 
 The LM head over a 49k-token vocabulary and the log-softmax after it are a small model's largest cost per
 position, which is why the logits are taken at completion positions only in both (`logits_to_keep`). With
