@@ -77,11 +77,11 @@ echo "=== 4/6 PPO on the warmed-up model: LoRA policy and critic, colocated vLLM
 # The critic starts from the warmed-up model with a fresh value head (there is no reward model: the reward is
 # the accuracy rule, which is what the task is scored by); --gamma 1 --lam 1 make each token's advantage the
 # sequence's reward minus the critic's value there, which does not lean on a critic that starts knowing
-# nothing. No KL term (--kl_coef 0), as in GRPO's demo.
+# nothing. TRL's KL term (--kl_coef 0.05): without it, two of three runs lost greedy accuracy (docs/rlhf.md).
 $SWIFTLIKE rlhf --rlhf_type ppo --model "$WARM" --dataset swiftlike/arithmetic \
   --reward_funcs accuracy \
   --per_device_train_batch_size 16 --gradient_accumulation_steps 4 --num_mini_batches 1 --num_ppo_epochs 1 \
-  --gamma 1.0 --lam 1.0 --kl_coef 0 --vf_coef 0.1 \
+  --gamma 1.0 --lam 1.0 --kl_coef 0.05 --vf_coef 0.1 \
   --max_completion_length 40 --temperature "$TEMP" --learning_rate ${DEMO_LR:-3e-4} \
   --lr_scheduler_type constant \
   --max_steps "$STEPS" --save_steps "$STEPS" --logging_steps 1 --seed "$SEED" \
