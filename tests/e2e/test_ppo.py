@@ -16,11 +16,26 @@ from swiftlike.train.outputs import read_log
 TINY = "tiny-random/qwen2_5"
 OTHER_TOKENIZER = "tiny-random/llama3"  # SmolLM2's tokenizer with five more special tokens
 PLUGIN = '''
+import os
+
+from swiftlike.rl.online.ppo_trainer import PpoTrainer
 from swiftlike.rl.rewards.functions import register_reward
 
 @register_reward("text_length")
 def text_length(completions, **kwargs):
     return [len(c) / 100 for c in completions]
+
+# A probe, not a change: before each optimizer step's batches are made, record whether the critic still holds a
+# gradient from an earlier step (the Trainer clears the policy's only).
+_get_batch_samples = PpoTrainer.get_batch_samples
+
+def _probed(self, *args, **kwargs):
+    held = any(p.grad is not None for p in self.critic.parameters())
+    with open(os.environ["PPO_PROBE"], "a") as f:
+        f.write(f"{self.state.global_step} {int(held)}\\n")
+    return _get_batch_samples(self, *args, **kwargs)
+
+PpoTrainer.get_batch_samples = _probed
 '''
 COMMON = ["--model", TINY, "--dataset", "swiftlike/arithmetic#16", "--per_device_train_batch_size", "4",
           "--gradient_accumulation_steps", "1", "--max_completion_length", "12", "--logging_steps", "1",
@@ -32,7 +47,7 @@ def rlhf(tmp_path, *extra, steps: int, run: str = "v0-*"):
     plugin = tmp_path / "plugin.py"
     plugin.write_text(PLUGIN)
     env = {**os.environ, "SWIFTLIKE_OFFLINE": "1", "OMP_NUM_THREADS": "1", "VLLM_CPU_KVCACHE_SPACE": "1",
-           "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+           "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "PPO_PROBE": str(tmp_path / "probe.txt")}
     argv = ["rlhf", "--rlhf_type", "ppo", *COMMON, "--external_plugins", str(plugin),
             "--output_dir", str(tmp_path / "out"), "--max_steps", str(steps), *extra]
     result = subprocess.run([sys.executable, "-m", "swiftlike.cli.main", *argv], env=env, capture_output=True,
@@ -105,6 +120,8 @@ def test_ppo_pt_rollout_whitened_k3_with_missing_eos_penalty(tmp_path):
     # a rollout batch (8 completions, 2 mini-batches) serves 2 epochs = 4 optimizer steps: step 1 is on-policy
     assert steps[0]["ppo/approx_kl"] < 1e-8 and steps[1]["ppo/approx_kl"] > 0
     assert (run_dir / "images").is_dir()
+    # each optimizer step starts with the critic's gradients cleared, as the policy's are
+    assert (tmp_path / "probe.txt").read_text().split("\n")[:-1] == ["0 0", "1 0", "2 0", "3 0"]
 
 
 def test_ppo_colocated_vllm_lora_sync_with_reward_model_saves_and_resumes_its_critic(tmp_path, tiny_reward_model):

@@ -38,15 +38,21 @@ PPO_PLOTTED = (*GRPO_PLOTTED, "loss/*", "value/*", "ppo/*")
 
 
 class _CriticGradients(TrainerCallback):
-    """Just before each optimizer step: the critic's gradients averaged over processes (DDP wraps the policy
-    only) and clipped to --max_grad_norm, its norm logged."""
+    """The Trainer handles the gradients of the model it wraps, the policy, only. So, just before each optimizer
+    step, the critic's are averaged over processes (DDP wraps the policy only) and clipped to --max_grad_norm,
+    their norm logged; a step whose policy update the non-finite guard dropped drops the critic's too. Just
+    after it they are cleared, as the Trainer clears the policy's: without that each step would add every
+    earlier step's gradient to its own."""
 
     def __init__(self, trainer: PpoTrainer):
         self.trainer = trainer
 
-    def on_pre_optimizer_step(self, args, state, control, **kwargs):
+    def on_pre_optimizer_step(self, args, state, control, model=None, **kwargs):
         params = [p for p in self.trainer.critic.parameters() if p.grad is not None]
         if not params:
+            return
+        if model is not None and all(p.grad is None for p in model.parameters() if p.requires_grad):
+            self.trainer.critic.zero_grad(set_to_none=True)  # the guard skipped this step
             return
         if args.world_size > 1:
             import torch.distributed as dist
@@ -56,6 +62,9 @@ class _CriticGradients(TrainerCallback):
         max_norm = args.max_grad_norm if args.max_grad_norm > 0 else float("inf")
         norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
         self.trainer._metrics["value/grad_norm"].append(float(norm))
+
+    def on_optimizer_step(self, args, state, control, **kwargs):
+        self.trainer.critic.zero_grad(set_to_none=True)
 
 
 class PpoTrainer(GrpoTrainer):
