@@ -36,6 +36,17 @@ def _probed(self, *args, **kwargs):
     return _get_batch_samples(self, *args, **kwargs)
 
 PpoTrainer.get_batch_samples = _probed
+
+# PPO_SEPARATE_VALUES=1: the critic's no-grad values pass even where its training pass could serve
+_fused = PpoTrainer._trains_critic_at_sampling
+
+def _fused_or_not(self):
+    fused = _fused(self) and not os.environ.get("PPO_SEPARATE_VALUES")
+    with open(os.environ["PPO_PROBE"] + ".fused", "a") as f:
+        f.write(f"{int(fused)}\\n")
+    return fused
+
+PpoTrainer._trains_critic_at_sampling = _fused_or_not
 '''
 COMMON = ["--model", TINY, "--dataset", "swiftlike/arithmetic#16", "--per_device_train_batch_size", "4",
           "--gradient_accumulation_steps", "1", "--max_completion_length", "12", "--logging_steps", "1",
@@ -43,11 +54,11 @@ COMMON = ["--model", TINY, "--dataset", "swiftlike/arithmetic#16", "--per_device
           "--torch_dtype", "float32"]
 
 
-def rlhf(tmp_path, *extra, steps: int, run: str = "v0-*"):
+def rlhf(tmp_path, *extra, steps: int, run: str = "v0-*", env: dict | None = None):
     plugin = tmp_path / "plugin.py"
     plugin.write_text(PLUGIN)
     env = {**os.environ, "SWIFTLIKE_OFFLINE": "1", "OMP_NUM_THREADS": "1", "VLLM_CPU_KVCACHE_SPACE": "1",
-           "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "PPO_PROBE": str(tmp_path / "probe.txt")}
+           "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "PPO_PROBE": str(tmp_path / "probe.txt"), **(env or {})}
     argv = ["rlhf", "--rlhf_type", "ppo", *COMMON, "--external_plugins", str(plugin),
             "--output_dir", str(tmp_path / "out"), "--max_steps", str(steps), *extra]
     result = subprocess.run([sys.executable, "-m", "swiftlike.cli.main", *argv], env=env, capture_output=True,
@@ -122,6 +133,35 @@ def test_ppo_pt_rollout_whitened_k3_with_missing_eos_penalty(tmp_path):
     assert (run_dir / "images").is_dir()
     # each optimizer step starts with the critic's gradients cleared, as the policy's are
     assert (tmp_path / "probe.txt").read_text().split("\n")[:-1] == ["0 0", "1 0", "2 0", "3 0"]
+
+
+def test_the_critics_training_pass_serves_as_its_values_pass(tmp_path):
+    """A batch trained on once in one optimizer step: the critic's sampling-time values come from its training
+    forward, whose value loss is backpropagated then (`_train_critic`). Against the same run with the separate
+    no-grad values pass, the logs and the critic after two steps agree: SGD without clipping, so the update is
+    the gradient and a wrong scale or normaliser (two micro-batches, their own token counts) would show."""
+    import torch
+    from safetensors.torch import load_file
+
+    common = ("--reward_funcs", "text_length", "--use_vllm", "false", "--num_ppo_epochs", "1", "--kl_coef", "0.05",
+              "--gradient_accumulation_steps", "2", "--gamma", "0.99", "--lam", "0.95", "--vf_coef", "0.5",
+              "--optim", "sgd", "--learning_rate", "0.5", "--max_grad_norm", "1e9", "--save_steps", "2")
+    (tmp_path / "fused").mkdir()
+    (tmp_path / "separate").mkdir()
+    fused, fused_dir = rlhf(tmp_path / "fused", *common, steps=2)
+    separate, separate_dir = rlhf(tmp_path / "separate", *common, steps=2, env={"PPO_SEPARATE_VALUES": "1"})
+    assert (tmp_path / "fused" / "probe.txt.fused").read_text().split() == ["1", "1"]
+    assert (tmp_path / "separate" / "probe.txt.fused").read_text().split() == ["0", "0"]
+    assert "timing/values" in fused[0] and fused[1]["step"] == 2
+    for a, b in zip(fused, separate):
+        for key in ("loss", "grad_norm", "loss/value", "value/grad_norm", "value/predicted_mean",
+                    "value/explained_variance", "ppo/kl"):
+            assert a[key] == pytest.approx(b[key], rel=1e-5, abs=1e-7), (a["step"], key)
+    adapter = "checkpoint-2/value_model/adapter_model.safetensors"
+    after, expected = load_file(fused_dir / adapter), load_file(separate_dir / adapter)
+    assert after.keys() == expected.keys()
+    for name in after:
+        torch.testing.assert_close(after[name], expected[name], rtol=1e-5, atol=1e-6)
 
 
 def test_ppo_colocated_vllm_lora_sync_with_reward_model_saves_and_resumes_its_critic(tmp_path, tiny_reward_model):

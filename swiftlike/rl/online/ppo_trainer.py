@@ -30,9 +30,9 @@ from ..core.correction import mismatch_metrics
 from ..core.ppo_options import PpoOptions
 from ..rewards.functions import ScoredRewards
 from .critic import completion_values
-from .distributed import gather_ragged
+from .distributed import gather_ragged, sum_across_processes
 from .grpo_trainer import GRPO_PLOTTED, GrpoTrainer
-from .online_trainer import disable_dropout
+from .online_trainer import disable_dropout, has_active_dropout
 
 PPO_PLOTTED = (*GRPO_PLOTTED, "loss/*", "value/*", "ppo/*")
 
@@ -119,35 +119,75 @@ class PpoTrainer(GrpoTrainer):
             return torch.where(mask, x, torch.zeros_like(x))
         return ppo_math.masked_whiten(x, mask, shift_mean, stats=stats)
 
+    def _trains_critic_at_sampling(self) -> bool:
+        """Whether the critic's value pass can be its training pass. A batch trained on once, in one optimizer
+        step, with no dropout in the critic: no update comes between the sampling-time values and the loss's, so
+        they are the same numbers, and the value loss of each row needs that row's returns only (GAE runs along a
+        row; only the advantages are whitened over the batch). One forward with its backward then replaces a
+        no-grad forward plus a forward with its backward. Not under DeepSpeed or an fp16 loss scaler, whose
+        backward belongs to the wrapped policy's loss."""
+        from accelerate.utils import DistributedType
+        return (not self._reuses_batches() and not has_active_dropout(self.critic)
+                and self.accelerator.scaler is None
+                and self.accelerator.distributed_type != DistributedType.DEEPSPEED)
+
+    def _train_critic(self, batches: list[dict], rewards: torch.Tensor, mask: torch.Tensor) -> list[torch.Tensor]:
+        """Each micro-batch's values, with the critic's clipped value loss backpropagated as the Trainer would
+        backpropagate it in `compute_loss` (scaled by --vf_coef, divided by the accumulation steps, normalised
+        by the micro-batch's tokens on every process as --loss_type bnpo is); the loss goes into the batch for
+        the log. At this first use old and new values are equal, so the clip never binds."""
+        ppo, values = self.ppo, []
+        starts = [0]
+        for b in batches:
+            starts.append(starts[-1] + b["completion_ids"].shape[0])
+        tokens = sum_across_processes([int(mask[a:z].sum()) for a, z in zip(starts, starts[1:])], self.args.device)
+        for b, row, count in zip(batches, starts, tokens):
+            n, w = b["completion_ids"].shape
+            rows_mask = mask[row:row + n, :w].to(self.args.device)
+            with torch.enable_grad(), self.compute_loss_context_manager():  # inside the no-grad rollout phase
+                v = completion_values(self.critic, b, self.grpo.share_prompt_prefix)
+                _, returns = ppo_math.gae(rewards[row:row + n, :w].to(v.device), v.detach(), rows_mask,
+                                          ppo.gamma, ppo.lam)
+                loss, clip = ppo_math.clipped_value_loss(v, v.detach(), returns, rows_mask, ppo.cliprange_value,
+                                                         count / self.accelerator.num_processes)
+                (ppo.vf_coef * loss / len(batches)).backward()
+            b["value_loss"] = loss.detach()
+            self._record({"loss/value": loss.detach(), "clip_ratio/value": clip,
+                          "value/predicted_mean": torch.where(rows_mask, v.detach(), 0.0).sum()
+                          / rows_mask.sum().clamp(min=1)})
+            values.append(v.detach())
+        return values
+
     def _advantages(self, scored: ScoredRewards, valid: torch.Tensor,
                     batches: list[dict]) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-token advantages by GAE, (rows, widest completion); the returns and the sampling-time values go
         into each micro-batch. A completion without a valid reward (a judge reply with no score, a dropped
         group) gets no tokens in the loss."""
         ppo, width = self.ppo, max(b["completion_ids"].shape[1] for b in batches)
-        t = time.time()
-        for b in batches:
-            b["values"] = self._values(b)
-        self._timed("values", t)
 
-        def stacked(key: str) -> torch.Tensor:
-            return torch.cat([torch.nn.functional.pad(b[key].cpu(), (0, width - b[key].shape[1])) for b in batches])
-        mask = stacked("completion_mask") & valid.unsqueeze(1)
-        values = stacked("values")
-        kl = (ppo_math.per_token_kl(stacked("old_logps").float(), stacked("ref_logps").float(), ppo.kl_estimator)
-              if ppo.kl_coef > 0 else torch.zeros_like(values))
+        def stacked(tensors: list[torch.Tensor]) -> torch.Tensor:
+            return torch.cat([torch.nn.functional.pad(x.cpu(), (0, width - x.shape[1])) for x in tensors])
+        mask = stacked([b["completion_mask"] for b in batches]) & valid.unsqueeze(1)
+        kl = (ppo_math.per_token_kl(stacked([b["old_logps"] for b in batches]).float(),
+                                    stacked([b["ref_logps"] for b in batches]).float(), ppo.kl_estimator)
+              if ppo.kl_coef > 0 else torch.zeros(mask.shape))
         scores = torch.where(valid, scored.total.float(), torch.zeros_like(scored.total.float()))
         rewards = ppo_math.token_rewards(scores, kl, mask, ppo_math.last_token_index(mask), ppo.kl_coef)
         if ppo.whiten_rewards:
             rewards = self._whiten(rewards, mask, shift_mean=False)
+        t = time.time()
+        per_batch = (self._train_critic(batches, rewards, mask) if self._trains_critic_at_sampling()
+                     else [self._values(b) for b in batches])
+        self._timed("values", t)
+        values = stacked(per_batch)
         advantages, returns = ppo_math.gae(rewards, values, mask, ppo.gamma, ppo.lam)
         advantages = self._whiten(advantages, mask)
         row = 0
-        for b in batches:
+        for b, v in zip(batches, per_batch):
             n, w = b["completion_ids"].shape
             b["completion_mask"] = mask[row:row + n, :w].to(self.args.device)
             b["returns"] = returns[row:row + n, :w].to(self.args.device)
-            b["values"] = b["values"].to(self.args.device)
+            b["values"] = v.to(self.args.device)
             row += n
         m = self._metrics
         if mask.any():
@@ -175,17 +215,20 @@ class PpoTrainer(GrpoTrainer):
         per_process = None if tokens is None else tokens / self.accelerator.num_processes
         policy_loss, policy_clip = ppo_math.clipped_policy_loss(scored.logps, old, advantages, mask, ppo.cliprange,
                                                                 per_process)
-        values = completion_values(self.critic, inputs, self.grpo.share_prompt_prefix)
-        value_loss, value_clip = ppo_math.clipped_value_loss(values, inputs["values"], inputs["returns"], mask,
-                                                             ppo.cliprange_value, per_process)
-        loss = policy_loss + ppo.vf_coef * value_loss
         count = mask.sum().clamp(min=1)
         log_ratio = torch.where(mask, scored.logps.detach() - old, 0.0)
-        metrics = {"loss/policy": policy_loss.detach(), "loss/value": value_loss.detach(),
-                   "clip_ratio/policy": policy_clip, "clip_ratio/value": value_clip,
+        metrics = {"loss/policy": policy_loss.detach(), "clip_ratio/policy": policy_clip,
                    "ppo/approx_kl": 0.5 * (log_ratio ** 2).sum() / count,
-                   "entropy": torch.where(mask, scored.entropy, 0.0).sum() / count,
-                   "value/predicted_mean": torch.where(mask, values.detach(), 0.0).sum() / count}
+                   "entropy": torch.where(mask, scored.entropy, 0.0).sum() / count}
+        if "value_loss" in inputs:  # trained with its values at sampling time (`_train_critic`): logged only
+            loss = policy_loss + ppo.vf_coef * inputs["value_loss"]
+        else:
+            values = completion_values(self.critic, inputs, self.grpo.share_prompt_prefix)
+            value_loss, value_clip = ppo_math.clipped_value_loss(values, inputs["values"], inputs["returns"], mask,
+                                                                 ppo.cliprange_value, per_process)
+            loss = policy_loss + ppo.vf_coef * value_loss
+            metrics.update({"loss/value": value_loss.detach(), "clip_ratio/value": value_clip,
+                            "value/predicted_mean": torch.where(mask, values.detach(), 0.0).sum() / count})
         if inputs["rollout_logps"] is not None and self.rollout.log_rollout_offpolicy_metrics:
             for k, v in mismatch_metrics(old, inputs["rollout_logps"], mask).items():
                 metrics[f"rollout_correction/{k}"] = v
