@@ -22,7 +22,7 @@ export SWIFTLIKE_OFFLINE=1 VLLM_CPU_KVCACHE_SPACE=2
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 PY=${DEMO_PYTHON:-.venv/bin/python}
 SWIFTLIKE="$PY -m swiftlike.cli.main"
-SEED=42
+SEED=${DEMO_SEED:-42}   # a repeat with another seed re-draws the warm-up, the sampling and the RL run
 N_SFT=${DEMO_N_SFT:-100}     # SFT warm-up rows (worked answers)
 N_HELD=256                   # held-out prompts, disjoint from the SFT rows and from GRPO's dataset
 K=4                          # samples a held-out prompt at the training temperature (mean@K)
