@@ -96,7 +96,9 @@ def test_pt_on_plain_text_and_packing(tmp_path):
     profile = json.loads((result.run_dir / "profile-step3.json").read_text())  # --profile_step: one step's operators
     names = [row["operator"] for row in profile["operators"]]
     assert profile["step"] == 3 and profile["wall_seconds"] > 0
-    assert names[0] == "aten::mm", names[:5]  # forward and backward matmuls: the step's largest self time
+    # forward and backward matmuls: among the step's largest self times (on a tiny model an AVX-512 CPU runs them
+    # about as fast as the elementwise ops, so which one leads depends on the CPU)
+    assert "aten::mm" in names[:3], names[:5]
     assert any("Optimizer.step" in name for name in names), names  # and the optimizer: the whole step
     assert (result.run_dir / "profile-step3.txt").read_text().startswith("profile of optimizer step 3")
     assert json.loads((result.run_dir / "args.json").read_text())["command"] == "pt"

@@ -126,10 +126,8 @@ class PpoTrainer(GrpoTrainer):
         row; only the advantages are whitened over the batch). One forward with its backward then replaces a
         no-grad forward plus a forward with its backward. Not under DeepSpeed or an fp16 loss scaler, whose
         backward belongs to the wrapped policy's loss."""
-        from accelerate.utils import DistributedType
         return (not self._reuses_batches() and not has_active_dropout(self.critic)
-                and self.accelerator.scaler is None
-                and self.accelerator.distributed_type != DistributedType.DEEPSPEED)
+                and self.accelerator.scaler is None and not self.is_deepspeed_enabled)
 
     def _train_critic(self, batches: list[dict], rewards: torch.Tensor, mask: torch.Tensor) -> list[torch.Tensor]:
         """Each micro-batch's values, with the critic's clipped value loss backpropagated as the Trainer would
