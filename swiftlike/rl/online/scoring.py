@@ -33,6 +33,7 @@ from ..rewards.functions import ScoredRewards
 from .rollout_worker import Rollout
 
 GROUP_THREADS_PER_SERVER = 64  # group requests one trainer may have waiting on one rollout server
+CLOSE_TIMEOUT_S = 120  # the longest close() waits for a reward call in progress (a judge request, a sandbox run)
 
 
 @dataclass
@@ -93,7 +94,8 @@ class GroupScoring:
         self._generation = ThreadPoolExecutor(GROUP_THREADS_PER_SERVER * max(servers, 1),
                                               thread_name_prefix="swiftlike-group")
         self._ready: queue.SimpleQueue = queue.SimpleQueue()  # (group's rollouts, its rewards' future); None: stop
-        threading.Thread(target=self._score_ready_groups, name="swiftlike-reward", daemon=True).start()
+        self._reward_thread = threading.Thread(target=self._score_ready_groups, name="swiftlike-reward", daemon=True)
+        self._reward_thread.start()
 
     def submit(self, rows: Sequence[dict], background: bool = False) -> PendingBatch:
         """Start generating `rows` (num_generations copies of each prompt, in groups); group k goes to server
@@ -151,5 +153,10 @@ class GroupScoring:
                 offset += len(group)
 
     def close(self) -> None:
+        """Stop generating and let the reward thread finish the call it is in. Joined, not left running: a daemon
+        thread still inside a reward's torch or tokenizer call when the interpreter shuts down is killed there,
+        and a kill that unwinds through C++ aborts the process (`terminate called without an active exception`,
+        exit -6) after a run that had finished."""
         self._generation.shutdown(wait=False, cancel_futures=True)
         self._ready.put(None)
+        self._reward_thread.join(timeout=CLOSE_TIMEOUT_S)

@@ -125,3 +125,18 @@ def test_a_batch_generated_in_process_is_scored_after_it_and_all_of_it_is_waited
     batch = score_after([rollout(r) for r in rows("ab")], recorder.score, generate_seconds=1.5)
     assert batch.generate_wait == 1.5 and batch.reward_wait >= 0.2
     assert batch.scored.total.tolist() == [97, 97, 98, 98] and recorder.calls == [["a", "b"]]  # one call
+
+
+def test_close_waits_for_the_reward_call_in_progress():
+    """A run that ends while a group is being scored: close() returns after that call, with the reward thread
+    ended, so the interpreter never shuts down under a daemon thread inside torch (an abort, exit -6)."""
+    recorder = Recorder(score_s=0.6)
+    scoring = GroupScoring(recorder.generate, recorder.score, GROUP, servers=1)
+    scoring.submit(rows("a"))
+    deadline = time.monotonic() + 5
+    while not recorder.calls and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert recorder.calls == [["a"]]  # scoring has started, and sleeps 0.6 s
+    scoring.close()
+    assert not scoring._reward_thread.is_alive()
+    assert [what for _, what, _ in recorder.events] == ["generated", "scored"]
