@@ -129,22 +129,20 @@ class PpoTrainer(GrpoTrainer):
         return (not self._reuses_batches() and not has_active_dropout(self.critic)
                 and self.accelerator.scaler is None and not self.is_deepspeed_enabled)
 
-    def _train_critic(self, batches: list[dict], rewards: torch.Tensor, mask: torch.Tensor) -> list[torch.Tensor]:
+    def _train_critic(self, batches: list[dict], starts: list[int], rewards: torch.Tensor,
+                      mask: torch.Tensor) -> list[torch.Tensor]:
         """Each micro-batch's values, with the critic's clipped value loss backpropagated as the Trainer would
         backpropagate it in `compute_loss` (scaled by --vf_coef, divided by the accumulation steps, normalised
         by the micro-batch's tokens on every process as --loss_type bnpo is); the loss goes into the batch for
         the log. At this first use old and new values are equal, so the clip never binds."""
         ppo, values = self.ppo, []
-        starts = [0]
-        for b in batches:
-            starts.append(starts[-1] + b["completion_ids"].shape[0])
         tokens = sum_across_processes([int(mask[a:z].sum()) for a, z in zip(starts, starts[1:])], self.args.device)
-        for b, row, count in zip(batches, starts, tokens):
-            n, w = b["completion_ids"].shape
-            rows_mask = mask[row:row + n, :w].to(self.args.device)
+        for b, row, end, count in zip(batches, starts, starts[1:], tokens):
+            w = b["completion_ids"].shape[1]
+            rows_mask = mask[row:end, :w].to(self.args.device)
             with torch.enable_grad(), self.compute_loss_context_manager():  # inside the no-grad rollout phase
                 v = completion_values(self.critic, b, self.grpo.share_prompt_prefix)
-                _, returns = ppo_math.gae(rewards[row:row + n, :w].to(v.device), v.detach(), rows_mask,
+                _, returns = ppo_math.gae(rewards[row:end, :w].to(v.device), v.detach(), rows_mask,
                                           ppo.gamma, ppo.lam)
                 loss, clip = ppo_math.clipped_value_loss(v, v.detach(), returns, rows_mask, ppo.cliprange_value,
                                                          count / self.accelerator.num_processes)
@@ -173,20 +171,21 @@ class PpoTrainer(GrpoTrainer):
         rewards = ppo_math.token_rewards(scores, kl, mask, ppo_math.last_token_index(mask), ppo.kl_coef)
         if ppo.whiten_rewards:
             rewards = self._whiten(rewards, mask, shift_mean=False)
+        starts = [0]  # each micro-batch's first row in the stacked tensors, and the end
+        for b in batches:
+            starts.append(starts[-1] + b["completion_ids"].shape[0])
         t = time.time()
-        per_batch = (self._train_critic(batches, rewards, mask) if self._trains_critic_at_sampling()
+        per_batch = (self._train_critic(batches, starts, rewards, mask) if self._trains_critic_at_sampling()
                      else [self._values(b) for b in batches])
         self._timed("values", t)
         values = stacked(per_batch)
         advantages, returns = ppo_math.gae(rewards, values, mask, ppo.gamma, ppo.lam)
         advantages = self._whiten(advantages, mask)
-        row = 0
-        for b, v in zip(batches, per_batch):
-            n, w = b["completion_ids"].shape
-            b["completion_mask"] = mask[row:row + n, :w].to(self.args.device)
-            b["returns"] = returns[row:row + n, :w].to(self.args.device)
+        for b, v, row, end in zip(batches, per_batch, starts, starts[1:]):
+            w = b["completion_ids"].shape[1]
+            b["completion_mask"] = mask[row:end, :w].to(self.args.device)
+            b["returns"] = returns[row:end, :w].to(self.args.device)
             b["values"] = v.to(self.args.device)
-            row += n
         m = self._metrics
         if mask.any():
             m["ppo/kl"].append(float(kl[mask].mean()))
