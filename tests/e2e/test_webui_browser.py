@@ -51,6 +51,25 @@ def fill(page, elem_id: str, value: str) -> None:
     box.dispatch_event("blur")
 
 
+def fill_until_previewed(page, key: str, values: dict[str, str], tries: int = 3) -> None:
+    """Fill the page's fields until its dry-run preview carries every one of them. A fill made while the page
+    still applies the update that switched to it (Runtime's "Evaluate its checkpoint") can be overwritten by
+    it: seen once in CI as an eval of all 200 questions after `--eval_limit 2` had been typed."""
+    wanted = [f"--{name} {shlex.quote(value)}" for name, value in values.items()]
+    preview = ""
+    for _ in range(tries):
+        for name, value in values.items():
+            fill(page, f"{key}-{name}", value)
+        page.locator(f"#{key}-dry-run").click()
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            preview = page.locator(f"#{key}-preview .cm-content").inner_text()
+            if all(w in preview for w in wanted):
+                return
+            time.sleep(0.5)
+    raise AssertionError(f"the {key} preview never carried {wanted}; it shows:\n{preview}")
+
+
 def choose(page, elem_id: str, option: str) -> None:
     page.locator(f"#{elem_id} input").click()
     page.get_by_role("option", name=re.compile(re.escape(option))).first.click()
@@ -208,9 +227,8 @@ def test_eval_the_checkpoint_shows_the_report_table(ui, page, sft_job):
     page.locator("#runtime-to-eval").click()
     wait_for_text(page, "#eval-adapters input, #eval-adapters textarea", r"", timeout=10)
     assert "checkpoint-6" in page.locator("#eval-adapters input, #eval-adapters textarea").first.input_value()
-    fill(page, "eval-eval_limit", "2")
-    fill(page, "eval-max_new_tokens", "8")
-    fill(page, "eval-eval_output_dir", str(ui["root"] / "eval"))
+    fill_until_previewed(page, "eval", {"eval_limit": "2", "max_new_tokens": "8",
+                                        "eval_output_dir": str(ui["root"] / "eval")})
     shoot(page, "eval")
     started_job(ui, page, "eval")
     wait_for_text(page, "#runtime-status", r"\bfinished\b")
