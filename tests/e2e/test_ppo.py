@@ -200,9 +200,10 @@ def test_ppo_on_a_bfloat16_engine_with_top_k_top_p_and_delta_sync_stays_finite(t
                     "--num_ppo_epochs", "1", "--kl_coef", "0.05", "--log_rollout_offpolicy_metrics", "true",
                     "--top_k", "20", "--top_p", "0.9", "--temperature", "1.0", steps=3)
     assert [e["step"] for e in steps] == [1, 2, 3]
-    # the first sync sends every weight; then only what the bf16 steps changed, in bytes that really move
+    # the first sync sends every weight; then only what the bf16 steps changed (~2% of the elements at lr 1e-4;
+    # a delta sync that sent everything reads 1.0)
     assert steps[0]["sync/delta_density"] == 1
-    assert all(0 < e["sync/delta_density"] <= 1 and e["sync/bytes"] > 0 for e in steps[1:]), steps
+    assert all(0 < e["sync/delta_density"] < 0.5 for e in steps[1:]), steps
     for e in steps:
         for key, value in e.items():
             if isinstance(value, float):
