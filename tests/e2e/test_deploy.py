@@ -171,3 +171,34 @@ def test_pt_backend_streams_token_by_token(tmp_path):
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(60) == 0
+
+
+def test_a_pt_stream_cut_by_its_client_stops_before_the_next_lora_request(tmp_path, tiny_adapter):
+    """A client that disconnects mid-stream must not leave the pt engine's `generate` running: its thread held the
+    base model's adapter-disabled context, and a LoRA request served at once after it ran inside that context
+    (without its adapter) for as long as the abandoned generation went on. Each round streams a long base-model
+    answer, reads a few chunks, hangs up, and asks the adapter at once; every answer must be the adapter's."""
+    port = free_port()
+    proc = start(["deploy", "--model", TINY, "--adapters", f"lora={tiny_adapter}", "--infer_backend", "pt", "--port",
+                  str(port), "--torch_dtype", "float32"], port, tmp_path / "deploy-pt-lora.log")
+    try:
+        c = client(port, "unused")
+        ask_lora = dict(model="lora", messages=HELLO, max_tokens=16, temperature=0, extra_body={"ignore_eos": True})
+        reference = c.chat.completions.create(**ask_lora).choices[0].message.content
+        base = c.chat.completions.create(model=TINY, messages=HELLO, max_tokens=16, temperature=0,
+                                         extra_body={"ignore_eos": True}).choices[0].message.content
+        assert reference != base  # the adapter changes the answer, so an answer without it is told apart
+        answers = []
+        for _ in range(8):
+            with httpx.stream("POST", f"http://127.0.0.1:{port}/v1/chat/completions", timeout=60,
+                              json={"model": TINY, "messages": HELLO, "max_tokens": 3000, "temperature": 0,
+                                    "stream": True, "ignore_eos": True}) as long:
+                lines = long.iter_lines()
+                for _ in range(4):  # the role chunk and three token chunks: generation is under way
+                    next(lines)
+            # the connection is closed here, mid-generation; the adapter's request goes in at once
+            answers.append(c.chat.completions.create(**ask_lora).choices[0].message.content)
+        assert answers == [reference] * len(answers), [a == reference for a in answers]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0

@@ -206,13 +206,16 @@ class PtEngine(InferEngine):
         return results
 
     def stream(self, request: InferRequest, config: RequestConfig) -> Iterator[StreamDelta]:
-        """Tokens arrive from a streamer fed by `generate` in a worker thread."""
+        """Tokens arrive from a streamer fed by `generate` in a worker thread. However the consumer leaves (the
+        last token, an error, or closing this generator when a client hangs up), the thread is stopped at its next
+        token and joined before control returns: a `generate` left running would keep its adapter context (PEFT's
+        disable_adapter for a base-model request) while the engine, its lock released, serves the next request."""
         if config.n != 1:
             raise ValueError("streaming supports n=1 only in the pt engine")
         self.check_adapter(request)
         prompt = self.prompt_ids(request)
         queue: Queue = Queue()
-        stops = set(self._stop_ids(config))
+        cancelled = threading.Event()
 
         class _Streamer:
             first = True
@@ -228,10 +231,17 @@ class PtEngine(InferEngine):
 
         def work():
             import torch
+            from transformers import StoppingCriteria, StoppingCriteriaList
+
+            class _Cancelled(StoppingCriteria):
+                def __call__(self, input_ids, scores, **kwargs):
+                    return torch.full((input_ids.shape[0],), cancelled.is_set(), dtype=torch.bool,
+                                      device=input_ids.device)
             try:
                 ids = torch.tensor([prompt], device=self.device)
                 kwargs = self._generate_kwargs(config)
-                kwargs.update(return_dict_in_generate=False, output_logits=False, output_scores=False)
+                kwargs.update(return_dict_in_generate=False, output_logits=False, output_scores=False,
+                              stopping_criteria=StoppingCriteriaList([_Cancelled()]))
                 if config.seed is not None:
                     torch.manual_seed(config.seed)
                 with torch.inference_mode(), self._adapter_context(request.adapter):
@@ -240,8 +250,17 @@ class PtEngine(InferEngine):
             except Exception as e:  # surfaced to the consumer below
                 queue.put(e)
 
-        thread = threading.Thread(target=work, daemon=True)
+        thread = threading.Thread(target=work, name="pt-engine-stream", daemon=True)
         thread.start()
+        try:
+            yield from self._stream_deltas(queue, config)
+        finally:
+            cancelled.set()
+            thread.join()
+
+    def _stream_deltas(self, queue: Queue, config: RequestConfig) -> Iterator[StreamDelta]:
+        """The deltas of the token lists `queue` carries until None; an exception put there is raised."""
+        stops = set(self._stop_ids(config))
         tokens: list[int] = []
         pending: list[int] = []
         sent, finish = "", "length"
@@ -260,5 +279,4 @@ class PtEngine(InferEngine):
                 continue  # an incomplete UTF-8 character: wait for the next token
             yield StreamDelta(0, text[len(sent):], pending)
             sent, pending = text, []
-        thread.join()
         yield StreamDelta(0, "", pending, finish_reason=finish)
