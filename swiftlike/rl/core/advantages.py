@@ -87,30 +87,47 @@ def _masked_mean_std(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None
     return (mean, std) if dim is None else (mean.squeeze(dim), std.squeeze(dim))
 
 
+def _gdpo_z(x: torch.Tensor, present: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    """GDPO's z-score `(x - mean) / (std + 1e-8)` of the present entries over `dim` (None: all of them), 0 off
+    `present` and exactly 0 where the present entries are all equal.
+
+    With an epsilon of 1e-8 the z-score amplifies rounding: eight float32 0.1s sum to a mean 7e-9 off 0.1, whose
+    std of 8e-9 turns each value into a z-score of -0.41 (ms-swift gets 0 there only by the order its strided
+    column happens to be summed in). The statistics are therefore taken in float64, where the mean of equal
+    values is exact, and a set whose values are all equal, which carries no comparison, is 0 by construction."""
+    x = x.double()
+    mean, std = _masked_mean_std(x, present, dim)
+    top, bottom = torch.where(present, x, -math.inf), torch.where(present, x, math.inf)
+    if dim is None:
+        spread = top.max() > bottom.min()
+    else:
+        mean, std = mean.unsqueeze(dim), std.unsqueeze(dim)
+        spread = top.amax(dim=dim, keepdim=True) > bottom.amin(dim=dim, keepdim=True)
+    return torch.where(present & spread, (x - mean) / (std + GDPO_EPS), 0.0)
+
+
 def gdpo_advantages(per_func_rewards: torch.Tensor, reward_weights: torch.Tensor, num_generations: int,
                     valid: torch.Tensor | None = None) -> torch.Tensor:
     """GDPO (`--scale_rewards gdpo`): each reward function is z-scored within its group first, then the
-    weighted sum is z-scored over the batch.
+    weighted sum is z-scored over the batch (ms-swift's `compute_advantages`, epsilons 1e-8 on both stds).
 
     Summing rewards before normalising lets the function with the widest spread decide every advantage; a 0/1
     accuracy next to a 0-0.2 format reward drowns it. Normalising each function in its group gives each the
     weight the user set. A NaN reward (the function does not apply to that row) counts as 0 after its
-    group's z-score, as does every value of a group whose rewards for that function are all NaN or all equal.
-    A row without a valid reward (`valid` False) is left out of every statistic and gets 0.
-    `per_func_rewards` is (N, num_funcs), `reward_weights` (num_funcs,)."""
+    group's z-score, as does every value of a group whose rewards for that function are all NaN or all equal
+    (exactly 0, not rounding noise blown up by the epsilon: `_gdpo_z`). A row without a valid reward (`valid`
+    False) is left out of every statistic and gets 0. `per_func_rewards` is (N, num_funcs), `reward_weights`
+    (num_funcs,); the result is float32."""
     if per_func_rewards.dim() != 2 or per_func_rewards.shape[1] != reward_weights.numel():
         raise ValueError(f"per_func_rewards must be (N, {reward_weights.numel()}), got "
                          f"{tuple(per_func_rewards.shape)}")
     rows = torch.ones(per_func_rewards.shape[0], dtype=torch.bool) if valid is None else valid.bool()
-    summed = torch.zeros(per_func_rewards.shape[0], dtype=torch.float32)
+    summed = torch.zeros(per_func_rewards.shape[0], dtype=torch.float64)
     for i in range(per_func_rewards.shape[1]):
-        grouped = _grouped(per_func_rewards[:, i].float(), num_generations)
+        grouped = _grouped(per_func_rewards[:, i].double(), num_generations)
         present = ~grouped.isnan() & rows.view_as(grouped)
-        mean, std = _masked_mean_std(grouped, present, dim=1)
-        z = torch.where(present, (grouped - mean.unsqueeze(1)) / (std.unsqueeze(1) + GDPO_EPS), 0.0)
-        summed += float(reward_weights[i]) * z.reshape(-1)
-    mean, std = _masked_mean_std(summed, rows)
-    return torch.where(rows, (summed - mean) / (std + GDPO_EPS), 0.0)
+        summed += float(reward_weights[i]) * _gdpo_z(grouped, present, dim=1).reshape(-1)
+    return _gdpo_z(summed, rows).float()
 
 
 def group_advantages(rewards: torch.Tensor, num_generations: int, scale_rewards: ScaleRewards = "group",

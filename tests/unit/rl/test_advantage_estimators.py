@@ -78,6 +78,43 @@ def test_gdpo_normalises_each_function_in_its_group_then_the_sum_over_the_batch(
     assert group_std.tolist() == approx([1.1 / math.sqrt(2), 0.05 / math.sqrt(2)])
 
 
+def ms_swift_gdpo(per_func: torch.Tensor, weights: torch.Tensor, k: int) -> torch.Tensor:
+    """ms-swift's GDPO, re-implemented from swift/rl_core/advantage.py `compute_advantages` (scale_rewards 'gdpo')
+    with `nanstd` from swift/utils/torch_utils.py: per function, (r - nanmean) / (Bessel nanstd + 1e-8) within
+    the group, NaN -> 0, weighted sum, then (s - mean) / (std + 1e-8) over the batch."""
+    summed = 0
+    for i in range(per_func.shape[1]):
+        r = per_func[:, i].view(-1, k)
+        mean = torch.nanmean(r, dim=1, keepdim=True)
+        count = (~r.isnan()).sum(dim=1, keepdim=True)
+        var = torch.nanmean((r - mean) ** 2, dim=1, keepdim=True) * count / (count - 1)
+        z = torch.nan_to_num((r - mean) / (var.sqrt() + 1e-8), nan=0.0)
+        summed = summed + weights[i] * z.view(-1)
+    return (summed - summed.mean()) / (summed.std() + 1e-8)
+
+
+def test_gdpo_gives_a_group_of_equal_non_round_rewards_exactly_zero():
+    """Eight 0.1s sum to a float32 mean 7e-9 off 0.1; with GDPO's 1e-8 epsilon that rounding became a z-score of
+    -0.41 for the whole group, and final advantages 0.26-0.50 away from ms-swift's. A function that gives a group
+    the same value says nothing about its completions: it adds exactly 0."""
+    accuracy = torch.tensor([1.0, 0, 1, 0, 1, 1, 0, 0, 1, 0, 0, 0, 1, 1, 1, 0])
+    fmt = torch.tensor([0.1] * 8 + [0.3] * 8)
+    per_func, weights = torch.stack([accuracy, fmt], dim=1), torch.tensor([1.0, 1.0])
+    # by hand: format adds 0; accuracy's z in each group is +-0.5 / sqrt(2/7), and over the batch +-sqrt(15/16)
+    expected = [math.sqrt(15 / 16) * (1 if a else -1) for a in accuracy.tolist()]
+    adv = gdpo_advantages(per_func, weights, 8)
+    assert adv.tolist() == approx(expected)
+    # ms-swift's formula, in float64 (no rounding to amplify) and as ms-swift runs it in float32 (a strided column
+    # of the (N, funcs) table, whose sum happens to be exact here)
+    assert adv.tolist() == approx(ms_swift_gdpo(per_func.double(), weights.double(), 8).tolist())
+    assert adv.tolist() == approx(ms_swift_gdpo(per_func, weights, 8).tolist())
+    # a batch in which no function tells completions apart: all zeros, whatever the values
+    assert gdpo_advantages(torch.full((16, 1), 0.1), torch.ones(1), 8).tolist() == [0.0] * 16
+    # a group equal but for a NaN (the function does not apply there) is still equal
+    mixed = torch.stack([accuracy, torch.tensor([0.1] * 7 + [NAN] + [0.7] * 8)], dim=1)
+    assert gdpo_advantages(mixed, weights, 8).tolist() == approx(expected)
+
+
 def test_gdpo_is_refused_with_another_estimator_or_without_per_function_rewards():
     with pytest.raises(ValueError, match="gdpo.*advantage_estimator"):
         group_advantages(PAIRS, 2, "gdpo", "rloo", PAIRS.view(-1, 1), torch.ones(1))
