@@ -62,7 +62,8 @@ def sequence_log_ratio(train_logps: torch.Tensor, rollout_logps: torch.Tensor, m
 
 
 def effective_sample_size(weights: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Normalised ESS of the masked weights, unclamped: (sum w)^2 / (n * sum w^2) = 1 / E[(w / E[w])^2].
+    """Normalised ESS of the masked weights, unclamped: (sum w)^2 / (n * sum w^2) = 1 / E[(w / E[w])^2]; logged as
+    `ess_unclamped` (ms-swift's `ess` is `clamped_effective_sample_size`).
 
     Kish's effective sample size over n, in (0, 1]: the fraction of the n samples that still
     effectively count after weighting. 1 when all weights are equal (on-policy), 1/n when one weight
@@ -82,12 +83,14 @@ def effective_sample_size(weights: torch.Tensor, mask: torch.Tensor) -> torch.Te
 
 
 def clamped_effective_sample_size(weights: torch.Tensor, mask: torch.Tensor, threshold: float) -> torch.Tensor:
-    """ms-swift's `ess`: the normalised ESS of the weights clamped to [1 / threshold, threshold].
+    """ms-swift's `ess`, logged under that name: 1 / E[(w / E[w])^2] over the completion tokens, with the weights
+    clamped to [1 / threshold, threshold] (ms-swift's `_compute_is_correction_metrics`), i.e. the ESS over n.
 
-    Kept beside `effective_sample_size` so numbers compare with ms-swift runs. The clamp bounds it
+    A metric with ms-swift's name is ms-swift's quantity, so charts of the two compare. The clamp bounds it
     from below: with threshold t it cannot read under 4t^2 / (1 + t^2)^2 (0.64 for t = 2), and a
-    masked-to-zero weight is lifted to 1/t, so it says little about how many samples count. The
-    1e-8 and 1e-10 are ms-swift's guards against empty or zero batches.
+    masked-to-zero weight is lifted to 1/t, so it says little about how many samples count; hence
+    `effective_sample_size` beside it, as `ess_unclamped`. The 1e-8 and 1e-10 are ms-swift's guards against
+    empty or zero batches.
     """
     mask = mask.bool()
     clamped = weights.clamp(min=1.0 / threshold, max=threshold)
@@ -116,13 +119,14 @@ def mismatch_metrics(train_logps: torch.Tensor, rollout_logps: torch.Tensor, mas
     - `chi2_token`: E_token[rho^2] - 1, the chi^2 divergence, i.e. the variance of the token IS
       weights. `chi2_seq`: E_seq[rho_geo^2] - 1 with rho_geo the geometric-mean sequence ratio
       (ms-swift's choice, so it is on the same scale as chi2_token).
-    - `is_weight_mean`, `ess`, `ess_clamped`, `clipped_frac`: the IS-weight statistics of
-      `rollout_is_weights(..., mode, threshold)` when `mode` is given (`ess` is the unclamped
-      `effective_sample_size`, `ess_clamped` ms-swift's `ess`, see `clamped_effective_sample_size`).
+    - `is_weight_mean`, `ess`, `ess_unclamped`, `clipped_frac`: the IS-weight statistics of
+      `rollout_is_weights(..., mode, threshold)` when `mode` is given (`ess` is ms-swift's, on the weights
+      clamped to [1/threshold, threshold], see `clamped_effective_sample_size`; `ess_unclamped` Kish's on the
+      weights as they are, `effective_sample_size`).
       With `mode=None` (only diagnosing, as ms-swift's `--log_rollout_offpolicy_metrics`)
       they describe the raw token weights rho_t instead: nothing is clipped, so `clipped_frac` is 0.
 
-    All are 1 (ppl_ratio, ess, ess_clamped) or 0 (the rest of the gaps) when the two engines agree. Values
+    All are 1 (ppl_ratio, ess, ess_unclamped) or 0 (the rest of the gaps) when the two engines agree. Values
     are detached 0-dim float32 tensors, to be all-reduced by the caller. They are computed in
     float64: engines that agree to ~1e-7 nats give k3 terms of ~1e-14, which float32's
     exp(d) - d - 1 rounds to exactly 0, hiding how close they are.
@@ -168,8 +172,8 @@ def mismatch_metrics(train_logps: torch.Tensor, rollout_logps: torch.Tensor, mas
 def _is_weight_metrics(weights: torch.Tensor, mask: torch.Tensor, threshold: float) -> dict[str, torch.Tensor]:
     return {
         "is_weight_mean": _masked_mean(weights, mask),
-        "ess": effective_sample_size(weights, mask),
-        "ess_clamped": clamped_effective_sample_size(weights, mask, threshold),
+        "ess": clamped_effective_sample_size(weights, mask, threshold),
+        "ess_unclamped": effective_sample_size(weights, mask),
     }
 
 
@@ -204,10 +208,10 @@ def rollout_is_weights(train_logps: torch.Tensor, rollout_logps: torch.Tensor, m
     normalising by the original `mask`: dropped tokens then count in the denominator with zero
     loss. Passing `kept_mask` instead renormalises over the surviving tokens.
 
-    Metrics: `is_weight_mean` (mean final weight over completion tokens), `ess`
-    (`effective_sample_size` of the final weights, unclamped), `ess_clamped` (ms-swift's `ess`:
-    the same on the weights clamped to [1/threshold, threshold]) and `clipped_frac` (token modes: fraction of completion tokens truncated/masked; sequence modes:
-    fraction of sequences with rho_i > threshold).
+    Metrics: `is_weight_mean` (mean final weight over completion tokens), `ess` (ms-swift's: the
+    normalised ESS of the final weights clamped to [1/threshold, threshold]), `ess_unclamped`
+    (`effective_sample_size` of the final weights as they are) and `clipped_frac` (token modes: fraction of
+    completion tokens truncated/masked; sequence modes: fraction of sequences with rho_i > threshold).
     """
     if mode not in ROLLOUT_IS_MODES:
         raise ValueError(f"rollout_importance_sampling_mode must be one of {ROLLOUT_IS_MODES}, got {mode!r}")

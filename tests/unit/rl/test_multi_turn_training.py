@@ -132,7 +132,8 @@ def test_rollout_correction_counts_sampled_tokens_only():
     assert float(metrics["chi2_token"]) == pytest.approx(sum(math.exp(2 * d) for d in deltas) / 5 - 1, abs=1e-6)
     assert float(metrics["is_weight_mean"]) == pytest.approx(sum(math.exp(d) for d in deltas) / 5, abs=1e-6)
     ess = sum(math.exp(d) for d in deltas) ** 2 / (5 * sum(math.exp(2 * d) for d in deltas))
-    assert float(metrics["ess"]) == pytest.approx(ess, abs=1e-6)
+    assert float(metrics["ess_unclamped"]) == pytest.approx(ess, abs=1e-6)
+    assert float(metrics["ess"]) == pytest.approx(ess, abs=1e-6)  # every ratio within [1/2, 2]: the clamp is idle
     # per-sequence perplexities over each row's sampled tokens: row 0 (-0.4, -1.1, -2.2), row 1 (-0.25, -0.65)
     assert float(metrics["training_log_ppl"]) == pytest.approx((3.7 / 3 + 0.9 / 2) / 2, abs=1e-6)
     assert float(metrics["rollout_log_ppl"]) == pytest.approx((3.5 / 3 + 1.0 / 2) / 2, abs=1e-6)

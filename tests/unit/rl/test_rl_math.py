@@ -261,7 +261,7 @@ def test_mismatch_metrics_equal_policies():
         for key in ("kl", "k3_kl", "chi2_token", "chi2_seq", "log_ppl_diff", "log_ppl_abs_diff",
                     "log_ppl_diff_max", "log_ppl_diff_min", "clipped_frac"):
             assert m[key].item() == approx(0.0), (mode, key)
-        for key in ("ess", "ess_clamped", "ppl_ratio", "is_weight_mean"):
+        for key in ("ess", "ess_unclamped", "ppl_ratio", "is_weight_mean"):
             assert m[key].item() == approx(1.0), (mode, key)
         assert m["training_ppl"].item() == approx(m["rollout_ppl"].item())
 
@@ -287,11 +287,11 @@ def test_mismatch_metrics_two_token_hand_case():
     assert m["is_weight_mean"].item() == approx(1.25)
     assert m["clipped_frac"].item() == approx(0.5)
     # ess: weights (1.5, 1) / mean 1.25 = (1.2, 0.8); 1 / mean(1.44, 0.64) = 1 / 1.04
-    assert m["ess"].item() == approx(1 / 1.04)
-    assert m["ess_clamped"].item() == approx(1 / 1.04)  # no weight outside [1/1.5, 1.5]
+    assert m["ess"].item() == approx(1 / 1.04)  # no weight outside [1/1.5, 1.5]: clamped or not alike
+    assert m["ess_unclamped"].item() == approx(1 / 1.04)
     raw = mismatch_metrics(train, rollout, mask, threshold=3.0)  # diagnose only: raw rho = (2, 1)
     assert raw["is_weight_mean"].item() == approx(1.5)
-    assert raw["ess"].item() == approx(1 / ((16 / 9 + 4 / 9) / 2))  # (4/3, 2/3) -> 0.9
+    assert raw["ess"].item() == approx(1 / ((16 / 9 + 4 / 9) / 2))  # (4/3, 2/3) -> 0.9, inside [1/3, 3]
     assert raw["clipped_frac"].item() == 0.0
 
 
@@ -368,10 +368,40 @@ def test_token_mask_ess_sees_what_the_clamp_hid():
     mask = torch.ones(1, 4)
     _, _, m = rollout_is_weights(train, rollout, mask, mode="token_mask", threshold=2.0)
     w = [1e-6, 1e-6, 0.0, 1.0]
-    assert m["ess"].item() == approx(sum(w) ** 2 / (4 * sum(x * x for x in w)), rel=1e-5)  # ~0.25
+    assert m["ess_unclamped"].item() == approx(sum(w) ** 2 / (4 * sum(x * x for x in w)), rel=1e-5)  # ~0.25
     # ms-swift's clamp lifts (1e-6, 1e-6, 0) to 0.5: (0.5, 0.5, 0.5, 1) -> 6.25 / (4 * 1.75)
-    assert m["ess_clamped"].item() == approx(6.25 / 7.0, rel=1e-5)
+    assert m["ess"].item() == approx(6.25 / 7.0, rel=1e-5)
     assert m["is_weight_mean"].item() == approx(sum(w) / 4, rel=1e-4)
+
+
+def ms_swift_ess(weights: torch.Tensor, mask: torch.Tensor, threshold: float) -> float:
+    """ms-swift's `ess`, re-implemented from swift/rlhf_trainers/grpo_trainer.py `_compute_is_correction_metrics`:
+    the weights clamped to [1/threshold, threshold], normalised by their masked mean (+1e-8), and
+    1 / masked_mean(normalised^2) clamped below at 1e-10; masked_mean is (x * mask).sum() / mask.sum()."""
+    mask = mask.float()
+    clamped = weights.clamp(min=1.0 / threshold, max=threshold)
+    mean = (clamped * mask).sum() / mask.sum().clamp(min=1.0)
+    normalised = clamped / (mean + 1e-8)
+    return float(1.0 / ((normalised.square() * mask).sum() / mask.sum().clamp(min=1.0)).clamp(min=1e-10))
+
+
+@pytest.mark.parametrize("mode", [None, "token_truncate", "token_mask", "sequence_truncate", "sequence_mask"])
+def test_logged_ess_is_ms_swifts_and_the_unclamped_one_has_a_name_of_its_own(mode):
+    """`rollout_correction/ess` carries ms-swift's name, so it is ms-swift's quantity (weights clamped to
+    [1/t, t]); Kish's ESS of the weights as they are is `ess_unclamped`. Was: the unclamped one under `ess`."""
+    gen = torch.Generator().manual_seed(3)
+    train = -torch.rand(4, 6, generator=gen) * 2
+    rollout = train + torch.randn(4, 6, generator=gen)  # ratios from ~0.1 to ~10: the clamp at 2 bites
+    mask = torch.ones(4, 6, dtype=torch.bool)
+    mask[2, 3:] = False
+    weights, _, _ = (rollout_is_weights(train, rollout, mask, mode=mode, threshold=2.0) if mode
+                     else (torch.exp(train - rollout), None, None))
+    m = mismatch_metrics(train, rollout, mask, mode=mode, threshold=2.0)
+    assert m["ess"].item() == approx(ms_swift_ess(weights.double(), mask, 2.0))
+    w = weights.double()[mask]
+    assert m["ess_unclamped"].item() == approx(float(w.sum() ** 2 / (w.numel() * w.square().sum())))
+    if ((w < 0.5) | (w > 2.0)).any():  # where the clamp bites the two differ (not in sequence_truncate here)
+        assert m["ess"].item() != approx(m["ess_unclamped"].item())
 
 
 def test_off_policy_sequence_mask():
