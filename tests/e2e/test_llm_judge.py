@@ -6,7 +6,8 @@ is not listening stops the run at start, one that dies mid-run stops it within a
 the server and the call, and under --reward_on_error skip the affected groups are dropped and counted instead.
 
 A random-weight judge writes word salad, so the plugin's rule is arbitrary on purpose: a reply ending in a lower-case
-letter scores that letter's place (a = 0, z = 1); any other reply has no score (missing)."""
+letter scores that letter's place (a = 0, z = 1); any other reply has no score (missing). Its replies are cut at
+--judge_max_tokens, which the plugin reads (`reads_cut_replies`; the built-in judge scores a cut reply missing)."""
 import json
 import time
 
@@ -32,7 +33,10 @@ from swiftlike.rl.rewards import LlmJudge, register_judge
 
 @register_judge("last_letter")
 class LastLetter(LlmJudge):
-    """A reply ending in a lower-case letter scores its place (a = 0, z = 1); any other reply is missing."""
+    """A reply ending in a lower-case letter scores its place (a = 0, z = 1); any other reply is missing. A reply of
+    --judge_max_tokens tokens is read too: the random judge never ends one on its own."""
+
+    reads_cut_replies = True
 
     def extract_reward(self, reply):
         last = reply[-1:]

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # GRPO scored by a generative judge (`--reward_funcs llm_judge`): a chat model served by `swiftlike deploy` (any
 # OpenAI-compatible server works: `vllm serve`, a hosted API) is asked about each completion with the prompt template
-# judge_template.txt ({prompt}, {solution}, {completion} filled from the row), and the last `Score: N` of its reply,
-# 0-10, becomes a reward in [0, 1] beside format_hash. A reply without a score is missing, not 0: left out of its
+# judge_template.txt ({prompt}, {solution}, {completion} filled from the row), and the last verdict line
+# `{score_label}: N` of its reply (a label drawn per run, which the completion cannot forge), 0-10, becomes a reward in
+# [0, 1] beside format_hash. A reply without a verdict, or cut at --judge_max_tokens, is missing, not 0: left out of its
 # group's advantage and counted in rewards/llm_judge/missing. With `--reward_on_error skip` a judge that stops
 # answering for --reward_server_timeout seconds drops the affected groups (reward_on_error/dropped_groups) instead
 # of stopping the run. The default judge is the tiny random-weight model, which never writes a score: every judge

@@ -4,14 +4,17 @@ judge (`--judge_model_server`, rl/rewards/judge.py).
 Not `OpenAIEngine` (the engine interface over the `openai` client): a judge call is retried until
 `--reward_server_timeout` and fails with an error naming the server and the route, like a served reward model's
 `/classify` (utils/service_client.py), and one call that fails must not lose the answers of the others, which
-`--reward_on_error skip` keeps. Several URLs are replicas of one judge: request i of a batch goes to URL i mod n.
+`--reward_on_error skip` keeps. A request the judge refuses as invalid (HTTP 400: a judge prompt over its context
+length, which depends on the completion it holds) is that completion's alone too: it comes back in its place, and the
+judge scores that completion as missing. Several URLs are replicas of one judge: request i of a batch goes to URL
+i mod n.
 """
 from __future__ import annotations
 
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-from ...utils.service_client import ServerError, ServerUnavailable, ServiceClient
+from ...utils.service_client import ChatReply, RequestRejected, ServerError, ServerUnavailable, ServiceClient
 
 Conversation = list[dict]
 
@@ -44,15 +47,16 @@ class ChatClient:
             self._chat_one(service, [{"role": "user", "content": "ping"}], temperature=0.0, max_tokens=1)
 
     def chat(self, conversations: Sequence[Conversation], *, temperature: float,
-             max_tokens: int) -> list[str | ServerUnavailable]:
-        """The judge's reply to each conversation, asked concurrently; a call that got no answer within the deadline
-        comes back as its `ServerUnavailable`, in its place. A refusal (`ServerError`: a wrong key, a prompt longer
-        than the judge's context) is raised: it is a configuration error, not a server that went away."""
-        def one(i: int) -> str | ServerUnavailable:
+             max_tokens: int) -> list[ChatReply | ServerUnavailable | RequestRejected]:
+        """The judge's reply to each conversation, asked concurrently, with its finish reason. A call that got no
+        answer within the deadline (429 and 503 included, retried until then) comes back as its `ServerUnavailable`,
+        and one refused as invalid (400) as its `RequestRejected`, in its place. Any other refusal (`ServerError`: a
+        wrong key, a route or model the server does not have) is raised: it is a configuration error."""
+        def one(i: int) -> ChatReply | ServerUnavailable | RequestRejected:
             try:
                 return self._chat_one(self.services[i % len(self.services)], conversations[i], temperature,
                                       max_tokens)
-            except ServerUnavailable as e:
+            except (ServerUnavailable, RequestRejected) as e:
                 return e
         if len(conversations) <= 1:
             return [one(i) for i in range(len(conversations))]
@@ -60,13 +64,13 @@ class ChatClient:
             return list(pool.map(one, range(len(conversations))))
 
     def _chat_one(self, service: ServiceClient, conversation: Conversation, temperature: float,
-                  max_tokens: int) -> str:
+                  max_tokens: int) -> ChatReply:
         body = {"model": self.model_name, "messages": list(conversation), "temperature": temperature,
                 "max_tokens": max_tokens}
         choices = service.request("POST", "/v1/chat/completions", json=body).get("choices") or []
         if not choices:
             raise ServerError(f"{service.url} answered POST /v1/chat/completions without a choice")
-        return choices[0].get("message", {}).get("content") or ""
+        return ChatReply(choices[0].get("message", {}).get("content") or "", choices[0].get("finish_reason"))
 
     def close(self) -> None:
         for service in self.services:

@@ -32,6 +32,11 @@ class Classifier(ABC):
     def classify(self, conversations: Sequence[Conversation]) -> list[list[float]]:
         """The raw logits (no activation) of each whole conversation, `num_labels` per conversation."""
 
+    def classify_each(self, conversations: Sequence[Conversation]) -> list[list[float] | Exception]:
+        """`classify`, where a served classifier puts the failure of one conversation's call in its place instead
+        of raising it (`ClassifyClient`); in-process, one forward pass serves them all, so this is `classify`."""
+        return list(self.classify(conversations))
+
     def close(self) -> None:
         """Release the model or the connection."""
 

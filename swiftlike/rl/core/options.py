@@ -97,7 +97,8 @@ class GrpoOptions:
     epsilon: float = arg(0.2, "Lower clip range of the importance ratio (and upper when --epsilon_high is unset).")
     epsilon_high: float | None = arg(None, "Upper clip range (DAPO clip-higher, e.g. 0.28); default --epsilon.")
     importance_sampling_level: ImportanceSamplingLevel = arg(
-        "token", "token: PPO/GRPO ratio per token; sequence: GSPO's length-normalised sequence ratio.")
+        "token", "token: PPO/GRPO ratio per token; sequence: GSPO's length-normalised sequence ratio, the gradient "
+        "through it; sequence_token: GSPO-token, its stop-gradient form.")
     advantage_estimator: AdvantageEstimator = arg(
         "grpo", "Each completion's baseline: grpo (its group's mean reward), rloo (the mean of the group's other "
         "completions: unbiased), reinforce_plus_plus (the group mean, whitened over the batch by --scale_rewards "
@@ -231,22 +232,25 @@ class RewardOptions:
                                                  only=REWARDED)
     judge_prompt_template: str | None = arg(None, "A text file: the judge's prompt for one completion, with "
                                             "{prompt}, {completion}, {conversation} and any dataset column "
-                                            "({solution}) as placeholders; default a built-in template asking for "
-                                            "`Score: N` from 0 to 10.", only=REWARDED)
+                                            "({solution}) as placeholders, and {score_label} for the verdict "
+                                            "label the reply ends with; default a built-in template asking for "
+                                            "`{score_label}: N` from 0 to 10.", only=REWARDED)
     judge_temperature: float = arg(0.0, "The judge's sampling temperature (0: greedy, the same reply for the same "
                                    "completion).", only=REWARDED)
-    judge_max_tokens: int = arg(512, "Most tokens of one judge reply; the score is read from the reply, so a reply "
-                                "cut before it has none (missing).")
+    judge_max_tokens: int = arg(512, "Most tokens of one judge reply; a reply cut at this limit has no score "
+                                "(missing), whatever it holds.")
     judge_max_concurrency: int = arg(32, "Judge requests in flight at once; a batch's completions are judged "
                                      "concurrently.")
     reward_server_timeout: float = arg(60.0, "Seconds a call to a reward server (--reward_model_server, "
                                        "--judge_model_server) is retried with backoff while it does not answer "
-                                       "(connection refused or reset, 502-504, no answer) before it fails; see "
-                                       "--reward_on_error.")
+                                       "(connection refused or reset, 429, 502-504 with their Retry-After, no "
+                                       "answer) before it fails; see --reward_on_error.")
     reward_on_error: RewardOnError = arg("stop", "When a reward server call fails after --reward_server_timeout: "
                                          "stop (the run stops, naming the server and the call) or skip (the groups "
                                          "of the affected completions are dropped, counted in "
-                                         "reward_on_error/dropped_groups, and training goes on).")
+                                         "reward_on_error/dropped_groups, and training goes on). Under either, a "
+                                         "request the server refuses as invalid (HTTP 400, a prompt over its "
+                                         "context) leaves that one completion's reward missing.")
     cosine_min_len_value_wrong: float = arg(-0.5, "cosine reward: value for a wrong answer of length 0.")
     cosine_max_len_value_wrong: float = arg(0.0, "cosine reward: value for a wrong answer at --cosine_max_len.")
     cosine_min_len_value_correct: float = arg(1.0, "cosine reward: value for a right answer of length 0.")

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ...utils import get_logger
-from ...utils.service_client import ServerUnavailable
-from .functions import FAILED, Unscored
+from ...utils.service_client import RequestRejected, ServerError, ServerUnavailable
+from .functions import FAILED, MISSING, Unscored
 
 logger = get_logger("swiftlike.rl")
 
@@ -27,7 +27,7 @@ class ConversationClassifier(Protocol):
     model_name: str
     num_labels: int
 
-    def classify(self, conversations: Sequence[list[dict]]) -> list[list[float]]: ...
+    def classify_each(self, conversations: Sequence[list[dict]]) -> list[list[float] | ServerError]: ...
 
 
 def reward_column(model_name: str) -> str:
@@ -43,9 +43,11 @@ class RewardModel:
     not its token ids. (GKD's served teacher is the opposite case: its log-probs are over the student's token ids,
     so it must share the student's tokenizer, and `--teacher_model_server` checks that.) No tokenizer check here.
 
-    A served one that stops answering raises `ServerUnavailable` (the run stops, naming the server and the call),
-    or with `on_error="skip"` (`--reward_on_error skip`) scores the whole batch FAILED: a batch is one call to
-    `classify`, so every group of it is dropped.
+    A served one scores each conversation in its own request. A call that got no answer within the deadline
+    raises its `ServerUnavailable` (the run stops, naming the server and the call), or with `on_error="skip"`
+    (`--reward_on_error skip`) scores that completion FAILED (its group is dropped). A conversation the server
+    refuses as invalid (HTTP 400: longer than the reward model's context, which depends on the completion) scores
+    MISSING, counted in `rewards/<name>/missing`, whatever `on_error` says: the server is fine, this one input is not.
     """
 
     def __init__(self, classifier: ConversationClassifier, origin: str, on_error: str = "stop"):
@@ -61,11 +63,16 @@ class RewardModel:
         if prompts is None or len(prompts) != len(completions):
             raise ValueError(f"reward model {self.name!r} needs one prompt (messages) per completion")
         conversations = [[*p, {"role": "assistant", "content": c}] for p, c in zip(prompts, completions)]
-        try:
-            return [logits[0] for logits in self.classifier.classify(conversations)]
-        except ServerUnavailable as e:
-            if self.on_error != "skip":
-                raise
-            logger.warning("%s: the batch's %d scores failed; its groups are dropped (--reward_on_error skip): %s",
-                           self.origin, len(completions), e)
-            return [FAILED] * len(completions)
+        outcomes = self.classifier.classify_each(conversations)
+        unavailable = [o for o in outcomes if isinstance(o, ServerUnavailable)]
+        if unavailable and self.on_error != "skip":
+            raise unavailable[0]
+        rejected = [o for o in outcomes if isinstance(o, RequestRejected)]
+        if unavailable:
+            logger.warning("%s: %d of %d scores failed; their groups are dropped (--reward_on_error skip): %s",
+                           self.origin, len(unavailable), len(outcomes), unavailable[0])
+        if rejected:
+            logger.warning("%s: the server refused %d of %d conversations; their rewards are missing. First: %s",
+                           self.origin, len(rejected), len(outcomes), rejected[0])
+        return [FAILED if isinstance(outcome, ServerUnavailable) else MISSING if isinstance(outcome, RequestRejected)
+                else outcome[0] for outcome in outcomes]
