@@ -51,19 +51,22 @@ def k3_kl(logps: torch.Tensor, ref_logps: torch.Tensor) -> torch.Tensor:
 
 def importance_ratio(logps: torch.Tensor, old_logps: torch.Tensor, mask: torch.Tensor,
                      level: ImportanceSamplingLevel = "token") -> torch.Tensor:
-    """pi_theta / pi_old per token, (batch, seq), at token or GSPO sequence level.
+    """pi_theta / pi_old per token, (batch, seq), at token or GSPO sequence level (ms-swift's
+    `--importance_sampling_level`).
 
     "token": `exp(logp_t - old_t)`, the PPO/GRPO ratio.
 
-    "sequence" (GSPO): every token of sequence i carries `s_i = exp(mean_t(logp_t - old_t))`,
-    the length-normalised sequence likelihood ratio, because the reward is per sequence and a
-    per-token ratio, each from a single sample, is mostly noise. It is written in GSPO-token's
-    stop-gradient form `sg[s_i] * exp(logp_t - sg[logp_t])`: the value is `s_i` and the
-    gradient with respect to `logp_t` is `s_i`, which after the mean over the sequence's tokens
-    is exactly the gradient of GSPO's sequence objective `s_i * A_i` (d s_i / d logp_t =
-    s_i / |y_i|). ms-swift's "sequence" (a (batch, 1) ratio broadcast over tokens) and
-    "sequence_token" (this form) therefore agree in value and gradient under every aggregation;
-    both names are accepted.
+    "sequence" (GSPO): `s_i = exp(mean_t(logp_t - old_t))`, the length-normalised sequence likelihood ratio,
+    because the reward is per sequence and a per-token ratio, each from a single sample, is mostly noise. It is
+    one number per sequence broadcast over its tokens, as ms-swift's (batch, 1) ratio is, with the gradient
+    flowing through the mean: d s_i / d logp_t = s_i / |y_i| for every token, whatever the token's own weight.
+    So when the per-token terms carry different multipliers (the entropy mask, rollout IS weights, the
+    `--rollout_rs` mask, OPD's per-token advantages), each token's gradient is the sequence's average of them,
+    as in ms-swift, not its own.
+
+    "sequence_token" (GSPO-token): the stop-gradient form `sg[s_i] * exp(logp_t - sg[logp_t])`, the same value,
+    but the gradient with respect to `logp_t` is `s_i` times that token's own multiplier. It equals "sequence"
+    only while every token of a sequence has the same multiplier (ms-swift's two levels, kept apart).
     """
     mask = mask.bool()
     logps = _masked_fill_zero(logps, mask)
@@ -71,16 +74,18 @@ def importance_ratio(logps: torch.Tensor, old_logps: torch.Tensor, mask: torch.T
     if level == "token":
         return torch.exp(log_ratio)
     if level in ("sequence", "sequence_token"):
-        seq_log_ratio = log_ratio.sum(-1) / mask.sum(-1).clamp(min=1)
-        log_weight = logps - logps.detach() + seq_log_ratio.detach().unsqueeze(-1)
+        seq_log_ratio = (log_ratio.sum(-1) / mask.sum(-1).clamp(min=1)).unsqueeze(-1)
+        if level == "sequence":
+            return torch.exp(seq_log_ratio).expand_as(logps)
+        log_weight = logps - logps.detach() + seq_log_ratio.detach()
         return torch.exp(_masked_fill_zero(log_weight, mask))
-    raise ValueError(f"importance_sampling_level must be 'token' or 'sequence', got {level!r}")
+    raise ValueError(f"importance_sampling_level must be one of {IMPORTANCE_SAMPLING_LEVELS}, got {level!r}")
 
 
 def aggregate(per_token_loss: torch.Tensor, mask: torch.Tensor, loss_type: LossType, *,
               max_completion_length: int | None = None,
               num_items_in_batch: float | torch.Tensor | None = None,
-              num_processes: int = 1) -> torch.Tensor:
+              num_processes: int = 1, rows: torch.Tensor | None = None) -> torch.Tensor:
     """Reduce a (batch, seq) per-token loss to a scalar; the loss types differ only here.
 
     - grpo: mean over each sequence's tokens, then mean over sequences. Every sequence weighs
@@ -102,21 +107,28 @@ def aggregate(per_token_loss: torch.Tensor, mask: torch.Tensor, loss_type: LossT
     micro-batch, then equals bnpo). The caller must not divide the dapo loss by the accumulation steps
     again; for the other types that division is the caller's job, as in TRL.
 
+    `rows` (bool (batch,), default all): the sequences that are in the batch for grpo's mean over sequences
+    and dr_grpo's batch size. A completion without a valid reward is not (the trainer zeroes its mask too, so
+    it is in no token count either): it is as if it had not been generated. A sequence that is in the batch but
+    has no token left (the off-policy sequence mask, the overlong filter, a rejected sequence) counts with 0,
+    as in TRL and ms-swift.
+
     bnpo deliberately deviates from TRL here: TRL normalises by the *local* micro-batch's tokens, so
     with several processes each rank's tokens weigh by that rank's own count and the update depends on
     how the global batch happens to be split across ranks; it cannot match one process training on the
     same batch. Counting the micro-batch's tokens on all ranks gives the update of one process whose
     micro-batch is the union of the ranks' micro-batches (which the trainer's sampler arranges).
     """
-    mask = mask.bool()
+    mask = mask.bool() if rows is None else mask.bool() & rows.bool().unsqueeze(-1)
     summed = _masked_fill_zero(per_token_loss, mask)
     loss_type = aggregation_of(loss_type)
+    sequences = per_token_loss.shape[0] if rows is None else rows.bool().sum().clamp(min=1)
     if loss_type == "grpo":
-        return (summed.sum(-1) / mask.sum(-1).clamp(min=1)).mean()
+        return (summed.sum(-1) / mask.sum(-1).clamp(min=1)).sum() / sequences
     if loss_type == "dr_grpo":
         if max_completion_length is None:
             raise ValueError("loss_type='dr_grpo' needs max_completion_length")
-        return summed.sum() / (per_token_loss.shape[0] * max_completion_length)
+        return summed.sum() / (sequences * max_completion_length)
     if loss_type in ("bnpo", "dapo"):
         if num_items_in_batch is None:
             normaliser = mask.sum().clamp(min=1)
@@ -162,7 +174,8 @@ def policy_loss(logps: torch.Tensor, old_logps: torch.Tensor, advantages: torch.
                 max_completion_length: int | None = None,
                 rollout_is_weights: torch.Tensor | None = None,
                 num_items_in_batch: float | torch.Tensor | None = None,
-                num_processes: int = 1) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+                num_processes: int = 1, rows: torch.Tensor | None = None
+                ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """GRPO-family loss and its clip/KL metrics.
 
     Per token: `-min(r * A, clip(r, 1 - epsilon_low, 1 + epsilon_high) * A)` with `r` from
@@ -191,7 +204,7 @@ def policy_loss(logps: torch.Tensor, old_logps: torch.Tensor, advantages: torch.
     the whole per-token loss, KL term included, as current ms-swift does (TRL multiplies before
     adding the KL); they are detached, being a correction for where the samples came from and
     not something to optimise. The result is reduced by `aggregate` (see there for the four
-    normalisations and `num_items_in_batch` / `num_processes`).
+    normalisations, `num_items_in_batch` / `num_processes` and `rows`).
 
     `old_logps` are the log-probs of the policy that generated the batch as the *training*
     engine computes them; with one update per generation they equal `logps.detach()` and the
@@ -239,7 +252,7 @@ def policy_loss(logps: torch.Tensor, old_logps: torch.Tensor, advantages: torch.
         per_token_loss = per_token_loss * rollout_is_weights.detach().to(per_token_loss.dtype)
 
     loss = aggregate(per_token_loss, mask, loss_type, max_completion_length=max_completion_length,
-                     num_items_in_batch=num_items_in_batch, num_processes=num_processes)
+                     num_items_in_batch=num_items_in_batch, num_processes=num_processes, rows=rows)
 
     with torch.no_grad():
         r = ratio.detach()

@@ -190,7 +190,8 @@ def test_sequence_level_ratio_values_and_padding():
     logps = torch.tensor([[0.1, 0.2, 0.3], [0.4, 50.0, float("nan")]])
     ratio = importance_ratio(logps, old, MASK, "sequence")
     s0, s1 = math.exp(0.2), math.exp(0.4)
-    assert values(ratio) == approx([s0, s0, s0, s1, 1.0, 1.0])
+    assert values(ratio[MASK.bool()]) == approx([s0, s0, s0, s1])  # off the mask a value no sum reads
+    assert values(importance_ratio(logps, old, MASK, "sequence_token")) == approx([s0, s0, s0, s1, 1.0, 1.0])
     assert values(importance_ratio(logps, old, MASK, "token"))[:4] == approx([math.exp(x) for x in (0.1, 0.2, 0.3, 0.4)])
     loss, metrics = policy_loss(logps, old, ADV, MASK, loss_type="grpo", epsilon_low=0.2, epsilon_high=0.28,
                                 importance_sampling_level="sequence")
@@ -220,6 +221,90 @@ def test_sequence_level_gradient_matches_gspo(loss_type):
     aggregate(per_token, MASK, loss_type, max_completion_length=3).backward()
     assert values(ours.grad) == approx(values(ref.grad))
     assert ours.grad[1, 1:].abs().sum() == 0
+
+
+def ms_swift_sequence_loss(logps, old, advantages, mask, *, loss_type, token_mask=None, is_weights=None,
+                           ref_logps=None, beta=0.0, max_completion_length=None):
+    """ms-swift's `importance_sampling_level == 'sequence'` loss, re-implemented from
+    swift/rlhf_trainers/grpo_trainer.py `_compute_loss_and_metrics`: the (B, 1) log weight
+    sum(log_ratio * mask) / mask.sum(), coef_1 = exp of it, coef_2 = clamp(coef_1, 1 - 0.2, 1 + 0.28),
+    per token -min(coef_1 * A, coef_2 * A) with A per token (B, T); then `* entropy_mask`, `+ beta * k3`,
+    `* rollout_is_weights`, and the loss type's reduction over `completion_mask`."""
+    mask = mask.float()
+    log_w = (((logps - old) * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).unsqueeze(-1)
+    coef_1 = torch.exp(log_w)
+    coef_2 = torch.clamp(coef_1, 1 - 0.2, 1 + 0.28)
+    adv = advantages if advantages.dim() == 2 else advantages.unsqueeze(-1).expand_as(logps)
+    per_token = -torch.min(coef_1 * adv, coef_2 * adv)
+    if token_mask is not None:
+        per_token = per_token * token_mask
+    if beta:
+        d = torch.clamp(ref_logps - logps, min=-20, max=20)
+        per_token = per_token + beta * torch.clamp(torch.exp(d) - d - 1, min=-10, max=10)
+    if is_weights is not None:
+        per_token = per_token * is_weights
+    if loss_type == "grpo":
+        return ((per_token * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).mean()
+    if loss_type == "bnpo":
+        return (per_token * mask).sum() / mask.sum().clamp(min=1.0)
+    return (per_token * mask).sum() / (mask.shape[0] * max_completion_length)  # dr_grpo
+
+
+@pytest.mark.parametrize("multiplier", ["none", "entropy_mask", "is_weights", "rollout_rs", "opd", "kl"])
+@pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dr_grpo"])
+def test_gspo_sequence_level_equals_ms_swifts_with_every_multiplier(loss_type, multiplier):
+    """`--importance_sampling_level sequence` is ms-swift's: one ratio per sequence with the gradient through the
+    mean of its log-ratios, so a token's gradient is the sequence's average of the per-token multipliers. The
+    stop-gradient form (now `sequence_token`) gave each token its own: 96% off with a 50% entropy mask."""
+    gen = torch.Generator().manual_seed(7)
+    rows, width = 4, 6
+    old = -torch.rand(rows, width, generator=gen) * 2
+    base = old + 0.15 * torch.randn(rows, width, generator=gen)  # sequence ratios within and past the clip
+    mask = torch.ones(rows, width, dtype=torch.bool)
+    mask[1, 4:] = False
+    mask[3, 2:] = False
+    advantages = torch.tensor([1.0, -0.5, 2.0, -1.5])
+    kw, theirs_kw = {}, {}
+    if multiplier == "entropy_mask":  # half the tokens, by entropy
+        keep = torch.rand(rows, width, generator=gen) < 0.5
+        kw, theirs_kw = {"token_mask": keep}, {"token_mask": keep.float()}
+    elif multiplier in ("is_weights", "rollout_rs"):
+        weights = (torch.rand(rows, width, generator=gen) * 1.5 + 0.25 if multiplier == "is_weights"
+                   else (torch.rand(rows, width, generator=gen) < 0.7).float())
+        kw, theirs_kw = {"rollout_is_weights": weights}, {"is_weights": weights}
+    elif multiplier == "opd":  # OPD-RL: the teacher's log-ratio added per token
+        advantages = advantages.unsqueeze(-1) + 0.5 * torch.randn(rows, width, generator=gen)
+    elif multiplier == "kl":
+        ref = old - 0.1 * torch.rand(rows, width, generator=gen)
+        kw, theirs_kw = {"ref_logps": ref, "beta": 0.1}, {"ref_logps": ref, "beta": 0.1}
+    ours = base.clone().requires_grad_(True)
+    loss, _ = policy_loss(ours, old, advantages, mask, loss_type=loss_type, epsilon_low=0.2, epsilon_high=0.28,
+                          importance_sampling_level="sequence", max_completion_length=width, **kw)
+    loss.backward()
+    ref_in = base.clone().requires_grad_(True)
+    ref_loss = ms_swift_sequence_loss(ref_in, old, advantages, mask, loss_type=loss_type,
+                                      max_completion_length=width, **theirs_kw)
+    ref_loss.backward()
+    assert loss.item() == approx(ref_loss.item())
+    assert values(ours.grad) == approx(values(ref_in.grad))
+    assert ours.grad[~mask].abs().sum() == 0
+
+
+def test_sequence_token_level_is_the_stop_gradient_form():
+    """GSPO-token gives each token the sequence ratio's value but its own multiplier: with an entropy mask that
+    keeps one of a sequence's two tokens, only that token gets gradient (sequence level gives both half)."""
+    logps = torch.tensor([[-1.0, -2.0]], requires_grad=True)
+    old = logps.detach().clone()  # ratio 1: the clip is idle
+    mask = torch.ones(1, 2, dtype=torch.bool)
+    token_mask = torch.tensor([[True, False]])
+    loss, _ = policy_loss(logps, old, torch.tensor([1.0]), mask, loss_type="bnpo",
+                          importance_sampling_level="sequence_token", token_mask=token_mask)
+    loss.backward()
+    assert logps.grad.tolist() == [[-0.5, 0.0]]  # -A * s / (2 tokens) on the kept token only
+    seq = logps.detach().clone().requires_grad_(True)
+    policy_loss(seq, old, torch.tensor([1.0]), mask, loss_type="bnpo", importance_sampling_level="sequence",
+                token_mask=token_mask)[0].backward()
+    assert seq.grad.tolist() == [[-0.25, -0.25]]  # d s / d logp_t = s / 2 for both, times the one kept term
 
 
 def test_kl_penalty():
