@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from ..utils.errors import UsageError
 from .base import BaseArguments, arg
 from .deploy_args import DeployArguments
 from .infer_args import SamplingArguments
@@ -33,16 +34,16 @@ class AppArguments(DeployArguments, SamplingArguments):
         if self.temperature is None:
             self.temperature = 0.7  # the page's slider starts here
         if self.model is None and self.base_url is None:
-            raise ValueError("give --model (served by this process) or --base_url (a running OpenAI-compatible "
+            raise UsageError("give --model (served by this process) or --base_url (a running OpenAI-compatible "
                              "server, e.g. http://127.0.0.1:8000/v1)")
         if self.base_url is not None and not self.base_url.startswith(("http://", "https://")):
-            raise ValueError(f"--base_url must be an http(s) URL like http://127.0.0.1:8000/v1, got "
+            raise UsageError(f"--base_url must be an http(s) URL like http://127.0.0.1:8000/v1, got "
                              f"{self.base_url!r}")
         if self.temperature < 0:
-            raise ValueError(f"--temperature must be >= 0, got {self.temperature}")
+            raise UsageError(f"--temperature must be >= 0, got {self.temperature}")
         if self.task_type == "seq_cls" or self.num_labels is not None:
-            raise ValueError("--task_type seq_cls / --num_labels: the chat page talks to a model that generates; serve "
+            raise UsageError("--task_type seq_cls / --num_labels: the chat page talks to a model that generates; serve "
                              "a sequence-classification (reward) model with `swiftlike deploy` instead")
         if not 0 < self.top_p <= 1:
-            raise ValueError(f"--top_p must be in (0, 1], got {self.top_p}")
+            raise UsageError(f"--top_p must be in (0, 1], got {self.top_p}")
         self.check_serving()

@@ -12,7 +12,7 @@ from typing import ClassVar, Literal
 from ..infer.protocol import DEFAULT_MAX_LOGPROBS
 from ..model.loader import ATTN_IMPLS
 from ..template import AGENT_TEMPLATE_REGISTRY
-from ..utils.errors import NotBuiltError
+from ..utils.errors import NotBuiltError, UsageError
 from ..utils.fields import arg
 from .parser import check_choices
 
@@ -58,7 +58,7 @@ class BaseArguments:
     def __post_init__(self) -> None:
         check_choices(self)
         if self.attn_impl is not None and self.attn_impl not in ATTN_IMPLS:
-            raise ValueError(f"--attn_impl {self.attn_impl!r}: choose from {', '.join(ATTN_IMPLS)}")
+            raise UsageError(f"--attn_impl {self.attn_impl!r}: choose from {', '.join(ATTN_IMPLS)}")
         self._fill_from_checkpoint()
         if self.agent_template is not None:
             AGENT_TEMPLATE_REGISTRY.lookup(self.agent_template)
@@ -66,7 +66,7 @@ class BaseArguments:
             if unread:
                 raise NotBuiltError(f"--agent_template with swiftlike {self.command}: not built yet ({unread})")
         if self.max_length is not None and self.max_length <= 0:
-            raise ValueError(f"--max_length must be positive, got {self.max_length}")
+            raise UsageError(f"--max_length must be positive, got {self.max_length}")
 
     def _agent_template_unread(self) -> str | None:
         """Why this run would not read --agent_template (a NotBuiltError names it), or None when it does."""
@@ -92,7 +92,7 @@ class BaseArguments:
         for spec in self.adapters:
             name, _, path = spec.rpartition("=") if "=" in spec else (Path(spec).name, "", spec)
             if name in out:
-                raise ValueError(f"--adapters: two adapters named {name!r}; use name=path to tell them apart")
+                raise UsageError(f"--adapters: two adapters named {name!r}; use name=path to tell them apart")
             out[name] = path
         return out
 

@@ -5,6 +5,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ..model.seq_cls import is_seq_cls_adapter, is_seq_cls_model
+from ..utils.errors import UsageError
 from .base import BaseArguments, arg
 from .infer_args import LmdeployArguments, LogprobLimitArguments, SglangArguments, VllmArguments
 
@@ -47,16 +48,16 @@ class DeployArguments(BaseArguments, VllmArguments, SglangArguments, LmdeployArg
             self.model, self.adapters = None, [self.model, *self.adapters]
         super().__post_init__()
         if self.model is None:
-            raise ValueError("--model is required (or --adapters pointing at a checkpoint with args.json)")
+            raise UsageError("--model is required (or --adapters pointing at a checkpoint with args.json)")
         if self.task_type is None:
             self.task_type = "seq_cls" if self._checkpoint_classifies() else "causal_lm"
         if self.task_type == "seq_cls":
             self.template, self.system = given_template, given_system
             if self.infer_backend not in ("pt", "vllm"):
-                raise ValueError(f"--task_type seq_cls is served by --infer_backend pt or vllm, not "
+                raise UsageError(f"--task_type seq_cls is served by --infer_backend pt or vllm, not "
                                  f"{self.infer_backend}")
         elif self.num_labels is not None:
-            raise ValueError("--num_labels is read with --task_type seq_cls (a classifier); this deployment "
+            raise UsageError("--num_labels is read with --task_type seq_cls (a classifier); this deployment "
                              "generates")
         self.check_serving()
 
@@ -67,13 +68,13 @@ class DeployArguments(BaseArguments, VllmArguments, SglangArguments, LmdeployArg
 
     def check_num_labels(self, served: int) -> None:
         if self.num_labels is not None and self.num_labels != served:
-            raise ValueError(f"--num_labels {self.num_labels}: {self.model} classifies into {served} labels; drop "
+            raise UsageError(f"--num_labels {self.num_labels}: {self.model} classifies into {served} labels; drop "
                              "--num_labels or give the checkpoint's number")
 
     def check_serving(self) -> None:
         self.check_logprob_limit(self.vllm_engine_kwargs)
         if not 0 < self.port < 65536:
-            raise ValueError(f"--port must be in 1..65535, got {self.port}")
+            raise UsageError(f"--port must be in 1..65535, got {self.port}")
         for name in ("max_concurrency", "max_new_tokens", "max_batch_size"):
             if getattr(self, name) < 1:
-                raise ValueError(f"--{name} must be >= 1, got {getattr(self, name)}")
+                raise UsageError(f"--{name} must be >= 1, got {getattr(self, name)}")

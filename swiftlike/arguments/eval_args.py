@@ -5,6 +5,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, get_args
 
+from ..utils.errors import UsageError
 from .base import BaseArguments, arg
 from .infer_args import SamplingArguments, VllmArguments
 
@@ -85,50 +86,52 @@ class EvalArguments(BaseArguments, SamplingArguments, VllmArguments):
         if self.temperature is None:
             self.temperature = 0.0  # greedy; --eval_num_samples > 1 needs a temperature > 0
         if not self.eval_dataset:
-            raise ValueError("--eval_dataset is empty; name a benchmark (math, mcq, rg:<task>, a .jsonl file, or a "
+            raise UsageError("--eval_dataset is empty; name a benchmark (math, mcq, rg:<task>, a .jsonl file, or a "
                              "harness task such as gsm8k)")
         if self.eval_backend is None:
             self.eval_backend = "swiftlike" if all(map(is_swiftlike_set, self.eval_dataset)) else "Native"
         if self.eval_backend not in EVAL_BACKENDS:
             hint = " (OpenCompass and VLMEvalKit are not available)" if self.eval_backend in (
                 "OpenCompass", "VLMEvalKit") else ""
-            raise ValueError(f"--eval_backend {self.eval_backend}: choose one of {', '.join(EVAL_BACKENDS)}{hint}")
+            raise UsageError(f"--eval_backend {self.eval_backend}: choose one of {', '.join(EVAL_BACKENDS)}{hint}")
         if self.eval_backend == "swiftlike":
             foreign = [d for d in self.eval_dataset if not is_swiftlike_set(d)]
             if foreign:
-                raise ValueError(f"--eval_dataset {' '.join(foreign)}: the swiftlike backend reads "
+                raise UsageError(f"--eval_dataset {' '.join(foreign)}: the swiftlike backend reads "
                                  f"{', '.join(BUILTIN_SETS)}, rg:<task> and .jsonl files; for harness tasks use "
                                  "--eval_backend Native (evalscope) or lm_eval")
         elif self.eval_num_samples > 1:
-            raise ValueError("--eval_num_samples (pass@k) is the swiftlike backend's; the harnesses set their "
+            raise UsageError("--eval_num_samples (pass@k) is the swiftlike backend's; the harnesses set their "
                              "own repeats (--extra_eval_args)")
         unknown = sorted(set(self.eval_dataset_args or {}) - set(self.eval_dataset))
         if unknown:
-            raise ValueError(f"--eval_dataset_args names {', '.join(unknown)}, which --eval_dataset does not list "
+            raise UsageError(f"--eval_dataset_args names {', '.join(unknown)}, which --eval_dataset does not list "
                              f"({' '.join(self.eval_dataset)})")
         if self.eval_all_checkpoints is not None:
             if not Path(self.eval_all_checkpoints).is_dir():
-                raise ValueError(f"--eval_all_checkpoints {self.eval_all_checkpoints}: no such directory (give a "
+                raise UsageError(f"--eval_all_checkpoints {self.eval_all_checkpoints}: no such directory (give a "
                                  "training run's output dir holding checkpoint-N folders)")
             if self.eval_url is not None:
-                raise ValueError("--eval_all_checkpoints serves each checkpoint here; drop --eval_url")
+                raise UsageError("--eval_all_checkpoints serves each checkpoint here; drop --eval_url")
         elif self.model is None and self.eval_url is None:
-            raise ValueError("give --model (served here), --eval_url (a running OpenAI-compatible server) or "
+            raise UsageError("give --model (served here), --eval_url (a running OpenAI-compatible server) or "
                              "--eval_all_checkpoints (a run dir)")
         if self.eval_num_samples < 1:
-            raise ValueError(f"--eval_num_samples must be >= 1, got {self.eval_num_samples}")
+            raise UsageError(f"--eval_num_samples must be >= 1, got {self.eval_num_samples}")
         if self.eval_num_samples > 1 and self.temperature == 0:
-            raise ValueError("--eval_num_samples > 1 with --temperature 0 draws the same greedy answer k times; "
+            raise UsageError("--eval_num_samples > 1 with --temperature 0 draws the same greedy answer k times; "
                              "set --temperature (e.g. 0.7)")
         if self.eval_limit is not None and self.eval_limit < 1:
-            raise ValueError(f"--eval_limit must be >= 1, got {self.eval_limit}")
+            raise UsageError(f"--eval_limit must be >= 1, got {self.eval_limit}")
         if self.eval_num_proc < 1:
-            raise ValueError(f"--eval_num_proc must be >= 1, got {self.eval_num_proc}")
+            raise UsageError(f"--eval_num_proc must be >= 1, got {self.eval_num_proc}")
+        if self.max_batch_size < 1:
+            raise UsageError(f"--max_batch_size must be >= 1, got {self.max_batch_size}")
 
     def _apply_generation_config(self) -> None:
         for key, value in (self.eval_generation_config or {}).items():
             if key not in GENERATION_KEYS:
-                raise ValueError(f"--eval_generation_config: unknown key {key!r}; it takes "
+                raise UsageError(f"--eval_generation_config: unknown key {key!r}; it takes "
                                  f"{', '.join(GENERATION_KEYS)}")
             setattr(self, GENERATION_KEYS[key], value)
 
@@ -159,11 +162,11 @@ class TrainingBenchmarkArguments:
             given = [f"--{n}" for n in ("eval_dataset", "eval_dataset_args", "eval_limit", "eval_backend")
                      if getattr(self, n)]
             if given:
-                raise ValueError(f"{', '.join(given)} {'takes' if len(given) == 1 else 'take'} effect with --eval_use_evalscope true; add it, or drop "
+                raise UsageError(f"{', '.join(given)} {'takes' if len(given) == 1 else 'take'} effect with --eval_use_evalscope true; add it, or drop "
                                  "them (the validation loss comes from --val_dataset / --split_dataset_ratio)")
             return
         if not self.eval_dataset:
-            raise ValueError("--eval_use_evalscope true needs --eval_dataset (e.g. gsm8k, or math, rg:<task>)")
+            raise UsageError("--eval_use_evalscope true needs --eval_dataset (e.g. gsm8k, or math, rg:<task>)")
         self.benchmark_arguments("http://127.0.0.1:1/v1", "checked")
 
     def benchmark_arguments(self, eval_url: str, output_dir: str) -> EvalArguments:

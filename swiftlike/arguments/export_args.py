@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..utils.errors import UsageError
 from .base import BaseArguments, arg
 
 
@@ -21,10 +22,10 @@ class ExportArguments(BaseArguments):
             check_adapter_dir(path)
         super().__post_init__()
         if not self.merge_lora:
-            raise ValueError("nothing to export: pass --merge_lora true (with --adapters <checkpoint>)")
+            raise UsageError("nothing to export: pass --merge_lora true (with --adapters <checkpoint>)")
         if not self.adapters:
-            raise ValueError("--merge_lora true needs --adapters <LoRA checkpoint directory>")
+            raise UsageError("--merge_lora true needs --adapters <LoRA checkpoint directory>")
         if len(self.adapters) > 1:
-            raise ValueError("--merge_lora merges one adapter at a time; pass a single --adapters path")
+            raise UsageError("--merge_lora merges one adapter at a time; pass a single --adapters path")
         if self.model is None:
-            raise ValueError("--model is required: the adapter directory has no args.json to read it from")
+            raise UsageError("--model is required: the adapter directory has no args.json to read it from")

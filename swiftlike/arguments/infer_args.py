@@ -8,6 +8,7 @@ from ..infer.engine.lmdeploy_engine import LmdeployOptions
 from ..infer.engine.sglang_engine import SglangOptions
 from ..infer.engine.vllm_engine import VllmOptions
 from ..infer.protocol import DEFAULT_MAX_LOGPROBS
+from ..utils.errors import NotBuiltError, UsageError
 from .base import BaseArguments, arg
 from .option_flags import engine_flags
 
@@ -49,7 +50,7 @@ class GenerationArguments(SamplingArguments):
                                  top_logprobs=self.top_logprobs, stream=self.stream)
         except InvalidSamplingParam as e:
             flag = {"max_tokens": "max_new_tokens", "n": "num_return_sequences"}.get(e.field_name, e.field_name)
-            raise ValueError(f"--{flag} {e.reason}") from None
+            raise UsageError(f"--{flag} {e.reason}") from None
 
 
 @dataclass
@@ -64,7 +65,7 @@ class LogprobLimitArguments:
         """`vllm_engine_kwargs`: the server's --vllm_engine_kwargs, where ms-swift users raise vLLM's cap; the
         served cap is then the larger of the two numbers."""
         if self.max_logprobs < 0:
-            raise ValueError(f"--max_logprobs must be >= 0, got {self.max_logprobs}")
+            raise UsageError(f"--max_logprobs must be >= 0, got {self.max_logprobs}")
         if vllm_engine_kwargs and "max_logprobs" in vllm_engine_kwargs:
             self.max_logprobs = max(self.max_logprobs, int(vllm_engine_kwargs["max_logprobs"]))
 
@@ -102,10 +103,15 @@ class InferArguments(BaseArguments, GenerationArguments, VllmArguments):
         if self.temperature is None:
             self.temperature = 0.0
         if self.infer_backend in ("sglang", "lmdeploy"):
-            raise ValueError(f"--infer_backend {self.infer_backend} is not available in swiftlike infer yet; "
-                             "use pt or vllm")
+            raise NotBuiltError(f"--infer_backend {self.infer_backend} in swiftlike infer (swiftlike deploy serves "
+                                "it); use pt or vllm")
+        if self.max_batch_size < 1:
+            raise UsageError(f"--max_batch_size must be >= 1, got {self.max_batch_size}")
+        if self.val_dataset_sample is not None and self.val_dataset_sample < 1:
+            raise UsageError(f"--val_dataset_sample N answers the first N rows of --val_dataset, N >= 1; got "
+                             f"{self.val_dataset_sample} (leave it out for every row)")
         self.request_config()  # RequestConfig holds the sampling rules; checked here before any model loads
         if self.stream and self.num_return_sequences > 1:
-            raise ValueError("--stream true prints one answer; use --num_return_sequences 1 with it")
+            raise UsageError("--stream true prints one answer; use --num_return_sequences 1 with it")
         if self.model is None:
-            raise ValueError("--model is required (or --adapters pointing at a checkpoint with args.json)")
+            raise UsageError("--model is required (or --adapters pointing at a checkpoint with args.json)")

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ..utils import get_logger
-from ..utils.errors import NotBuiltError
+from ..utils.errors import NotBuiltError, UsageError
 from ..utils.launch_env import LaunchEnv
 from .base import arg
 from .rlhf_args import RlhfArguments
@@ -86,7 +86,7 @@ class MegatronRlhfArguments(RlhfArguments, MegatronArguments):
         self._translate()
         super().__post_init__()
         if self.rlhf_type not in ("grpo", "gkd"):
-            raise ValueError(f"swiftlike megatron rlhf runs grpo and gkd; --rlhf_type {self.rlhf_type} trains on the "
+            raise UsageError(f"swiftlike megatron rlhf runs grpo and gkd; --rlhf_type {self.rlhf_type} trains on the "
                              "transformers backend: use `swiftlike rlhf`")
         self._check_parallel()
         noted = [f"--{name}" for name in NO_EFFECT_SETTINGS if getattr(self, name) not in (None, False)]
@@ -104,7 +104,7 @@ class MegatronRlhfArguments(RlhfArguments, MegatronArguments):
             if value is None:
                 continue
             if getattr(self, name) not in (default, value):
-                raise ValueError(f"--{megatron_name} {value} and --{name} {getattr(self, name)}: one setting under "
+                raise UsageError(f"--{megatron_name} {value} and --{name} {getattr(self, name)}: one setting under "
                                  "two names; give one of them")
             setattr(self, name, value)
         if self.no_save_optim:
@@ -117,14 +117,14 @@ class MegatronRlhfArguments(RlhfArguments, MegatronArguments):
             else:
                 style = self.lr_scheduler_type
                 if style not in ("cosine", "cosine_with_min_lr"):
-                    raise ValueError(f"--min_lr is the floor of a cosine decay; --lr_decay_style {style} has none")
+                    raise UsageError(f"--min_lr is the floor of a cosine decay; --lr_decay_style {style} has none")
                 self.lr_scheduler_type = "cosine_with_min_lr"
                 self.lr_scheduler_kwargs = {**(self.lr_scheduler_kwargs or {}), "min_lr": self.min_lr}
         if self.global_batch_size is not None:
             dp = self.data_parallel_size or _data_parallel_size(self)
             per_step = self.per_device_train_batch_size * dp
             if self.global_batch_size % per_step:
-                raise ValueError(f"--global_batch_size {self.global_batch_size} is not a multiple of "
+                raise UsageError(f"--global_batch_size {self.global_batch_size} is not a multiple of "
                                  f"--micro_batch_size {self.per_device_train_batch_size} x data-parallel size {dp}")
             self.gradient_accumulation_steps = self.global_batch_size // per_step
             if self.steps_per_generation is not None:
@@ -137,7 +137,7 @@ class MegatronRlhfArguments(RlhfArguments, MegatronArguments):
             if getattr(self, name) != 1:
                 raise NotBuiltError(f"--{name} {getattr(self, name)}: the Megatron backend runs whole models (1)")
         if self.tensor_model_parallel_size < 1:
-            raise ValueError(f"--tensor_model_parallel_size must be >= 1, got {self.tensor_model_parallel_size}")
+            raise UsageError(f"--tensor_model_parallel_size must be >= 1, got {self.tensor_model_parallel_size}")
         if self.tensor_model_parallel_size > 1:
             raise NotBuiltError(f"--tensor_model_parallel_size {self.tensor_model_parallel_size}: training on the "
                                 "Megatron backend is built for TP 1 (the data-parallel ranks take the devices); the "

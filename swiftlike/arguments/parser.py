@@ -10,11 +10,16 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import logging
 import sys
+import traceback
 import types
 import typing
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
+
+from ..utils import get_logger
+from ..utils.errors import UsageError
 
 TRUE_VALUES = ("true", "1", "yes", "y", "on")
 FALSE_VALUES = ("false", "0", "no", "n", "off")
@@ -150,6 +155,22 @@ class SavedDefaults:
         return {}
 
 
+def canonical_settings(cls: type, settings: dict[str, Any], where: str) -> dict[str, Any]:
+    """`settings` (a `--config` file's, a Ray job YAML's) with every alias the command line accepts for `cls`
+    (`train_type` for `tuner_type`, `batch_size` for `per_device_train_batch_size`) under its field's name, so a
+    file takes the names a command line takes. Both names of one argument at once is refused (`where` names the
+    file)."""
+    field_of = {alias.lstrip("-"): f.name for f in dataclasses.fields(cls) for alias in f.metadata.get("aliases", ())}
+    out: dict[str, Any] = {}
+    for key, value in settings.items():
+        name = field_of.get(key, key)
+        if name in out:
+            first = next(k for k in settings if field_of.get(k, k) == name)
+            raise UsageError(f"{where}: `{first}` and `{key}` are one argument ({name}); give it once")
+        out[name] = value
+    return out
+
+
 def parse_args(cls: type, argv: list[str] | None = None, prog: str | None = None):
     """Parse `argv` (default sys.argv[1:]) into `cls`, a command's arguments class (`prog` defaults to its
     `command`); a `--config` file fills values first."""
@@ -160,19 +181,23 @@ def parse_args(cls: type, argv: list[str] | None = None, prog: str | None = None
     pre.add_argument("--config")
     known, _ = pre.parse_known_args(argv)
     if known.config:
-        file_argv = settings_to_argv(load_config_file(known.config))
-        unknown = [a for a in file_argv if a.startswith("--") and a[2:] not in
-                   {f.name for f in dataclasses.fields(cls)} | {"config"}]
+        try:
+            settings = canonical_settings(cls, load_config_file(known.config), f"--config {known.config}")
+        except UsageError as e:
+            parser.error(str(e))
+        unknown = [f"--{k}" for k in settings if k not in {f.name for f in dataclasses.fields(cls)} | {"config"}]
         if unknown:
             parser.error(f"--config {known.config}: unknown argument(s): {' '.join(unknown)}")
-        argv = file_argv + argv
+        argv = settings_to_argv(settings) + argv
     namespace = parser.parse_args(argv)
     values = {k: v for k, v in vars(namespace).items() if k != "config"}
     if issubclass(cls, SavedDefaults):  # e.g. a resumed run takes what the user did not repeat from its args.json
         values = {**cls.saved_defaults(values), **values}
     try:
         return cls(**values)
-    except (ValueError, TypeError) as e:
+    except ValueError as e:  # the arguments' own checks: a usage error (UsageError, or a check's plain ValueError)
+        if get_logger().isEnabledFor(logging.DEBUG):
+            traceback.print_exception(e, file=sys.stderr)
         parser.exit(2, f"{prog}: error: {e}\n")
 
 
@@ -183,4 +208,4 @@ def check_choices(obj: Any) -> None:
         kind, extra = field_kind(hints[f.name])
         value = getattr(obj, f.name)
         if kind == "choice" and value is not None and value not in extra:
-            raise ValueError(f"invalid choice for --{f.name}: {value!r} (choose from {', '.join(map(str, extra))})")
+            raise UsageError(f"invalid choice for --{f.name}: {value!r} (choose from {', '.join(map(str, extra))})")

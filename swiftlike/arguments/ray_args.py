@@ -31,8 +31,9 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..utils.errors import UsageError
 from .infer_args import VllmArguments
-from .parser import settings_to_argv, build_parser, load_config_file, parse_args
+from .parser import build_parser, canonical_settings, load_config_file, parse_args, settings_to_argv
 from .rlhf_args import RlhfArguments
 from .rollout_args import RolloutServerArguments
 
@@ -91,7 +92,7 @@ def split_ray_config(path: str) -> tuple[dict, dict[str, RoleGroup], list[list[s
     colocate = data.pop("colocate_groups", None) or []
     nnodes = data.pop("nnodes", None)
     if nnodes is not None and (not isinstance(nnodes, int) or isinstance(nnodes, bool) or nnodes < 1):
-        raise ValueError(f"{path}: `nnodes` must be a whole number >= 1 (the nodes the job runs on), got {nnodes!r}")
+        raise UsageError(f"{path}: `nnodes` must be a whole number >= 1 (the nodes the job runs on), got {nnodes!r}")
     groups: dict[str, RoleGroup] = {}
     rlhf_fields = _fields(RlhfArguments)
     for key in list(data):
@@ -100,52 +101,52 @@ def split_ray_config(path: str) -> tuple[dict, dict[str, RoleGroup], list[list[s
             data.pop(key)
             groups[key] = _role_group(path, key, value)
         elif isinstance(value, dict) and key not in rlhf_fields:
-            raise ValueError(f"{path}: `{key}:` is not a role; the roles are {', '.join(ROLES)} (each a group with "
+            raise UsageError(f"{path}: `{key}:` is not a role; the roles are {', '.join(ROLES)} (each a group with "
                              f"`{DEVICE_KEY}:` and its own arguments)")
     if "train" not in groups:
-        raise ValueError(f"{path}: no `train:` group; give it `{DEVICE_KEY}: N`, the train role's device count")
+        raise UsageError(f"{path}: no `train:` group; give it `{DEVICE_KEY}: N`, the train role's device count")
     _check_colocate_groups(path, colocate, groups)
     return data, groups, colocate, nnodes
 
 
 def _role_group(path: str, name: str, value: Any) -> RoleGroup:
     if not isinstance(value, dict):
-        raise ValueError(f"{path}: `{name}:` must be a group of arguments with `{DEVICE_KEY}: N`, got {value!r}")
+        raise UsageError(f"{path}: `{name}:` must be a group of arguments with `{DEVICE_KEY}: N`, got {value!r}")
     settings = dict(value)
     devices = settings.pop(DEVICE_KEY, None)
     if not isinstance(devices, int) or isinstance(devices, bool) or devices < 1:
-        raise ValueError(f"{path}: `{name}.{DEVICE_KEY}` must be a whole number >= 1 (the role's device count; CPU "
+        raise UsageError(f"{path}: `{name}.{DEVICE_KEY}` must be a whole number >= 1 (the role's device count; CPU "
                          f"slots on a machine without a GPU), got {devices!r}")
     for key in PLACEMENT_KEYS:
         if key in settings:
-            raise ValueError(f"{path}: `{name}.{key}` belongs at the top level of the YAML, not inside a role")
+            raise UsageError(f"{path}: `{name}.{key}` belongs at the top level of the YAML, not inside a role")
     return RoleGroup(name, devices, settings)
 
 
 def _check_colocate_groups(path: str, colocate: Any, groups: dict[str, RoleGroup]) -> None:
     if not isinstance(colocate, list) or not all(isinstance(g, list) for g in colocate):
-        raise ValueError(f"{path}: `colocate_groups` must be a list of role lists, e.g. [[train, rollout]]; got "
+        raise UsageError(f"{path}: `colocate_groups` must be a list of role lists, e.g. [[train, rollout]]; got "
                          f"{colocate!r}")
     seen: set[str] = set()
     for i, group in enumerate(colocate):
         where = f"{path}: colocate_groups[{i}] {group}"
         unknown = [r for r in group if r not in ROLES]
         if unknown:
-            raise ValueError(f"{where}: unknown role(s) {unknown}; the roles are {', '.join(ROLES)}")
+            raise UsageError(f"{where}: unknown role(s) {unknown}; the roles are {', '.join(ROLES)}")
         if len(set(group)) < 2:
-            raise ValueError(f"{where}: a colocate group names at least two different roles")
+            raise UsageError(f"{where}: a colocate group names at least two different roles")
         if seen & set(group):
-            raise ValueError(f"{where}: role(s) {sorted(seen & set(group))} are in more than one colocate group")
+            raise UsageError(f"{where}: role(s) {sorted(seen & set(group))} are in more than one colocate group")
         seen |= set(group)
         missing = [r for r in group if r not in groups]
         if missing:
-            raise ValueError(f"{where}: no `{missing[0]}:` group with `{DEVICE_KEY}:` for role {missing[0]!r}")
+            raise UsageError(f"{where}: no `{missing[0]}:` group with `{DEVICE_KEY}:` for role {missing[0]!r}")
         sizes = {r: groups[r].devices for r in group}
         if len(set(sizes.values())) > 1:
-            raise ValueError(f"{where}: colocated roles share one set of devices, so their `{DEVICE_KEY}` must be "
+            raise UsageError(f"{where}: colocated roles share one set of devices, so their `{DEVICE_KEY}` must be "
                              f"equal; got {', '.join(f'{r}.{DEVICE_KEY}={n}' for r, n in sizes.items())}")
         if set(group) not in COLOCATABLE:
-            raise ValueError(f"{where}: colocation is built for [train, rollout], [train, teacher] and [train, "
+            raise UsageError(f"{where}: colocation is built for [train, rollout], [train, teacher] and [train, "
                              "rollout, teacher]; place the other roles separately (leave them out of "
                              "colocate_groups)")
 
@@ -153,7 +154,7 @@ def _check_colocate_groups(path: str, colocate: Any, groups: dict[str, RoleGroup
 def _check_keys(path: str, role: str, settings: dict, allowed: set[str], what: str) -> None:
     unknown = sorted(k for k in settings if k not in allowed)
     if unknown:
-        raise ValueError(f"{path}: `{role}:` group: unknown argument(s) {', '.join(unknown)} for {what}")
+        raise UsageError(f"{path}: `{role}:` group: unknown argument(s) {', '.join(unknown)} for {what}")
 
 
 def _arguments(cls: type, settings: dict, overrides: list[str]):
@@ -167,6 +168,9 @@ def load_ray_job(argv: list[str], cls: type[RlhfArguments] = RlhfArguments) -> R
     rlhf`), which also takes Megatron-LM's names and gets its data-parallel size from `train.gpus`."""
     path, overrides = _config_flag(argv, cls)
     shared, groups, colocate, nnodes = split_ray_config(path)
+    shared = canonical_settings(cls, shared, f"{path} (top level)")  # the aliases a command line takes
+    groups["train"] = dataclasses.replace(groups["train"], settings=canonical_settings(
+        cls, groups["train"].settings, f"{path}: `train:` group"))
     rlhf_fields = _fields(cls)
     _check_keys(path, "(top level)", shared, rlhf_fields, "swiftlike rlhf")
     _check_keys(path, "train", groups["train"].settings, rlhf_fields, "the train role (swiftlike rlhf's arguments)")
@@ -199,7 +203,7 @@ def _replica_key(path: str, role: str, group_key: str | None, train_flag: str, t
     """The API key a role's replicas are started with when the YAML gives one (the group's `api_key`, or the
     train role's key for them); None lets the driver generate one per job."""
     if group_key and train_key and group_key != train_key:
-        raise ValueError(f"{path}: `{role}.api_key` and `{train_flag}` differ; the train role sends the key its "
+        raise UsageError(f"{path}: `{role}.api_key` and `{train_flag}` differ; the train role sends the key its "
                          f"{role} replicas check, so give one of them (or neither: the job generates one)")
     return group_key or train_key
 
@@ -215,7 +219,7 @@ def _colocated_engine_settings(job: RayJob) -> dict:
                 f"takes the engine's settings only: {', '.join(sorted(engine_fields))}")
     for key, value in rollout.items():
         if key in train and train[key] != value:
-            raise ValueError(f"{path}: `{key}` is {train[key]!r} in `train:` and {value!r} in `rollout:`; the "
+            raise UsageError(f"{path}: `{key}` is {train[key]!r} in `train:` and {value!r} in `rollout:`; the "
                              "colocated engine has one value: give it in one group")
     return dict(rollout)
 
@@ -229,20 +233,20 @@ def _train_placement(job: RayJob, shared: dict) -> dict:
     rlhf_type = {**shared, **groups["train"].settings}.get("rlhf_type")
     if rlhf_type not in ("grpo", "gkd") and ("rollout" in groups or "teacher" in groups):
         role = "rollout" if "rollout" in groups else "teacher"
-        raise ValueError(f"{path}: a `{role}:` group serves grpo and gkd; rlhf_type {rlhf_type} trains on the "
+        raise UsageError(f"{path}: a `{role}:` group serves grpo and gkd; rlhf_type {rlhf_type} trains on the "
                          "dataset's answers with the train role alone: remove the group (and use_vllm)")
     if "rollout" in groups:
         if not use_vllm:
-            raise ValueError(f"{path}: a `rollout:` group places vLLM engines; set use_vllm: true (without it the "
+            raise UsageError(f"{path}: a `rollout:` group places vLLM engines; set use_vllm: true (without it the "
                              "train workers generate with the training model itself)")
         out["vllm_mode"] = "colocate" if job.colocated_with_train("rollout") else "server"
     elif use_vllm:
-        raise ValueError(f"{path}: use_vllm: true needs a `rollout:` group with `{DEVICE_KEY}:` (and colocate_groups: "
+        raise UsageError(f"{path}: use_vllm: true needs a `rollout:` group with `{DEVICE_KEY}:` (and colocate_groups: "
                          "[[train, rollout]] to run the engines inside the train workers)")
     if "teacher" not in groups:
         return out
     if rlhf_type != "gkd":
-        raise ValueError(f"{path}: a `teacher:` group is for rlhf_type: gkd (on-policy distillation); this job's "
+        raise UsageError(f"{path}: a `teacher:` group is for rlhf_type: gkd (on-policy distillation); this job's "
                          f"rlhf_type is {rlhf_type}")
     teacher_model = groups["teacher"].settings.get("model")
     if job.colocated_with_train("teacher"):
@@ -250,12 +254,12 @@ def _train_placement(job: RayJob, shared: dict) -> dict:
             out["teacher_model"] = teacher_model
         return out
     if shared.get("teacher_model") or groups["train"].settings.get("teacher_model"):
-        raise ValueError(f"{path}: a standalone `teacher:` group serves the teacher itself; remove teacher_model (it "
+        raise UsageError(f"{path}: a standalone `teacher:` group serves the teacher itself; remove teacher_model (it "
                          "would load a second, in-process teacher on the train workers)")
     if not teacher_model:
-        raise ValueError(f"{path}: `teacher:` needs `model:`, the teacher checkpoint its replicas serve")
+        raise UsageError(f"{path}: `teacher:` needs `model:`, the teacher checkpoint its replicas serve")
     if {**shared, **groups["train"].settings}.get("gkd_logits_topk") is None:
-        raise ValueError(f"{path}: standalone teacher replicas answer top-k log-probs only; set gkd_logits_topk: K")
+        raise UsageError(f"{path}: standalone teacher replicas answer top-k log-probs only; set gkd_logits_topk: K")
     # The replicas' addresses are known once they run; until then the train role is checked as a served-teacher
     # run against a placeholder, which the driver replaces.
     out["teacher_model_server"] = [TEACHER_PLACEHOLDER]
@@ -274,7 +278,7 @@ def uses_ray(argv: list[str]) -> bool:
 
 def _config_flag(argv: list[str], cls: type) -> tuple[str, list[str]]:
     if "--config" not in argv or argv.index("--config") + 1 >= len(argv):
-        raise ValueError("--use_ray true takes the job from a YAML: add --config job.yaml (examples/ray/ has some)")
+        raise UsageError("--use_ray true takes the job from a YAML: add --config job.yaml (examples/ray/ has some)")
     i = argv.index("--config")
     overrides = argv[:i] + argv[i + 2:]
     build_parser(cls, f"swiftlike {cls.command}").parse_args(overrides)  # bad flags fail here, by argparse

@@ -16,7 +16,7 @@ from ..rl.core.options import (GKD, GRPO, ONLINE, PREFERENCE_TYPES, REWARDED, SA
 from ..rl.core.ppo_options import PPO, PpoOptions
 from ..rl.core.staleness import min_async_staleness
 from ..utils import get_logger
-from ..utils.errors import NotBuiltError
+from ..utils.errors import NotBuiltError, UsageError
 from ..utils.fields import field_default
 from .base import arg
 from .infer_args import SamplingArguments, VllmArguments
@@ -80,7 +80,7 @@ class RlhfArguments(TrainArguments, PreferenceArguments, GkdArguments, TeacherAr
     def __post_init__(self) -> None:
         if self.rlhf_type == "ppo":  # GRPO's --beta is PPO's --kl_coef (a resumed run's args.json holds both)
             if self.beta not in (None, self.kl_coef):
-                raise ValueError("--beta: ppo's KL weight is --kl_coef (a per-token penalty in the reward); leave "
+                raise UsageError("--beta: ppo's KL weight is --kl_coef (a per-token penalty in the reward); leave "
                                  "--beta unset")
             self.beta = self.kl_coef
         if self.beta is None:
@@ -102,12 +102,12 @@ class RlhfArguments(TrainArguments, PreferenceArguments, GkdArguments, TeacherAr
         if self.steps_per_generation is None:
             self.steps_per_generation = self.gradient_accumulation_steps
         if self.rlhf_type == "grpo" and (len(self.loss_type) != 1 or self.loss_type[0] not in LOSS_TYPES):
-            raise ValueError(f"--loss_type {' '.join(self.loss_type)}: grpo takes one of {', '.join(LOSS_TYPES)}")
+            raise UsageError(f"--loss_type {' '.join(self.loss_type)}: grpo takes one of {', '.join(LOSS_TYPES)}")
         if self.rlhf_type == "gkd" and self.loss_type:
-            raise ValueError("--loss_type: gkd's loss is the generalized JSD (set its shape with --beta); leave "
+            raise UsageError("--loss_type: gkd's loss is the generalized JSD (set its shape with --beta); leave "
                              "--loss_type unset")
         if self.rlhf_type == "ppo" and self.loss_type:
-            raise ValueError("--loss_type: ppo's loss is the clipped surrogate plus --vf_coef x the clipped value "
+            raise UsageError("--loss_type: ppo's loss is the clipped surrogate plus --vf_coef x the clipped value "
                              "loss; leave --loss_type unset")
         if self.train_backend == "megatron":
             self._check_megatron_backend()
@@ -150,7 +150,7 @@ class RlhfArguments(TrainArguments, PreferenceArguments, GkdArguments, TeacherAr
 
     def _group(self, cls: type):
         if cls not in self._groups:
-            raise ValueError(f"--rlhf_type {self.rlhf_type} reads no {cls.__name__}; it reads "
+            raise UsageError(f"--rlhf_type {self.rlhf_type} reads no {cls.__name__}; it reads "
                              f"{', '.join(c.__name__ for c in self._groups)}")
         return self._groups[cls]
 
@@ -163,7 +163,7 @@ class RlhfArguments(TrainArguments, PreferenceArguments, GkdArguments, TeacherAr
                                                           rlhf_type=self.rlhf_type, loss_type=list(self.loss_type),
                                                           beta=self.beta)
             if self.ref_model and self.tuner_type == "lora":
-                raise ValueError("--ref_model with --tuner_type lora: the reference is the model with its adapter "
+                raise UsageError("--ref_model with --tuner_type lora: the reference is the model with its adapter "
                                  "disabled; use --ref_adapters to give the reference an adapter of its own")
             return groups
         groups[MultiTurnOptions] = multi_turn = MultiTurnOptions(**flag_values(self, MultiTurnOptions),
@@ -192,16 +192,16 @@ class RlhfArguments(TrainArguments, PreferenceArguments, GkdArguments, TeacherAr
         else:
             groups[GkdOptions] = gkd = GkdOptions(**flag_values(self, GkdOptions), beta=self.beta, teacher=teacher)
             if multi_turn.enabled and gkd.lmbda == 0:
-                raise ValueError("--multi_turn_scheduler with --lmbda 0: the student never samples, so no "
+                raise UsageError("--multi_turn_scheduler with --lmbda 0: the student never samples, so no "
                                  "trajectory is rolled out; set --lmbda > 0 (1: train on trajectories only)")
         groups[SamplingOptions] = SamplingOptions(
             **flag_values(self, SamplingOptions), temperature=self.temperature, top_p=self.top_p, top_k=self.top_k,
             repetition_penalty=self.repetition_penalty)
         groups[RolloutOptions] = self._rollout_group()
         if self.vllm_enable_lora and self.tuner_type != "lora":
-            raise ValueError("--vllm_enable_lora true syncs a LoRA adapter; it needs --tuner_type lora")
+            raise UsageError("--vllm_enable_lora true syncs a LoRA adapter; it needs --tuner_type lora")
         if self.vllm_enable_lora and self.lora_rank > self.vllm_max_lora_rank:
-            raise ValueError(f"--lora_rank {self.lora_rank} exceeds --vllm_max_lora_rank {self.vllm_max_lora_rank}")
+            raise UsageError(f"--lora_rank {self.lora_rank} exceeds --vllm_max_lora_rank {self.vllm_max_lora_rank}")
         if self.use_vllm:
             self.vllm_options()  # the engine's options check their own values, named by flag
         return groups
@@ -217,7 +217,7 @@ class RlhfArguments(TrainArguments, PreferenceArguments, GkdArguments, TeacherAr
         given = [f"--{name}" for name, value in flag_values(self, GrpoOptions).items()
                  if name != "log_completions" and value not in (defaults[name], derived.get(name, defaults[name]))]
         if given:
-            raise ValueError(f"{', '.join(given)}: GRPO's settings, not read by --rlhf_type ppo (its own: "
+            raise UsageError(f"{', '.join(given)}: GRPO's settings, not read by --rlhf_type ppo (its own: "
                              "--num_ppo_epochs, --num_mini_batches, --cliprange, --kl_coef, --gamma, --lam, ...)")
         if self.use_ray:
             raise NotBuiltError("--use_ray with --rlhf_type ppo: not built; ppo runs in one process or under "
@@ -228,7 +228,7 @@ class RlhfArguments(TrainArguments, PreferenceArguments, GkdArguments, TeacherAr
     def _check_pass_dataset(self) -> None:
         """--vllm_server_pass_dataset feeds the servers' scheduler (named here or not: the trainer takes theirs)."""
         if self.vllm_server_pass_dataset and not (self.use_vllm and self.vllm_mode == "server"):
-            raise ValueError("--vllm_server_pass_dataset true sends the rows' other columns to the rollout servers' "
+            raise UsageError("--vllm_server_pass_dataset true sends the rows' other columns to the rollout servers' "
                              "multi-turn scheduler; it needs --use_vllm true --vllm_mode server")
 
     def _check_opd(self, grpo: GrpoOptions, reward: RewardOptions, teacher: TeacherOptions) -> None:
@@ -238,13 +238,13 @@ class RlhfArguments(TrainArguments, PreferenceArguments, GkdArguments, TeacherAr
             return
         flag = "--teacher_model_server" if teacher.served else "--teacher_model"
         if self.off_policy_sequence_mask_delta is not None:
-            raise ValueError(f"{flag} with --off_policy_sequence_mask_delta: the off-policy sequence mask judges a "
+            raise UsageError(f"{flag} with --off_policy_sequence_mask_delta: the off-policy sequence mask judges a "
                              "sequence by the sign of its advantage, which OPD-RL makes per token; drop one")
         if self.use_ray:
             raise NotBuiltError(f"{flag} with --rlhf_type grpo (OPD-RL) on Ray: not built; OPD-RL runs without "
                                 "--use_ray, with rollouts on the pt engine, colocated vLLM or rollout servers")
         if teacher.served and self.temperature != 1.0:
-            raise ValueError(f"--teacher_model_server with --temperature {self.temperature}: a served teacher "
+            raise UsageError(f"--teacher_model_server with --temperature {self.temperature}: a served teacher "
                              "answers its log-probs at temperature 1 (vLLM's prompt_logprobs are the raw "
                              "distribution), so OPD-RL would compare it with a student scaled by another "
                              "temperature; set --temperature 1.0 or use an in-process --teacher_model")
@@ -252,14 +252,14 @@ class RlhfArguments(TrainArguments, PreferenceArguments, GkdArguments, TeacherAr
             given = [f for f, on in (("--dynamic_sample true", grpo.dynamic_sample),
                                      ("--scale_rewards gdpo", grpo.scale_rewards == "gdpo")) if on]
             if given:
-                raise ValueError(f"{', '.join(given)} with {flag} and no --reward_funcs: pure distillation has no "
+                raise UsageError(f"{', '.join(given)} with {flag} and no --reward_funcs: pure distillation has no "
                                  "reward variance for them to act on; add --reward_funcs or drop them")
 
     def _check_generation_batch(self, grpo: GrpoOptions) -> None:
         spg = grpo.steps_per_generation
         batch = self.per_device_train_batch_size * spg
         if batch % grpo.num_generations:
-            raise ValueError(
+            raise UsageError(
                 f"--per_device_train_batch_size ({self.per_device_train_batch_size}) * steps per generation ({spg}, "
                 f"--steps_per_generation or --gradient_accumulation_steps) = {batch} completions must be divisible "
                 f"by --num_generations ({grpo.num_generations}) so every prompt's group is generated together")
@@ -273,7 +273,7 @@ class RlhfArguments(TrainArguments, PreferenceArguments, GkdArguments, TeacherAr
             self.max_staleness = least if self.async_generate else 0
         rollout = RolloutOptions(**flag_values(self, RolloutOptions), vllm_enable_lora=self.vllm_enable_lora)
         if 0 < rollout.max_staleness < least:
-            raise ValueError(
+            raise UsageError(
                 f"--max_staleness {rollout.max_staleness} leaves no room to generate ahead: a generation batch "
                 f"serves {spg} micro-batches x {self.num_iterations} iteration(s) at --gradient_accumulation_steps "
                 f"{ga}, so a batch generated one batch ahead is last trained on {least} optimizer steps after it "
@@ -289,7 +289,7 @@ class RlhfArguments(TrainArguments, PreferenceArguments, GkdArguments, TeacherAr
             if given:
                 learns = (f"; {self.rlhf_type} learns from the answers in the dataset"
                           if self.is_preference and "grpo" in readers else "")
-                raise ValueError(f"{', '.join(given)}: {READERS_NAMES[readers]}, not used by --rlhf_type "
+                raise UsageError(f"{', '.join(given)}: {READERS_NAMES[readers]}, not used by --rlhf_type "
                                  f"{self.rlhf_type}{learns}")
 
     # ------------------------------------------------------------------ shared settings
@@ -319,15 +319,15 @@ class RlhfArguments(TrainArguments, PreferenceArguments, GkdArguments, TeacherAr
         batch_flags = [f"--{name}" for name in ("streaming", "lazy_tokenize", "padding_free", "packing")
                        if getattr(self, name)]
         if batch_flags:
-            raise ValueError(f"{', '.join(batch_flags)}: not built for {what}")
+            raise UsageError(f"{', '.join(batch_flags)}: not built for {what}")
         if self.torch_compile and not self.is_preference:
-            raise ValueError(f"--torch_compile: not built for {self.rlhf_type}, whose trainer runs the model through "
+            raise UsageError(f"--torch_compile: not built for {self.rlhf_type}, whose trainer runs the model through "
                              "its own passes (prompt caches, hooks on the decoder); it applies to sft, pt and the "
                              "preference types (dpo, kto, cpo, simpo, orpo, rm)")
         if self.loss_scale == "all":
             answers = {"grpo": "sampled completions", "gkd": "completions"}.get(self.rlhf_type,
                                                                                 "chosen/rejected answers")
-            raise ValueError(f"--loss_scale all: {self.rlhf_type}'s loss is on the {answers} only (what default "
+            raise UsageError(f"--loss_scale all: {self.rlhf_type}'s loss is on the {answers} only (what default "
                              "and last_round both mean here)")
         super()._check_data_flags()
 
@@ -335,7 +335,7 @@ class RlhfArguments(TrainArguments, PreferenceArguments, GkdArguments, TeacherAr
         """What the Megatron backend (train/megatron/) does not have, refused before any model loads; the two
         options it makes meaningless are turned off with a note."""
         if self.rlhf_type not in ("grpo", "gkd"):
-            raise ValueError(f"--train_backend megatron trains grpo and gkd; --rlhf_type {self.rlhf_type} runs on "
+            raise UsageError(f"--train_backend megatron trains grpo and gkd; --rlhf_type {self.rlhf_type} runs on "
                              "transformers (leave --train_backend unset)")
         refused = {"--vllm_enable_lora true": self.vllm_enable_lora,
                    "--resume_from_checkpoint": self.resume_from_checkpoint, "--deepspeed": self.deepspeed,

@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..rl.core.options import MultiTurnOptions
+from ..utils.errors import NotBuiltError, UsageError
 from .base import BaseArguments, arg
 from .infer_args import LogprobLimitArguments, VllmArguments
 from .option_flags import flag_values, option_flags
@@ -53,14 +54,16 @@ class RolloutServerArguments(BaseArguments, VllmArguments, LogprobLimitArguments
         super().__post_init__()
         self.multi_turn_options()  # its own checks, named by flag
         if self.model is None:
-            raise ValueError("--model is required: the model the rollout server generates with")
+            raise UsageError("--model is required: the model the rollout server generates with")
         if not 0 < self.port < 65536:
-            raise ValueError(f"--port must be in 1..65535, got {self.port}")
+            raise UsageError(f"--port must be in 1..65535, got {self.port}")
+        if self.vllm_data_parallel_size < 1:
+            raise UsageError(f"--vllm_data_parallel_size must be >= 1, got {self.vllm_data_parallel_size}")
         if self.vllm_data_parallel_size != 1:
-            raise ValueError(f"--vllm_data_parallel_size {self.vllm_data_parallel_size}: one engine per server is "
-                             "built so far; start one `swiftlike rollout` per port and pass every port to the "
-                             "trainer's --vllm_server_port, which spreads generation across them")
+            raise NotBuiltError(f"--vllm_data_parallel_size {self.vllm_data_parallel_size}: one engine per server "
+                                "is built so far; start one `swiftlike rollout` per port and pass every port to "
+                                "the trainer's --vllm_server_port, which spreads generation across them")
         self.check_logprob_limit(self.vllm_engine_kwargs)
         for name in ("max_bucket_mb", "max_prompts", "default_max_tokens", "vllm_tensor_parallel_size"):
             if getattr(self, name) < 1:
-                raise ValueError(f"--{name} must be >= 1, got {getattr(self, name)}")
+                raise UsageError(f"--{name} must be >= 1, got {getattr(self, name)}")

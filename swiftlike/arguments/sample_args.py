@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from ..utils.errors import UsageError
 from .base import BaseArguments, arg
 from .infer_args import SamplingArguments, VllmArguments
 
@@ -65,62 +66,64 @@ class SampleArguments(BaseArguments, SamplingArguments, VllmArguments):
         if self.sampler_engine == "transformers":
             self.sampler_engine = "pt"
         if self.sampler_type == "distill" and self.sampler_engine != "client":
-            raise ValueError(f"--sampler_type distill samples a teacher behind an OpenAI-compatible server: use "
+            raise UsageError(f"--sampler_type distill samples a teacher behind an OpenAI-compatible server: use "
                              f"--sampler_engine client (got {self.sampler_engine}) with --engine_kwargs "
                              "'{\"base_url\": \"http://host:port/v1\"}'")
         if isinstance(self.engine_kwargs, str):
             self.engine_kwargs = json.loads(self.engine_kwargs)
         if self.engine_kwargs is not None and not isinstance(self.engine_kwargs, dict):
-            raise ValueError(f"--engine_kwargs must be a JSON object, got {self.engine_kwargs!r}")
+            raise UsageError(f"--engine_kwargs must be a JSON object, got {self.engine_kwargs!r}")
         if self.sampler_engine == "client":
             if not (self.engine_kwargs or {}).get("base_url"):
-                raise ValueError("--sampler_engine client needs the server's URL: --engine_kwargs "
+                raise UsageError("--sampler_engine client needs the server's URL: --engine_kwargs "
                                  "'{\"base_url\": \"http://host:port/v1\", \"api_key\": \"...\"}'")
             unknown = set(self.engine_kwargs) - {"base_url", "api_key", "max_concurrency", "timeout"}
             if unknown:
-                raise ValueError(f"--engine_kwargs {sorted(unknown)}: a client engine takes base_url, api_key, "
+                raise UsageError(f"--engine_kwargs {sorted(unknown)}: a client engine takes base_url, api_key, "
                                  "max_concurrency and timeout")
         elif self.engine_kwargs and self.sampler_engine == "pt":
-            raise ValueError("--engine_kwargs is read by the vllm and client engines; the pt engine takes none")
+            raise UsageError("--engine_kwargs is read by the vllm and client engines; the pt engine takes none")
         elif self.engine_kwargs:
             self.vllm_engine_kwargs = {**(self.vllm_engine_kwargs or {}), **self.engine_kwargs}
         if self.temperature is None:
             self.temperature = 1.0
         if self.model is None and self.sampler_engine != "client":
-            raise ValueError("--model is required (or --adapters pointing at a checkpoint with args.json)")
+            raise UsageError("--model is required (or --adapters pointing at a checkpoint with args.json)")
         super().__post_init__()
         self._check_counts()
         if self.output_file is None:
             from datetime import datetime
             self.output_file = f"{datetime.now():%Y-%m-%d-%H-%M-%S}.jsonl"
         elif Path(self.output_file).name != self.output_file:
-            raise ValueError(f"--output_file is a file name inside --output_dir, without a directory: got "
+            raise UsageError(f"--output_file is a file name inside --output_dir, without a directory: got "
                              f"{self.output_file!r}; put the directory in --output_dir")
         if not self.output_file.endswith(".jsonl"):
-            raise ValueError(f"--output_file {self.output_file!r}: the output is JSON lines; name it *.jsonl")
+            raise UsageError(f"--output_file {self.output_file!r}: the output is JSON lines; name it *.jsonl")
         if not self.dataset:
-            raise ValueError("--dataset is required: the prompts to sample answers for")
+            raise UsageError("--dataset is required: the prompts to sample answers for")
         self.request_config(self.seed)  # a bad sampling value stops here, before any model loads
 
     def _check_counts(self) -> None:
         if self.num_return_sequences < 1:
-            raise ValueError(f"--num_return_sequences must be >= 1, got {self.num_return_sequences}")
+            raise UsageError(f"--num_return_sequences must be >= 1, got {self.num_return_sequences}")
         rewarded = self.orm_model is not None or self.prm_model is not None  # without one, n_best is unread
         if rewarded and not 1 <= self.n_best_to_keep <= self.num_return_sequences:
-            raise ValueError(f"--n_best_to_keep {self.n_best_to_keep} must be between 1 and --num_return_sequences "
+            raise UsageError(f"--n_best_to_keep {self.n_best_to_keep} must be between 1 and --num_return_sequences "
                              f"({self.num_return_sequences}): it keeps the best of the answers sampled per prompt")
         if self.data_range and (len(self.data_range) != 2 or not 0 <= self.data_range[0] < self.data_range[1]):
-            raise ValueError(f"--data_range takes two numbers, `i n` with 0 <= i < n (shard i of n), got "
+            raise UsageError(f"--data_range takes two numbers, `i n` with 0 <= i < n (shard i of n), got "
                              f"{self.data_range}")
         if self.easy_query_threshold is not None and not 0 < self.easy_query_threshold <= 1:
-            raise ValueError(f"--easy_query_threshold is a fraction of the answers, in (0, 1]; got "
+            raise UsageError(f"--easy_query_threshold is a fraction of the answers, in (0, 1]; got "
                              f"{self.easy_query_threshold}")
         if self.easy_query_threshold is not None and self.orm_model is None:
-            raise ValueError("--easy_query_threshold counts answers that pass the ORM: give --orm_model")
+            raise UsageError("--easy_query_threshold counts answers that pass the ORM: give --orm_model")
         if self.num_sampling_batch_size < 1 or (self.num_sampling_batches is not None and self.num_sampling_batches < 1):
-            raise ValueError("--num_sampling_batch_size and --num_sampling_batches must be >= 1")
+            raise UsageError("--num_sampling_batch_size and --num_sampling_batches must be >= 1")
         if self.max_new_tokens < 1:
-            raise ValueError(f"--max_new_tokens must be >= 1, got {self.max_new_tokens}")
+            raise UsageError(f"--max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if self.max_batch_size < 1:
+            raise UsageError(f"--max_batch_size must be >= 1, got {self.max_batch_size}")
 
     def engine_spec(self):
         """The sampler's engine (pt or vllm); the client engine is built from --engine_kwargs."""
@@ -136,4 +139,4 @@ class SampleArguments(BaseArguments, SamplingArguments, VllmArguments):
                                  n=self.num_return_sequences, stop=list(self.stop_words), seed=seed)
         except InvalidSamplingParam as e:
             flag = {"max_tokens": "max_new_tokens", "n": "num_return_sequences"}.get(e.field_name, e.field_name)
-            raise ValueError(f"--{flag} {e.reason}") from None
+            raise UsageError(f"--{flag} {e.reason}") from None

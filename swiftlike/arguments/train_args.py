@@ -13,6 +13,7 @@ from typing import Literal
 
 from ..template.base import check_loss_scale
 from ..utils.launch_env import LaunchEnv
+from ..utils.errors import UsageError
 from .base import BaseArguments, arg
 from .eval_args import TrainingBenchmarkArguments
 from .parser import SavedDefaults
@@ -142,51 +143,51 @@ class TrainArguments(BaseArguments, TunerArguments, TrainDataArguments, Training
 
     def _check(self) -> None:
         if self.model is None and self.resume_from_checkpoint is None:
-            raise ValueError("--model is required, e.g. --model HuggingFaceTB/SmolLM2-135M-Instruct")
+            raise UsageError("--model is required, e.g. --model HuggingFaceTB/SmolLM2-135M-Instruct")
         if not self.dataset:
-            raise ValueError("--dataset is required: a .jsonl/.json/.csv file or a built-in name "
+            raise UsageError("--dataset is required: a .jsonl/.json/.csv file or a built-in name "
                              "(swiftlike/alpaca-mini, swiftlike/self-cognition, ...)")
         for name in ("per_device_train_batch_size", "per_device_eval_batch_size", "logging_steps", "save_steps",
                      "lora_rank", "lora_alpha"):
             if getattr(self, name) <= 0:
-                raise ValueError(f"--{name} must be positive, got {getattr(self, name)}")
+                raise UsageError(f"--{name} must be positive, got {getattr(self, name)}")
         if self.gradient_accumulation_steps is not None and self.gradient_accumulation_steps <= 0:
-            raise ValueError(f"--gradient_accumulation_steps must be positive, got {self.gradient_accumulation_steps}")
+            raise UsageError(f"--gradient_accumulation_steps must be positive, got {self.gradient_accumulation_steps}")
         if self.profile_step is not None and not 0 < self.profile_step <= max(self.max_steps, self.profile_step):
-            raise ValueError(f"--profile_step must be a step of the run (1..--max_steps), got {self.profile_step}")
+            raise UsageError(f"--profile_step must be a step of the run (1..--max_steps), got {self.profile_step}")
         if not 0 <= self.split_dataset_ratio < 1:
-            raise ValueError(f"--split_dataset_ratio must be in [0, 1), got {self.split_dataset_ratio}")
+            raise UsageError(f"--split_dataset_ratio must be in [0, 1), got {self.split_dataset_ratio}")
         if not 0 <= self.warmup_ratio < 1:
-            raise ValueError(f"--warmup_ratio must be in [0, 1), got {self.warmup_ratio}; use --warmup_steps for "
+            raise UsageError(f"--warmup_ratio must be in [0, 1), got {self.warmup_ratio}; use --warmup_steps for "
                              "a step count")
         if not 0 <= self.lora_dropout < 1:
-            raise ValueError(f"--lora_dropout must be in [0, 1), got {self.lora_dropout}")
+            raise UsageError(f"--lora_dropout must be in [0, 1), got {self.lora_dropout}")
         if self.packing and self.max_length is None:
-            raise ValueError("--packing true needs --max_length (the length of each packed row)")
+            raise UsageError("--packing true needs --max_length (the length of each packed row)")
         self._check_data_flags()
         if self.max_steps <= 0 and self.num_train_epochs <= 0:
-            raise ValueError("set --max_steps > 0 or --num_train_epochs > 0")
+            raise UsageError("set --max_steps > 0 or --num_train_epochs > 0")
         if self.tuner_type == "full" and self.adapters:
-            raise ValueError("--adapters continues LoRA training; it cannot be combined with --tuner_type full")
+            raise UsageError("--adapters continues LoRA training; it cannot be combined with --tuner_type full")
         unknown = [r for r in self.report_to if r not in ("tensorboard", "wandb", "swanlab", "none")]
         if unknown:
-            raise ValueError(f"--report_to {' '.join(unknown)}: choose from tensorboard, wandb, swanlab, none")
+            raise UsageError(f"--report_to {' '.join(unknown)}: choose from tensorboard, wandb, swanlab, none")
         for tracker in ("wandb", "swanlab"):  # transformers would only fail once the trainer is built
             if tracker in self.report_to and importlib.util.find_spec(tracker) is None:
-                raise ValueError(f"--report_to {tracker} needs the {tracker} package: "
+                raise UsageError(f"--report_to {tracker} needs the {tracker} package: "
                                  f"pip install 'swiftlike[{tracker}]'")
 
     def _check_data_flags(self) -> None:
         check_loss_scale(self.loss_scale)
         if self.dataset_num_proc < 1:
-            raise ValueError(f"--dataset_num_proc must be >= 1, got {self.dataset_num_proc}")
+            raise UsageError(f"--dataset_num_proc must be >= 1, got {self.dataset_num_proc}")
         if self.streaming and self.max_steps <= 0:
-            raise ValueError("--streaming true needs --max_steps: a stream has no length to count epochs in")
+            raise UsageError("--streaming true needs --max_steps: a stream has no length to count epochs in")
         if self.streaming and self.split_dataset_ratio > 0:
-            raise ValueError("--split_dataset_ratio needs the whole dataset; with --streaming true give "
+            raise UsageError("--split_dataset_ratio needs the whole dataset; with --streaming true give "
                              "--val_dataset instead")
         if self.packing and (self.lazy_tokenize or self.streaming):
-            raise ValueError("--packing true needs every sample's length up front; it cannot be combined with "
+            raise UsageError("--packing true needs every sample's length up front; it cannot be combined with "
                              "--lazy_tokenize or --streaming (use --padding_free true instead)")
 
     def _check_resume_dir(self) -> None:
@@ -200,7 +201,7 @@ class TrainArguments(BaseArguments, TunerArguments, TrainDataArguments, Training
                 if getattr(self, key) is None:
                     setattr(self, key, saved.get(key))
         if self.model is None:
-            raise ValueError(f"--model is required: no args.json next to {self.resume_from_checkpoint}")
+            raise UsageError(f"--model is required: no args.json next to {self.resume_from_checkpoint}")
         if self.output_dir is None:  # the continuation lands next to the run it continues
             self.output_dir = str(Path(self.resume_from_checkpoint).resolve().parent.parent)
 
@@ -214,16 +215,16 @@ class TrainArguments(BaseArguments, TunerArguments, TrainDataArguments, Training
             return None
         import torch
         if not torch.cuda.is_available():
-            raise ValueError("--deepspeed needs a CUDA GPU; on this machine train without it "
+            raise UsageError("--deepspeed needs a CUDA GPU; on this machine train without it "
                              "(multi-process CPU training works with NPROC_PER_NODE=N)")
         try:
             import deepspeed  # noqa: F401
         except ImportError:
-            raise ValueError("--deepspeed needs the deepspeed package: pip install 'swiftlike[deepspeed]'") from None
+            raise UsageError("--deepspeed needs the deepspeed package: pip install 'swiftlike[deepspeed]'") from None
         if self.deepspeed in DEEPSPEED_PRESETS:
             return str(Path(__file__).parent.parent / "train" / "ds_config" / f"{self.deepspeed}.json")
         if not Path(self.deepspeed).is_file():
-            raise ValueError(f"--deepspeed {self.deepspeed}: not a preset ({', '.join(DEEPSPEED_PRESETS)}) "
+            raise UsageError(f"--deepspeed {self.deepspeed}: not a preset ({', '.join(DEEPSPEED_PRESETS)}) "
                              "nor an existing JSON file")
         return self.deepspeed
 
@@ -238,7 +239,7 @@ class PtArguments(TrainArguments):
     def _check_data_flags(self) -> None:
         super()._check_data_flags()
         if self.loss_scale != "all":
-            raise ValueError(f"--loss_scale {self.loss_scale}: swiftlike pt learns plain text with no chat "
+            raise UsageError(f"--loss_scale {self.loss_scale}: swiftlike pt learns plain text with no chat "
                              "turns, so every token carries loss (all); use swiftlike sft for turn-based loss")
 
     @property

@@ -5,6 +5,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ..utils import cache_dir
+from ..utils.errors import UsageError
 from .base import arg
 from .parser import check_choices
 
@@ -33,11 +34,11 @@ class WebUIArguments:
     def __post_init__(self) -> None:
         check_choices(self)
         if not 0 < self.server_port < 65536:
-            raise ValueError(f"--server_port must be in 1..65535, got {self.server_port}")
+            raise UsageError(f"--server_port must be in 1..65535, got {self.server_port}")
         if self.server_name not in LOOPBACK and not self.api_key:
-            raise ValueError(f"--server_name {self.server_name}: the UI starts processes on this machine, so serving "
+            raise UsageError(f"--server_name {self.server_name}: the UI starts processes on this machine, so serving "
                              "it beyond loopback needs --api_key PASSWORD (log in as swiftlike)")
         if self.stop_grace_s < 0:
-            raise ValueError(f"--stop_grace_s must be >= 0, got {self.stop_grace_s}")
+            raise UsageError(f"--stop_grace_s must be >= 0, got {self.stop_grace_s}")
         if self.jobs_dir is None:
             self.jobs_dir = str(cache_dir() / "ui_jobs")

@@ -2,13 +2,16 @@
 from __future__ import annotations
 
 import importlib
+import logging
 import sys
+import traceback
 
-from ..utils.errors import NotBuiltError
+from ..utils import get_logger
+from ..utils.errors import NotBuiltError, UsageError
 from ..utils.version import __version__
 
-# command -> (module:function, status). Commands without a module are not built yet.
-COMMANDS: dict[str, tuple[str | None, str]] = {
+# command -> (module:function, what it does); README.md's command table lists each (tests/repo/test_docs.py).
+COMMANDS: dict[str, tuple[str, str]] = {
     "infer": ("swiftlike.commands.infer:infer_main", "chat on stdin or batch inference, pt / vLLM engines"),
     "pt": ("swiftlike.commands.train:pt_main", "pre-training on plain text"),
     "sft": ("swiftlike.commands.train:sft_main", "supervised fine-tuning, full or LoRA"),
@@ -31,8 +34,8 @@ COMMANDS: dict[str, tuple[str | None, str]] = {
 def usage() -> str:
     lines = [f"swiftlike {__version__}: fine-tune, RL post-train, evaluate and serve LLMs", "",
              "usage: swiftlike <command> [--arg value ...] [--config file.yaml]", "", "commands:"]
-    for name, (target, what) in COMMANDS.items():
-        lines.append(f"  {name:<9} {what}{'' if target else '  (not built yet)'}")
+    for name, (_, what) in COMMANDS.items():
+        lines.append(f"  {name:<9} {what}")
     lines.append("\n`swiftlike <command> --help` lists a command's arguments.")
     return "\n".join(lines)
 
@@ -49,22 +52,29 @@ def main(argv: list[str] | None = None) -> int:
     if command not in COMMANDS:
         print(f"swiftlike: unknown command {command!r}; valid commands: {', '.join(COMMANDS)}", file=sys.stderr)
         return 2
-    target, _ = COMMANDS[command]
-    if target is None:
-        print(f"swiftlike {command}: not built yet in this version of swiftlike.", file=sys.stderr)
-        return 3
-    module, func = target.split(":")
+    module, func = COMMANDS[command][0].split(":")
     try:
         getattr(importlib.import_module(module), func)(rest)
-    except NotBuiltError as e:
-        print(f"swiftlike {command}: not built: {e}", file=sys.stderr)
-        return 3
-    except (ValueError, FileNotFoundError, RuntimeError) as e:
-        print(f"swiftlike {command}: error: {e}", file=sys.stderr)
-        return 1
     except KeyboardInterrupt:
         return 130
+    except NotBuiltError as e:
+        return _report(e, f"swiftlike {command}: not built: {e}", 3)
+    except UsageError as e:
+        return _report(e, f"swiftlike {command}: error: {e}", 1)
+    except Exception as e:
+        return _report(e, f"swiftlike {command}: error: {e} ({type(e).__name__}; traceback above)", 1,
+                       always_traceback=True)
     return 0
+
+
+def _report(error: BaseException, line: str, status: int, always_traceback: bool = False) -> int:
+    """`line` on stderr, after the traceback of `error` where one is wanted: for a failure that is not a usage
+    error (docs/commands.md, "Exit status"), and for every error under SWIFTLIKE_LOG_LEVEL=DEBUG. The line comes
+    last in both cases, so the web UI's job page and a reader of the log's end find the same message."""
+    if always_traceback or get_logger().isEnabledFor(logging.DEBUG):
+        traceback.print_exception(error, file=sys.stderr)
+    print(line, file=sys.stderr, flush=True)
+    return status
 
 
 if __name__ == "__main__":

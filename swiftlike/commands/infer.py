@@ -11,9 +11,12 @@ from ..infer.engine import InferEngine
 from ..infer import tool_serving
 from ..infer.protocol import InferRequest
 from ..utils import atomic_write_jsonl, get_logger
+from ..utils.errors import UsageError
 from . import arguments_of
 
 logger = get_logger("swiftlike.infer")
+
+
 def _default_adapter(engine: InferEngine) -> str | None:
     names = list(engine.adapters)
     if len(names) > 1:
@@ -21,14 +24,20 @@ def _default_adapter(engine: InferEngine) -> str | None:
     return names[0] if names else None
 
 
-def run_batch(args: InferArguments, engine: InferEngine) -> str:
+def load_rows(args: InferArguments) -> list[dict]:
+    """The --val_dataset rows to answer (the first --val_dataset_sample of them); read before the engine is built,
+    so a wrong path or a bad row costs no model load."""
     from ..dataset import load_dataset
     rows = load_dataset(args.val_dataset, seed=args.seed, model_name=args.model_name,
                         model_author=args.model_author, use_hf=args.use_hf)
     if args.val_dataset_sample is not None:
         rows = rows[: args.val_dataset_sample]
     if not rows:
-        raise ValueError(f"--val_dataset {' '.join(args.val_dataset)} has no rows")
+        raise UsageError(f"--val_dataset {' '.join(args.val_dataset)} has no rows")
+    return rows
+
+
+def run_batch(args: InferArguments, engine: InferEngine, rows: list[dict]) -> str:
     adapter = _default_adapter(engine)
     prompts, labels = [], []
     for row in rows:
@@ -109,10 +118,11 @@ def infer_main(args: InferArguments | list[str] | None = None) -> str | None:
     """Batch mode (--val_dataset) returns the result path; chat mode returns None at end of input."""
     from ..infer.engine.factory import build_engine
     args = arguments_of(InferArguments, args)
+    rows = load_rows(args) if args.val_dataset else None
     engine = build_engine(args.engine_spec())
     try:
-        if args.val_dataset:
-            return run_batch(args, engine)
+        if rows is not None:
+            return run_batch(args, engine, rows)
         run_interactive(args, engine)
         return None
     finally:

@@ -12,6 +12,7 @@ from ..arguments.megatron_args import MegatronRlhfArguments
 from ..arguments.ray_args import load_ray_job, uses_ray
 from ..train.launch import is_rank_zero, relaunch_with_torchrun, wants_torchrun
 from ..train.run import TrainResult
+from ..utils.errors import UsageError
 from . import arguments_of
 from .rlhf import train_rlhf
 
@@ -23,7 +24,7 @@ def megatron_main(args: MegatronRlhfArguments | list[str] | None = None) -> Trai
         return _run(args)
     argv = list(sys.argv[1:] if args is None else args)
     if not argv or argv[0] not in SUBCOMMANDS:
-        raise ValueError(f"swiftlike megatron takes a subcommand: {', '.join(SUBCOMMANDS)} (e.g. `swiftlike megatron "
+        raise UsageError(f"swiftlike megatron takes a subcommand: {', '.join(SUBCOMMANDS)} (e.g. `swiftlike megatron "
                          "rlhf --rlhf_type grpo ...`); sft and pt on the Megatron backend are not built")
     rest = argv[1:]
     if uses_ray(rest):

@@ -10,6 +10,7 @@ from ..rl.online.gkd_recipe import train_gkd
 from ..rl.online.grpo_recipe import train_grpo
 from ..rl.preference.recipe import train_preference
 from ..train.run import TrainResult
+from ..utils.errors import UsageError
 from .train import run_training
 
 
@@ -25,7 +26,7 @@ def rlhf_main(args: RlhfArguments | RayJob | list[str] | None = None) -> TrainRe
     """`--use_ray true` (with the job's YAML in --config) places the roles on Ray; otherwise one process, or
     NPROC_PER_NODE processes under torchrun."""
     if isinstance(args, RlhfArguments) and args.use_ray:
-        raise ValueError("use_ray=True takes the job from its YAML: call rlhf_main(['--use_ray', 'true', '--config', "
+        raise UsageError("use_ray=True takes the job from its YAML: call rlhf_main(['--use_ray', 'true', '--config', "
                          "'job.yaml']) or pass a RayJob (swiftlike.arguments.ray_args.load_ray_job)")
     argv = list(sys.argv[1:] if args is None else args) if not isinstance(args, (RlhfArguments, RayJob)) else None
     if isinstance(args, RayJob) or (argv is not None and uses_ray(argv)):

@@ -7,6 +7,7 @@ from ..arguments.train_args import PtArguments, TrainArguments
 from ..train.launch import is_rank_zero, relaunch_with_torchrun, wants_torchrun
 from ..train.run import TrainResult
 from ..train.sft import train
+from ..utils.errors import UsageError
 from . import arguments_of
 
 
@@ -15,7 +16,7 @@ def run_training(cls: type[TrainArguments], args, run) -> TrainResult | None:
     torchrun on the same command line and returns None; the workers (which carry LOCAL_RANK) train."""
     if wants_torchrun():
         if isinstance(args, TrainArguments):
-            raise ValueError(f"NPROC_PER_NODE > 1 reruns `swiftlike {cls.command}` under torchrun from a command "
+            raise UsageError(f"NPROC_PER_NODE > 1 reruns `swiftlike {cls.command}` under torchrun from a command "
                              f"line; call {cls.command}_main with a list of CLI strings instead of an arguments object")
         relaunch_with_torchrun(cls.command, list(sys.argv[1:] if args is None else args))
         return None

@@ -15,6 +15,7 @@ from typing import Any
 
 from ..template.toolcall import (CALL_ROLES, RESULT_ROLES, canonical_messages, check_tool_turns, drop_positions,
                                  normalize_tools)
+from ..utils.errors import UsageError
 
 Message = dict  # {"role", "content"}; agent rows add "tool_calls" (assistant) and tool messages (template/toolcall.py)
 
@@ -23,7 +24,7 @@ _ROLE_ALIASES = {"system": "system", "user": "user", "human": "user", "assistant
 _TOOL_KEYS = ("tool_calls", "tool_call_id", "name")
 
 
-class DatasetRowError(ValueError):
+class DatasetRowError(UsageError):
     """A row that no format accepts; the message says where it is and what the format needs."""
 
 

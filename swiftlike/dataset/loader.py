@@ -18,6 +18,7 @@ import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from ..utils.errors import MissingInputError, UsageError
 from ..utils.hub import offline_variable
 from .formats import ROW_KINDS, DatasetRowError, RowFormat, check_row_kind, detect_format, normalize_row
 from .registry import DATASET_REGISTRY, SELF_COGNITION_TAG, DatasetMeta
@@ -141,11 +142,11 @@ def _pick_name(names: list[str], lang: str) -> str:
 
 def _check_identity(dataset: str, model_name: list[str] | None, model_author: list[str] | None) -> None:
     if not model_name or not model_author:
-        raise ValueError(f"{dataset} needs --model_name and --model_author, e.g. "
+        raise UsageError(f"{dataset} needs --model_name and --model_author, e.g. "
                          "--model_name 小黄 'Xiao Huang' --model_author 魔搭 ModelScope")
     for flag, names in (("--model_name", model_name), ("--model_author", model_author)):
         if len(names) > 2:
-            raise ValueError(f"{flag} takes one or two values (Chinese, then English), got {len(names)}")
+            raise UsageError(f"{flag} takes one or two values (Chinese, then English), got {len(names)}")
 
 
 def _fill_identity(row: dict, model_name: list[str], model_author: list[str]) -> dict:
@@ -174,10 +175,10 @@ def _is_hub_id(source: str) -> bool:
 def _local_rows(source: str, row_kind: str | None = None) -> Iterator[dict]:
     path = Path(source).expanduser()
     if not path.is_file():
-        raise FileNotFoundError(f"dataset file not found: {source} (built-in datasets: "
+        raise MissingInputError(f"dataset file not found: {source} (built-in datasets: "
                                 f"{', '.join(sorted(DATASET_REGISTRY))}; hub ids look like owner/name)")
     if path.suffix.lower() not in FILE_SUFFIXES:
-        raise ValueError(f"dataset file {source}: unsupported type {path.suffix!r}; "
+        raise UsageError(f"dataset file {source}: unsupported type {path.suffix!r}; "
                          "use .jsonl, .json or .csv")
     return _normalize(_file_rows(path, source), row_kind)
 
@@ -200,7 +201,7 @@ def _parse_spec(spec: str) -> tuple[str, int | None]:
     if not hash_sign:
         return spec, None
     if not re.fullmatch(r"[0-9]+", count) or int(count) == 0:
-        raise ValueError(f"dataset spec {spec!r}: the part after '#' must be a positive number of rows, "
+        raise UsageError(f"dataset spec {spec!r}: the part after '#' must be a positive number of rows, "
                          f"got {count!r}")
     return source, int(count)
 
@@ -231,7 +232,7 @@ def load_dataset(datasets: list[str], *, seed: int = 42, model_name: list[str] |
         loaded = list(_source_rows(source, model_name=model_name, model_author=model_author, use_hf=use_hf,
                                    streaming=False, row_kind=row_kind))
         if not loaded:
-            raise ValueError(f"dataset {source!r} has no rows")
+            raise UsageError(f"dataset {source!r} has no rows")
         rows += loaded if count is None else _sample_rows(loaded, count, seed)
     return rows
 
@@ -255,11 +256,11 @@ def iter_dataset(datasets: list[str], *, model_name: list[str] | None = None,
 def split_dataset(rows: list[dict], ratio: float, seed: int) -> tuple[list[dict], list[dict]]:
     """Shuffle with `seed` and hold out `ratio` of the rows (at least one) for validation."""
     if not 0 <= ratio < 1:
-        raise ValueError(f"split ratio must be in [0, 1), got {ratio}")
+        raise UsageError(f"split ratio must be in [0, 1), got {ratio}")
     if ratio == 0:
         return list(rows), []
     if len(rows) < 2:
-        raise ValueError(f"cannot split {len(rows)} row(s) into train and validation sets")
+        raise UsageError(f"cannot split {len(rows)} row(s) into train and validation sets")
     shuffled = list(rows)
     random.Random(seed).shuffle(shuffled)
     val_size = min(len(rows) - 1, max(1, math.ceil(len(rows) * ratio)))

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..arguments.eval_args import BUILTIN_SETS, REASONING_GYM_PREFIX
+from ..utils.errors import UsageError
 
 DATA = Path(__file__).resolve().parent / "data"
 BUILTIN = {name: DATA / f"{name}.jsonl" for name in BUILTIN_SETS}
@@ -45,7 +46,7 @@ def load_benchmark(name: str, limit: int | None = None, dataset_args: dict | Non
         return reasoning_gym_questions(name[len(REASONING_GYM_PREFIX):], limit, dataset_args or {})
     path = BUILTIN.get(name) or Path(name)
     if not path.is_file():
-        raise ValueError(f"--eval_dataset {name!r}: not a built-in benchmark ({', '.join(BUILTIN)}), not "
+        raise UsageError(f"--eval_dataset {name!r}: not a built-in benchmark ({', '.join(BUILTIN)}), not "
                          f"rg:<reasoning-gym task> and no such file")
     questions = []
     for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
@@ -54,12 +55,12 @@ def load_benchmark(name: str, limit: int | None = None, dataset_args: dict | Non
         try:
             row = json.loads(line)
         except json.JSONDecodeError as e:
-            raise ValueError(f"{path}:{n}: not valid JSON ({e})") from None
+            raise UsageError(f"{path}:{n}: not valid JSON ({e})") from None
         questions.append(_question(row, f"{path}:{n}"))
         if limit is not None and len(questions) >= limit:
             break
     if not questions:
-        raise ValueError(f"{path}: no questions")
+        raise UsageError(f"{path}: no questions")
     return questions
 
 
@@ -71,7 +72,7 @@ def reasoning_gym_questions(task: str, limit: int | None, dataset_args: dict) ->
     seed = dataset_args.get("seed", RG_EVAL_SEED)
     for key, value in (("size", size), ("seed", seed)):
         if isinstance(value, bool) or not isinstance(value, int) or value < (1 if key == "size" else 0):
-            raise ValueError(f"--eval_dataset_args rg:{task} {key}: expected an integer >= "
+            raise UsageError(f"--eval_dataset_args rg:{task} {key}: expected an integer >= "
                              f"{1 if key == 'size' else 0}, got {value!r}")
     config = {k: v for k, v in dataset_args.items() if k not in RG_OWN_ARGS}
     dataset = task_dataset(task, seed, size, json.dumps(config, sort_keys=True))
@@ -83,7 +84,7 @@ def reasoning_gym_questions(task: str, limit: int | None, dataset_args: dict) ->
 def _rg_system_prompt(name: str) -> str:
     from reasoning_gym.utils import SYSTEM_PROMPTS
     if name not in SYSTEM_PROMPTS:
-        raise ValueError(f"reasoning-gym system_prompt {name!r} is none of {', '.join(sorted(SYSTEM_PROMPTS))}")
+        raise UsageError(f"reasoning-gym system_prompt {name!r} is none of {', '.join(sorted(SYSTEM_PROMPTS))}")
     return SYSTEM_PROMPTS[name]
 
 
@@ -98,7 +99,7 @@ def _rg_row_question(env_config: dict, where: str) -> Question:
     try:
         env = ReasoningGymEnv(env_config)
     except ValueError as e:
-        raise ValueError(f"{where}: {e}") from None
+        raise UsageError(f"{where}: {e}") from None
     return _rg_question(env.dataset, env.entry, _rg_system_prompt(env.system_prompt))
 
 
@@ -107,15 +108,15 @@ def _question(row: dict, where: str) -> Question:
     if isinstance(env_config, dict) and env_config.get("name") == "reasoning_gym":
         return _rg_row_question(env_config, where)
     if not isinstance(row, dict) or not isinstance(row.get("question"), str) or "answer" not in row:
-        raise ValueError(f"{where}: a row needs `question` (text) and `answer`; multiple choice adds `choices`; "
+        raise UsageError(f"{where}: a row needs `question` (text) and `answer`; multiple choice adds `choices`; "
                          "or a reasoning_gym `env_config`")
     choices = row.get("choices")
     if choices is None:
         return Question(row["question"] + QA_SUFFIX, str(row["answer"]), "qa")
     if not isinstance(choices, list) or not 2 <= len(choices) <= len(LETTERS):
-        raise ValueError(f"{where}: `choices` must be a list of 2 to {len(LETTERS)} options")
+        raise UsageError(f"{where}: `choices` must be a list of 2 to {len(LETTERS)} options")
     letter = str(row["answer"]).strip().upper()
     if letter not in LETTERS[:len(choices)]:
-        raise ValueError(f"{where}: `answer` must be one of {LETTERS[:len(choices)]} (the correct choice's letter)")
+        raise UsageError(f"{where}: `answer` must be one of {LETTERS[:len(choices)]} (the correct choice's letter)")
     lines = "\n".join(f"{LETTERS[i]}. {c}" for i, c in enumerate(choices))
     return Question(f"{row['question']}\n{lines}{MCQ_SUFFIX}", letter, "mcq", [str(c) for c in choices])

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from ..arguments.eval_args import EvalArguments
 from ..utils import atomic_write_text, get_logger
+from ..utils.errors import MissingInputError, UsageError
 from .report import BenchmarkResult
 from .served import Endpoint
 
@@ -119,17 +120,17 @@ def _check_known(name: str, known: dict) -> None:
     if name not in known:
         close = difflib.get_close_matches(name, list(known), n=5, cutoff=0.6)
         hint = f"; did you mean {', '.join(close)}?" if close else " (`lm_eval ls tasks` lists them)"
-        raise ValueError(f"--eval_dataset {name}: not an lm-evaluation-harness task, group or tag{hint}")
+        raise UsageError(f"--eval_dataset {name}: not an lm-evaluation-harness task, group or tag{hint}")
 
 
 def _derive_task(name: str, ds_args: dict, entry, tasks_dir: Path) -> Path:
     """A task YAML that includes `name`'s installed one and reads local_path (when given) with few_shot_num."""
     unknown = sorted(set(ds_args) - set(DATASET_ARG_KEYS))
     if unknown:
-        raise ValueError(f"--eval_dataset_args {name}: unknown key(s) {', '.join(unknown)} for lm_eval; it takes "
+        raise UsageError(f"--eval_dataset_args {name}: unknown key(s) {', '.join(unknown)} for lm_eval; it takes "
                          f"{', '.join(DATASET_ARG_KEYS)}")
     if entry.yaml_path is None or entry.cfg is None or "task" not in entry.cfg:
-        raise ValueError(f"--eval_dataset_args {name}: {name} is an lm-eval group or tag, not one task with its "
+        raise UsageError(f"--eval_dataset_args {name}: {name} is an lm-eval group or tag, not one task with its "
                          "own YAML; give the dataset args per task (e.g. arc_easy, not arc)")
     task = LOCAL_PREFIX + name
     cfg = {"include": str(Path(entry.yaml_path).resolve()), "task": task, "tag": []}
@@ -137,14 +138,14 @@ def _derive_task(name: str, ds_args: dict, entry, tasks_dir: Path) -> Path:
     if local is not None:
         path = Path(local).expanduser().resolve()
         if not path.is_file():
-            raise FileNotFoundError(f"--eval_dataset_args {name}: local_path {local} is not a file (give a .jsonl "
+            raise MissingInputError(f"--eval_dataset_args {name}: local_path {local} is not a file (give a .jsonl "
                                     "or .json file with the rows the task's own dataset has)")
         rows = sum(1 for line in path.open() if line.strip()) if path.suffix == ".jsonl" else None
         cfg.update(dataset_path="json", dataset_name=None, dataset_kwargs={"data_files": {"test": str(path)}},
                    training_split=None, validation_split=None, test_split="test", fewshot_split="test")
         shots = ds_args.get("few_shot_num", entry.cfg.get("num_fewshot") or 0)
         if rows is not None and shots >= rows:
-            raise ValueError(f"--eval_dataset_args {name}: few_shot_num {shots} needs more than {shots} rows in "
+            raise UsageError(f"--eval_dataset_args {name}: few_shot_num {shots} needs more than {shots} rows in "
                              f"{local} (the examples come from the same file, without the question asked); it has "
                              f"{rows}; set few_shot_num lower, e.g. 0")
     if "few_shot_num" in ds_args:

@@ -16,6 +16,7 @@ from ..model import check_adapter_dir, load_tokenizer, pick_dtype, resolve_model
 from ..model.seq_cls import is_seq_cls_adapter
 from ..template import get_template
 from ..utils import atomic_write_json, get_logger
+from ..utils.errors import UsageError
 
 logger = get_logger("swiftlike.export")
 
@@ -36,7 +37,7 @@ def merge_lora(args: ExportArguments) -> Path:
     adapter_dir = check_adapter_dir(next(iter(args.adapter_paths().values())))
     output_dir = Path(args.output_dir) if args.output_dir else default_output_dir(adapter_dir)
     if output_dir.exists():
-        raise ValueError(f"--output_dir {output_dir} already exists; remove it or choose another directory")
+        raise UsageError(f"--output_dir {output_dir} already exists; remove it or choose another directory")
     resolved = resolve_model(args.model, args.model_type, args.use_hf, args.model_revision)
     tokenizer = load_tokenizer(resolved)
     template = get_template(args.template or resolved.meta.template, tokenizer, args.system)

@@ -4,6 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..utils import get_logger, warn_once
+from ..utils.errors import MissingInputError, UsageError
 from .resolve import ResolvedModel
 
 logger = get_logger("swiftlike.model")
@@ -33,7 +34,7 @@ def attn_implementation(attn_impl: str | None, device: str) -> str | None:
     if attn_impl is None:
         return None
     if attn_impl not in ATTN_IMPLS:
-        raise ValueError(f"--attn_impl {attn_impl!r}: choose from {', '.join(ATTN_IMPLS)}")
+        raise UsageError(f"--attn_impl {attn_impl!r}: choose from {', '.join(ATTN_IMPLS)}")
     impl = "flash_attention_2" if attn_impl == "flash_attn" else attn_impl
     if impl.startswith("flash_attention") and device != "cuda":
         warn_once(logger, f"--attn_impl {attn_impl}: FlashAttention needs a CUDA GPU, which this machine lacks; "
@@ -71,7 +72,7 @@ def is_adapter_dir(path: str | Path) -> bool:
 def check_adapter_dir(path: str | Path) -> Path:
     path = Path(path).expanduser()
     if not path.is_dir():
-        raise ValueError(f"--adapters {path}: no such directory")
+        raise MissingInputError(f"--adapters {path}: no such directory")
     if not is_adapter_dir(path):
-        raise ValueError(f"--adapters {path}: not a LoRA adapter (no adapter_config.json in it)")
+        raise UsageError(f"--adapters {path}: not a LoRA adapter (no adapter_config.json in it)")
     return path.resolve()

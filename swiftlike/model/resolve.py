@@ -15,6 +15,7 @@ from urllib.parse import urlparse
 
 from ..template import TOKENIZER_TEMPLATE
 from ..utils import get_logger
+from ..utils.errors import MissingInputError, UsageError
 from ..utils.hub import offline_variable
 from .packaged import find_packaged, materialize_packaged, read_marker
 from .registry import MODEL_REGISTRY, ModelMeta, find_model_type_by_id, get_model_meta, guess_model_type
@@ -88,13 +89,13 @@ def _detect_model_type(model_dir: Path, name: str) -> str | None:
 def resolve_model(model: str, model_type: str | None = None, use_hf: bool = False,
                   revision: str | None = None) -> ResolvedModel:
     if not model:
-        raise ValueError("--model is required: a local directory or a hub id such as "
+        raise UsageError("--model is required: a local directory or a hub id such as "
                          "HuggingFaceTB/SmolLM2-135M-Instruct")
     local = Path(model).expanduser()
     if local.is_dir():
         model_dir, source = local.resolve(), "local"
         if not (model_dir / "config.json").is_file():
-            raise ValueError(f"--model {model}: directory has no config.json, so it is not an HF model directory")
+            raise UsageError(f"--model {model}: directory has no config.json, so it is not an HF model directory")
     elif model.startswith(TINY_PREFIX):
         wanted = model[len(TINY_PREFIX):]
         get_model_meta(wanted)
@@ -110,7 +111,7 @@ def resolve_model(model: str, model_type: str | None = None, use_hf: bool = Fals
                 "HuggingFaceTB/SmolLM2-135M-Instruct, tiny-random/<model_type>.")
         model_dir, source = _download(model, use_hf, revision), "hf" if use_hf else "modelscope"
     else:
-        raise ValueError(f"--model {model!r}: no such directory, and not a hub id of the form owner/name")
+        raise MissingInputError(f"--model {model!r}: no such directory, and not a hub id of the form owner/name")
 
     detected = model_type or find_model_type_by_id(model) or _detect_model_type(model_dir, model)
     config = json.loads((Path(model_dir) / "config.json").read_text())

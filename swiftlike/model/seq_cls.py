@@ -9,6 +9,7 @@ base model is named by the run's args.json. Deploy and GRPO's `--reward_model` b
 from __future__ import annotations
 
 import json
+from ..utils.errors import UsageError
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,7 +38,7 @@ def saved_base_model(adapter: str | Path) -> tuple[str, str | None]:
             saved = json.loads(candidate.read_text())
             if saved.get("model"):
                 return saved["model"], saved.get("model_type")
-    raise ValueError(f"{adapter}: a LoRA checkpoint without an args.json naming its base model; merge it first with "
+    raise UsageError(f"{adapter}: a LoRA checkpoint without an args.json naming its base model; merge it first with "
                      "`swiftlike export --adapters ... --merge_lora true`")
 
 
@@ -57,7 +58,7 @@ class SeqClsCheckpoint:
             model, model_type = saved_base_model(name)
             return cls(model, model_type, name)
         if (Path(name).expanduser() / "adapter_config.json").is_file():
-            raise ValueError(f"{name} is a LoRA adapter of a generating model, not of a reward model (its "
+            raise UsageError(f"{name} is a LoRA adapter of a generating model, not of a reward model (its "
                              "adapter_config.json task_type is not SEQ_CLS, as `swiftlike rlhf --rlhf_type rm` writes "
                              "it)")
         return cls(name)

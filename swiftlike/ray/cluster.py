@@ -11,6 +11,7 @@ import os
 from dataclasses import dataclass
 
 from ..utils import get_logger
+from ..utils.errors import UsageError
 
 logger = get_logger("swiftlike.ray")
 
@@ -77,8 +78,8 @@ def connect(address: str | None, needed: int, plugins: list[str]) -> Cluster:
         ray.init(address=address or "auto", **common)
     except ConnectionError as e:
         if address:
-            raise RuntimeError(f"cannot reach the Ray cluster at {address} ({e}); start it with `ray start --head` "
-                               "(docs/ray.md) or fix --ray_address / RAY_ADDRESS") from None
+            raise UsageError(f"cannot reach the Ray cluster at {address} ({e}); start it with `ray start --head` "
+                             "(docs/ray.md) or fix --ray_address / RAY_ADDRESS") from None
         import torch
         gpus = torch.cuda.device_count()
         cores = os.cpu_count() or 1
@@ -137,7 +138,7 @@ def check_fits(cluster: Cluster, devices: dict[str, int]) -> None:
     needed = sum(devices.values())
     if needed > cluster.available:
         parts = " + ".join(f"{role} {n}" for role, n in devices.items())
-        raise ValueError(f"this job needs {needed} {cluster.device} slots ({parts}) and the Ray cluster at "
+        raise UsageError(f"this job needs {needed} {cluster.device} slots ({parts}) and the Ray cluster at "
                          f"{cluster.address} has {cluster.available}; lower the roles' `gpus:` or add nodes "
                          "(`ray start --address ...` on each, docs/ray.md)")
 
@@ -150,7 +151,7 @@ def check_nodes(cluster: Cluster, nnodes: int | None) -> None:
         return
     alive = sum(1 for node in ray.nodes() if node.get("Alive"))
     if alive < nnodes:
-        raise ValueError(f"the job's YAML says nnodes: {nnodes} and the Ray cluster at {cluster.address} has {alive} "
+        raise UsageError(f"the job's YAML says nnodes: {nnodes} and the Ray cluster at {cluster.address} has {alive} "
                          f"node(s); start the others with `ray start --address {cluster.address}` (docs/ray.md) or "
                          "lower nnodes")
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ..utils import atomic_write_json, get_logger
 from ..utils.checkpoint import fsync_dir
+from ..utils.errors import UsageError
 
 logger = get_logger("swiftlike.sample")
 
@@ -31,13 +32,13 @@ class ResumableJsonl:
         if self.partial.exists() and resume:
             self._resume()
         elif self.partial.exists() and not override:
-            raise ValueError(f"{self.partial} holds an interrupted run's rows: continue it with --resume true, or "
+            raise UsageError(f"{self.partial} holds an interrupted run's rows: continue it with --resume true, or "
                              "start over with --override_exist_file true")
         elif path.exists() and resume:
             logger.info("%s is complete; nothing to resume", path)
             self.complete = True
         elif path.exists() and not override:
-            raise ValueError(f"{path} exists: pass --override_exist_file true to replace it (it is replaced only once "
+            raise UsageError(f"{path} exists: pass --override_exist_file true to replace it (it is replaced only once "
                              "the new file is complete), or another --output_file")
         elif resume:
             logger.info("--resume: no interrupted run of %s in %s; starting from the first prompt", path.name,
@@ -60,12 +61,12 @@ class ResumableJsonl:
         try:
             state = json.loads(self.progress.read_text())
         except (OSError, ValueError):
-            raise ValueError(f"{self.partial} has no readable {self.progress.name} beside it, so where its last whole "
+            raise UsageError(f"{self.partial} has no readable {self.progress.name} beside it, so where its last whole "
                              "prompt ends is unknown; start over with --override_exist_file true") from None
         changed = {k: (state["settings"].get(k), v) for k, v in self.settings.items() if state["settings"].get(k) != v}
         if changed:
             each = "; ".join(f"--{k} was {old!r}, now {new!r}" for k, (old, new) in changed.items())
-            raise ValueError(f"--resume: {self.partial} was sampled with other settings ({each}); resume with the "
+            raise UsageError(f"--resume: {self.partial} was sampled with other settings ({each}); resume with the "
                              "same ones, or start over with --override_exist_file true")
         self._resume_state = state
         self.prompts_done = state["prompts_done"]

@@ -18,6 +18,7 @@ from tqdm import tqdm
 from ..arguments.sample_args import SampleArguments
 from ..infer.protocol import InferRequest
 from ..utils import get_logger
+from ..utils.errors import UsageError
 from .output import ResumableJsonl
 from .scoring import AnswerScores, PromptScorer, build_orm, build_prm
 from .selection import select_answers
@@ -110,13 +111,13 @@ def prompt_rows(args: SampleArguments) -> list[tuple[int, dict, list[dict]]]:
         if messages and messages[-1]["role"] == "assistant":
             messages = messages[:-1]
         if not messages or messages[-1]["role"] != "user":
-            raise ValueError(f"--dataset row {index} does not end in a user turn (or a user turn and its answer); "
+            raise UsageError(f"--dataset row {index} does not end in a user turn (or a user turn and its answer); "
                              "sample needs a question to answer")
         if args.sampler_engine == "client" and args.system and messages[0]["role"] != "system":
             messages = [{"role": "system", "content": args.system}, *messages]
         out.append((index, rows[index], messages))
     if not out:
-        raise ValueError(f"--dataset {' '.join(args.dataset)} has no prompts in --data_range {args.data_range}")
+        raise UsageError(f"--dataset {' '.join(args.dataset)} has no prompts in --data_range {args.data_range}")
     return out
 
 

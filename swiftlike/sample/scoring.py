@@ -14,6 +14,7 @@ from typing import Any
 from ..rl.rewards import PRM_REGISTRY, REWARD_REGISTRY, build_reward_funcs, combine_rewards
 from ..rl.rewards.prm import TokenClassifierPrm, answer_scores, check_is_prm
 from ..utils import get_logger
+from ..utils.errors import UsageError
 
 logger = get_logger("swiftlike.sample")
 
@@ -31,7 +32,7 @@ def build_orm(spec: str, *, max_new_tokens: int, use_hf: bool, torch_dtype: str)
         from ..model.seq_cls import SeqClsCheckpoint, is_seq_cls_adapter, is_seq_cls_model
         from ..rl.rewards.reward_model import RewardModel
         if not (is_seq_cls_model(spec) or is_seq_cls_adapter(spec)):
-            raise ValueError(f"--orm_model {spec} is a directory but not a reward model (no *ForSequenceClassification "
+            raise UsageError(f"--orm_model {spec} is a directory but not a reward model (no *ForSequenceClassification "
                              "config.json, nor a --rlhf_type rm LoRA checkpoint); give a reward model, a served "
                              f"one's URL, or a reward function name: {', '.join(sorted(REWARD_REGISTRY))}")
         checkpoint = SeqClsCheckpoint.of(spec)
@@ -41,10 +42,10 @@ def build_orm(spec: str, *, max_new_tokens: int, use_hf: bool, torch_dtype: str)
         model = RewardModel(classifier, f"--orm_model {spec}")
         return model.name, model
     if spec in PRM_REGISTRY:
-        raise ValueError(f"--orm_model {spec} is a process reward model (registered with register_prm); pass it as "
+        raise UsageError(f"--orm_model {spec} is a process reward model (registered with register_prm); pass it as "
                          "--prm_model")
     if spec not in REWARD_REGISTRY:
-        raise ValueError(f"--orm_model {spec!r} is not a reward function, a reward model directory or a URL; reward "
+        raise UsageError(f"--orm_model {spec!r} is not a reward function, a reward model directory or a URL; reward "
                          f"functions: {', '.join(sorted(REWARD_REGISTRY))} (more from --external_plugins files that "
                          "call register_reward)")
     return spec, build_reward_funcs([spec], max_completion_length=max_new_tokens)[spec]
@@ -57,7 +58,7 @@ def build_prm(spec: str, *, torch_dtype: str) -> tuple[str, Callable]:
         item = PRM_REGISTRY[spec]
         return spec, item() if isinstance(item, type) else item
     if spec in REWARD_REGISTRY:
-        raise ValueError(f"--prm_model {spec} is an outcome reward function, not a process reward model; pass it as "
+        raise UsageError(f"--prm_model {spec} is an outcome reward function, not a process reward model; pass it as "
                          "--orm_model")
     check_is_prm(spec)
     dtype = {"bfloat16": torch.bfloat16, "float16": torch.float16}.get(torch_dtype, torch.float32)

@@ -11,6 +11,8 @@ import weakref
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
+from .errors import UsageError
+
 T = TypeVar("T")
 
 # id -> registry, for snapshot_registries; weak, so a registry built by a test does not live for ever.
@@ -30,7 +32,7 @@ class Registry(dict, Generic[T]):
         is a no-op. `origin` says where the registered item came from, for the refusal."""
         if name in self and self[name] is not item and not override:
             where = f" ({origin(self[name])})" if origin is not None else ""
-            raise ValueError(f"{self.kind} {name!r} is already registered{where}; register yours under another "
+            raise UsageError(f"{self.kind} {name!r} is already registered{where}; register yours under another "
                              "name, or pass override=True to replace it")
         self[name] = item
         return item
@@ -39,7 +41,7 @@ class Registry(dict, Generic[T]):
         try:
             return self[name]
         except KeyError:
-            raise ValueError(f"unknown {self.flag} {name!r}; valid values: {', '.join(sorted(self))}") from None
+            raise UsageError(f"unknown {self.flag} {name!r}; valid values: {', '.join(sorted(self))}") from None
 
 
 def source_of(item: object) -> str:

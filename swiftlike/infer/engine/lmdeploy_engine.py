@@ -23,6 +23,7 @@ from typing import Literal
 
 from ...model import ResolvedModel, check_adapter_dir, load_tokenizer
 from ...template import Template, get_template
+from ...utils.errors import UsageError
 from ...utils.fields import arg
 from ..protocol import (InferRequest, InferResponse, InvalidSamplingParam, RequestConfig, StreamDelta, TokenLogprob,
                         TopLogprob)
@@ -46,15 +47,15 @@ class LmdeployOptions:
 
     def __post_init__(self) -> None:
         if self.tp < 1:
-            raise ValueError(f"--lmdeploy_tp must be >= 1, got {self.tp}")
+            raise UsageError(f"--lmdeploy_tp must be >= 1, got {self.tp}")
         if self.session_len is not None and self.session_len < 1:
-            raise ValueError(f"--lmdeploy_session_len must be >= 1, got {self.session_len}")
+            raise UsageError(f"--lmdeploy_session_len must be >= 1, got {self.session_len}")
         if not 0 < self.cache_max_entry_count < 1:
-            raise ValueError(f"--lmdeploy_cache_max_entry_count must be in (0, 1), got {self.cache_max_entry_count}")
+            raise UsageError(f"--lmdeploy_cache_max_entry_count must be in (0, 1), got {self.cache_max_entry_count}")
         if self.quant_policy not in (0, 4, 8):
-            raise ValueError(f"--lmdeploy_quant_policy must be 0, 4 or 8, got {self.quant_policy}")
+            raise UsageError(f"--lmdeploy_quant_policy must be 0, 4 or 8, got {self.quant_policy}")
         if self.torch_dtype == "float32":
-            raise ValueError("--infer_backend lmdeploy runs float16 or bfloat16 weights; use --torch_dtype auto, "
+            raise UsageError("--infer_backend lmdeploy runs float16 or bfloat16 weights; use --torch_dtype auto, "
                              "bfloat16 or float16")
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from tqdm import tqdm
 
+from ...utils.errors import UsageError
 from ..protocol import Choice, InferRequest, InferResponse, RequestConfig, StreamDelta, TokenLogprob, TopLogprob, Usage
 from .base import InferEngine
 
@@ -54,13 +55,13 @@ class OpenAIEngine(InferEngine):
         try:
             names = [m.id for m in self.client.models.list().data]
         except openai.AuthenticationError as e:
-            raise ValueError(f"{url} refused the API key ({e.status_code}); pass the server's key with "
+            raise UsageError(f"{url} refused the API key ({e.status_code}); pass the server's key with "
                              f"{self.options.key_flag}") from e
         except openai.APIError as e:
-            raise ValueError(f"no OpenAI-compatible server answers at {flag} {url} ({e}); start one with "
+            raise UsageError(f"no OpenAI-compatible server answers at {flag} {url} ({e}); start one with "
                              "`swiftlike deploy` or fix the URL") from e
         if not names:
-            raise ValueError(f"{url}/models lists no model")
+            raise UsageError(f"{url}/models lists no model")
         return names
 
     @property

@@ -15,6 +15,7 @@ from tqdm import tqdm
 
 from ...model import ResolvedModel, check_adapter_dir, load_model, load_tokenizer
 from ...template import Template, get_template
+from ...utils.errors import UsageError
 from ..protocol import (DEFAULT_MAX_LOGPROBS, Choice, InferRequest, InferResponse, RequestConfig, StreamDelta, TokenLogprob,
                         TopLogprob, Usage)
 from .base import InferEngine, cut_at_stop
@@ -39,6 +40,8 @@ class PtEngine(InferEngine):
                  max_logprobs: int = DEFAULT_MAX_LOGPROBS):
         if logprobs_mode not in ("raw_logprobs", "processed_logprobs"):
             raise ValueError(f"logprobs_mode must be 'raw_logprobs' or 'processed_logprobs', got {logprobs_mode!r}")
+        if max_batch_size < 1:  # checked before the model loads
+            raise UsageError(f"--max_batch_size must be >= 1, got {max_batch_size}")
         self.logprobs_mode = logprobs_mode
         self.model_name = resolved.model_id
         self.model_dir = resolved.model_dir

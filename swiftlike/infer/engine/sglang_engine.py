@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from ...model import ResolvedModel, check_adapter_dir, load_tokenizer
 from ...template import Template, get_template
+from ...utils.errors import UsageError
 from ...utils.fields import arg
 from ..protocol import (Choice, FinishReason, InferRequest, InferResponse, RequestConfig, StreamDelta, TokenLogprob,
                         TopLogprob, Usage)
@@ -58,11 +59,11 @@ class SglangOptions:
     def __post_init__(self) -> None:
         for name in ("tp_size", "pp_size", "dp_size", "ep_size"):
             if getattr(self, name) < 1:
-                raise ValueError(f"--sglang_{name} must be >= 1, got {getattr(self, name)}")
+                raise UsageError(f"--sglang_{name} must be >= 1, got {getattr(self, name)}")
         if self.mem_fraction_static is not None and not 0 < self.mem_fraction_static < 1:
-            raise ValueError(f"--sglang_mem_fraction_static must be in (0, 1), got {self.mem_fraction_static}")
+            raise UsageError(f"--sglang_mem_fraction_static must be in (0, 1), got {self.mem_fraction_static}")
         if self.context_length is not None and self.context_length < 1:
-            raise ValueError(f"--sglang_context_length must be >= 1, got {self.context_length}")
+            raise UsageError(f"--sglang_context_length must be >= 1, got {self.context_length}")
 
 
 def engine_kwargs(model_dir, opts: SglangOptions, adapters: dict[str, str]) -> dict:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from ...model import ResolvedModel, check_adapter_dir, load_tokenizer
 from ...template import Template, get_template
 from ...utils import get_logger
+from ...utils.errors import UsageError
 from ...utils.fields import arg
 from ..protocol import (DEFAULT_MAX_LOGPROBS, VLLM_EXTENSIONS, Choice, InferRequest, InferResponse, RequestConfig,
                         StreamDelta, TokenLogprob, TopLogprob, Usage)
@@ -65,15 +66,15 @@ class VllmOptions:
 
     def __post_init__(self) -> None:
         if self.tensor_parallel_size < 1:
-            raise ValueError(f"--vllm_tensor_parallel_size must be >= 1, got {self.tensor_parallel_size}")
+            raise UsageError(f"--vllm_tensor_parallel_size must be >= 1, got {self.tensor_parallel_size}")
         if self.max_num_seqs < 1:
-            raise ValueError(f"--vllm_max_num_seqs must be >= 1, got {self.max_num_seqs}")
+            raise UsageError(f"--vllm_max_num_seqs must be >= 1, got {self.max_num_seqs}")
         if self.max_model_len is not None and self.max_model_len < 1:
-            raise ValueError(f"--vllm_max_model_len must be >= 1, got {self.max_model_len}")
+            raise UsageError(f"--vllm_max_model_len must be >= 1, got {self.max_model_len}")
         if not 0 < self.gpu_memory_utilization <= 1:
-            raise ValueError(f"--vllm_gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
+            raise UsageError(f"--vllm_gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
         if self.engine_kwargs is not None and not isinstance(self.engine_kwargs, dict):
-            raise ValueError(f"--vllm_engine_kwargs must be a JSON object of vllm.LLM arguments, got "
+            raise UsageError(f"--vllm_engine_kwargs must be a JSON object of vllm.LLM arguments, got "
                              f"{self.engine_kwargs!r}")
         if self.engine_kwargs and "max_logprobs" in self.engine_kwargs:
             # vLLM's own cap, and the one our servers check requests against: one number, the larger.
@@ -109,7 +110,7 @@ def engine_kwargs(model_dir: str, opts: VllmOptions) -> dict:
         # a 24 GiB machine that also runs a trainer. VLLM_CPU_KVCACHE_SPACE (GiB) overrides it.
         gib = float(os.environ.get("VLLM_CPU_KVCACHE_SPACE") or CPU_KV_CACHE_GIB)
         if gib <= 0:
-            raise ValueError(f"VLLM_CPU_KVCACHE_SPACE must be a positive number of GiB, got {gib}")
+            raise UsageError(f"VLLM_CPU_KVCACHE_SPACE must be a positive number of GiB, got {gib}")
         kwargs["kv_cache_memory_bytes"] = int(gib * (1 << 30))
     else:
         kwargs["gpu_memory_utilization"] = opts.gpu_memory_utilization
@@ -169,7 +170,7 @@ class VllmEngine(InferEngine):
     def add_adapter(self, name: str, path: str) -> None:
         from vllm.lora.request import LoRARequest
         if not self.options.enable_lora:
-            raise ValueError("this vLLM engine was started without LoRA support; pass --vllm_enable_lora true")
+            raise UsageError("this vLLM engine was started without LoRA support; pass --vllm_enable_lora true")
         path = str(check_adapter_dir(path))
         self._adapters[name] = LoRARequest(name, next(self._lora_ids), path)
 

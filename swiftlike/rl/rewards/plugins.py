@@ -24,7 +24,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 
+from ...utils.errors import MissingInputError, UsageError
 from ...utils.registry import restore_registries, snapshot_registries
+
+
+class PluginImportError(UsageError, RuntimeError):
+    """A plugin file raised while it was imported. A usage error (the user's file is at fault, and the message names
+    it with the exception; its traceback is chained for SWIFTLIKE_LOG_LEVEL=DEBUG), still a RuntimeError for
+    callers that catch one."""
+
 
 # resolved path -> imported module; a file named twice (or loaded again in the same process) is imported once.
 _LOADED: dict[Path, ModuleType] = {}
@@ -41,9 +49,9 @@ def load_external_plugin(path: str | Path) -> ModuleType:
     given = str(path)
     path = Path(path).expanduser()
     if not path.exists():
-        raise FileNotFoundError(f"--external_plugins {given}: no such file")
+        raise MissingInputError(f"--external_plugins {given}: no such file")
     if not path.is_file() or path.suffix != ".py":
-        raise ValueError(f"--external_plugins {given}: not a Python file (expected a path to a .py file)")
+        raise UsageError(f"--external_plugins {given}: not a Python file (expected a path to a .py file)")
     path = path.resolve()
     if path in _LOADED:
         return _LOADED[path]
@@ -51,7 +59,7 @@ def load_external_plugin(path: str | Path) -> ModuleType:
     name = _module_name(path)
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:  # pragma: no cover - a .py file always has a loader
-        raise ValueError(f"--external_plugins {given}: Python cannot import this file")
+        raise UsageError(f"--external_plugins {given}: Python cannot import this file")
     module = importlib.util.module_from_spec(spec)
     # Registered for the duration: dataclasses, pickling and inspect.getsourcefile look the module up here.
     sys.modules[name] = module
@@ -66,7 +74,7 @@ def load_external_plugin(path: str | Path) -> ModuleType:
         restore_registries(before)
         if not isinstance(e, Exception):
             raise
-        raise RuntimeError(f"--external_plugins {given}: importing it failed: {type(e).__name__}: {e}") from e
+        raise PluginImportError(f"--external_plugins {given}: importing it failed: {type(e).__name__}: {e}") from e
     _LOADED[path] = module
     return module
 

@@ -5,7 +5,8 @@ import sys
 
 import pytest
 
-from swiftlike.arguments import InferArguments, parse_args
+from swiftlike.arguments import InferArguments, TrainArguments, parse_args
+from swiftlike.utils.errors import NotBuiltError
 
 
 def test_ms_swift_style_flags():
@@ -26,6 +27,32 @@ def test_config_file_and_cli_override(tmp_path):
     jpath = tmp_path / "infer.json"
     jpath.write_text(json.dumps({"model": "m", "top_k": 5}))
     assert parse_args(InferArguments, ["--config", str(jpath)]).top_k == 5
+
+
+def test_a_config_file_takes_the_aliases_the_command_line_takes(tmp_path, capsys):
+    """`train_type:` in a YAML is `--train_type` on the command line (ms-swift's name for --tuner_type); a file
+    once refused it as an unknown argument. Giving both names of one argument is refused by name."""
+    path = tmp_path / "sft.yaml"
+    path.write_text("model: m\ndataset: [d.jsonl]\ntrain_type: full\nbatch_size: 3\n")
+    args = parse_args(TrainArguments, ["--config", str(path)])
+    assert (args.tuner_type, args.per_device_train_batch_size) == ("full", 3)
+    path.write_text("model: m\ndataset: [d.jsonl]\ntrain_type: full\ntuner_type: lora\n")
+    with pytest.raises(SystemExit) as stopped:
+        parse_args(TrainArguments, ["--config", str(path)])
+    assert stopped.value.code == 2
+    assert f"--config {path}: `train_type` and `tuner_type` are one argument (tuner_type); give it once" in \
+        capsys.readouterr().err
+
+
+def test_a_ray_job_yaml_takes_the_aliases_too(tmp_path):
+    from swiftlike.arguments.ray_args import load_ray_job
+    path = tmp_path / "job.yaml"
+    path.write_text("rlhf_type: grpo\nmodel: tiny-random/qwen2_5\ndataset: [swiftlike/arithmetic#8]\n"
+                    "reward_funcs: [accuracy]\nnum_generations: 2\nbatch_size: 2\nmax_completion_length: 8\n"
+                    "use_vllm: true\ncolocate_groups: [[train, rollout]]\ntrain: {gpus: 1, train_type: full}\n"
+                    "rollout: {gpus: 1}\n")
+    job = load_ray_job(["--config", str(path)])
+    assert (job.train.tuner_type, job.train.per_device_train_batch_size) == ("full", 2)
 
 
 def run_cli(*argv):
@@ -52,7 +79,7 @@ def test_python_api_validates_like_cli():
         InferArguments(model="m", top_p=1.5)
     with pytest.raises(ValueError, match="--model is required"):
         InferArguments()
-    with pytest.raises(ValueError, match="not available in swiftlike infer yet"):
+    with pytest.raises(NotBuiltError, match="--infer_backend sglang in swiftlike infer"):
         InferArguments(model="m", infer_backend="sglang")
 
 
@@ -71,7 +98,7 @@ def test_cli_usage_and_refused_commands():
     r = run_cli("web-ui", "--server_name", "0.0.0.0")
     assert r.returncode == 2 and "needs --api_key" in r.stderr
     r = run_cli("rollout", "--model", "no/such-model-xyz", "--vllm_data_parallel_size", "2")
-    assert r.returncode == 2 and "one engine per server" in r.stderr
+    assert r.returncode == 3 and "one engine per server" in r.stderr
     r = run_cli("train")
     assert r.returncode != 0 and "unknown command 'train'" in r.stderr
     r = run_cli("infer", "--help")
