@@ -13,8 +13,11 @@ def engine_answer(template, text):
     return Choice(0, template.tokenizer.decode(ids, skip_special_tokens=True), ids, "stop", logprobs)
 
 
+QWEN_CONTEXT = 32768  # Qwen2.5's max_position_embeddings: the context length an engine of it reports
+
+
 async def drive(template, scheduler, request, turns, max_completion_length=4096, limit_scope="per_round",
-                max_model_len=None):
+                max_model_len=QWEN_CONTEXT):
     """One trajectory whose turns sample the texts `turns`, in order, each cut to its budget as the loop cuts it;
     -> (Trajectory, the engine answers given). Stops early where the trajectory ends."""
     run = TrajectoryRun(request, template, scheduler, max_turns=None, max_completion_length=max_completion_length,

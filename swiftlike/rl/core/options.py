@@ -501,8 +501,8 @@ class MultiTurnOptions:
         "model's tool calls, read with --agent_template), math_tip_trick, gym_scheduler (an environment, "
         "--gym_env), or a name registered in an --external_plugins file. Default: one turn per prompt.",
         only=ONLINE)
-    max_turns: int | None = arg(None, "Most assistant turns in one trajectory; default no limit (the scheduler or "
-                                "the length limit ends it).", only=ONLINE)
+    max_turns: int | None = arg(None, "Most assistant turns in one trajectory; default no limit of turns (the "
+                                "scheduler, the length limit or the model's context ends it).", only=ONLINE)
     completion_length_limit_scope: LimitScope = arg(
         "per_round", "What --max_completion_length bounds in a multi-turn trajectory: per_round, each sampled "
         "turn; total, all completion ids together (sampled turns and the tool results or observations between "

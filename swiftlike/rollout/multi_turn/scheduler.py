@@ -18,8 +18,16 @@ token limit gets that ending inserted (mask 0) when its scheduler goes on; one t
 **Length limits** (`--completion_length_limit_scope`): `per_round` caps each turn at max_completion_length;
 `total` caps all completion ids (sampled and inserted) at max_completion_length, each turn getting what is
 left. Inserted ids that would leave no room for another sampled token are not appended; the trajectory ends
-there. The engine's max_model_len bounds prompt + completion the same way. A trajectory cut by any of these,
-or whose last turn hit its token limit, is `truncated`.
+there. The model's context bounds prompt + completion the same way: the engine's max_model_len, or, for an engine
+that sets none (pt), the model's own (config.json's max_position_embeddings), so every trajectory has a finite
+bound even with `per_round` and no max_turns; where neither is known, that configuration is refused by name. A
+trajectory cut by any of these, or whose last turn hit its token limit, is `truncated`.
+
+**What was trained is what the conversation and the counts say.** A turn's `step` is run only when what it could
+append fits (`least_next_ids`: a tool call whose results could not fit is never run), and what a step reports
+(`tool_calls`, `tool_errors`, a reward, rollout_infos) is kept only with the ids it appended: a turn that cannot be
+continued (it stopped on another token than the template's end of turn) or whose results did not fit leaves the
+conversation, the counts and the ids as they were after its sampled ids.
 
 **Batching.** Each turn, the trajectories still going are generated with one `engine.infer` call (lockstep),
 with max_tokens the largest budget among them and each answer cut back to its own budget (a prefix of a
@@ -41,8 +49,10 @@ import asyncio
 import copy
 import dataclasses
 import inspect
+import json
 import uuid as uuid_lib
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Literal
 
 from ...infer.engine.base import InferEngine
@@ -54,6 +64,8 @@ LimitScope = Literal["total", "per_round"]
 Generate = Callable[[InferRequest, RequestConfig], Awaitable[InferResponse]]
 
 _PROBE_CALL = ToolCall("swiftlike_probe_tool", {}).as_message_call()
+# config.json keys that hold a model's context length, as transformers' model families name it
+CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
 
 
 class EnvFailure(RuntimeError):
@@ -70,7 +82,8 @@ class MultiTurnScheduler:
       the assistant's message, added to it): `on_turn_end(request, choice, turn)` (async) -> dict, then
       `check_finished(request, choice, turn)`; a `done` from on_turn_end overrides check_finished, and
       `max_turns` ends it regardless;
-    - if it goes on, `step(request, choice, turn)` (sync or async; a sync one runs in a worker thread, so
+    - if it goes on, and `least_next_ids(request, choice)` more ids would leave room for another sampled token,
+      `step(request, choice, turn)` (sync or async; a sync one runs in a worker thread, so
       state it shares across trajectories needs a lock) -> dict: appends what comes next to
       `request.messages` (tool results, or one user message), or returns the turn's ids itself;
     - `on_trajectory_end(request)` (async) once at the end, however it ends (swiftlike's: closes environments).
@@ -79,7 +92,8 @@ class MultiTurnScheduler:
     next request, default the same one), `response_token_ids` / `response_loss_mask` / `rollout_logprobs`
     (step: this turn's ids, their mask and the log-probs of the mask-1 ones), `rollout_infos` (merged into
     `Trajectory.infos`), `reward` (a step reward, appended to `step_rewards`), `tool_calls` / `tool_errors`
-    (counts added up). `choice` is the engine's answer for the turn (`infer.protocol.Choice`).
+    (counts added up; step's only when the ids it appended are kept). `choice` is the engine's answer for the turn
+    (`infer.protocol.Choice`).
     """
 
     def __init__(self, template: Template, max_turns: int | None = None, gym_env: str | None = None):
@@ -107,6 +121,12 @@ class MultiTurnScheduler:
         if choice.finish_reason == "length":
             return True
         return bool(self.max_turns) and current_turn >= self.max_turns
+
+    def least_next_ids(self, request: RolloutRequest, choice: Choice) -> int:
+        """The fewest ids `step` would append after the turn's sampled ids (swiftlike's hook): the loop does not
+        call `step` when even these would leave no room for another sampled token, so work whose result could not
+        be kept (a tool call) is not done. 0 by default."""
+        return 0
 
     def step(self, request: RolloutRequest, choice: Choice, current_turn: int) -> dict:
         raise NotImplementedError(f"{type(self).__name__} must implement step(request, choice, current_turn): append "
@@ -140,6 +160,33 @@ def tool_turn_ids(template: Template, results: list[str]) -> list[int]:
     return template.encode_tool_turn(probe)
 
 
+def context_length(engine: InferEngine) -> int | None:
+    """The longest prompt + completion `engine` can take: its max_model_len, else (an engine that sets no limit of
+    its own, such as pt) the model's context length from its config.json; None when neither is known."""
+    if engine.max_model_len is not None:
+        return int(engine.max_model_len)
+    config_file = Path(engine.model_dir) / "config.json" if engine.model_dir is not None else None
+    if config_file is None or not config_file.is_file():
+        return None
+    config = json.loads(config_file.read_text(encoding="utf-8"))
+    for section in (config, config.get("text_config") or {}):
+        for key in CONTEXT_KEYS:
+            if isinstance(section.get(key), int) and section[key] > 0:
+                return section[key]
+    return None
+
+
+def check_bounded(max_turns: int | None, limit_scope: str, max_model_len: int | None) -> None:
+    """Refuse a multi-turn configuration in which nothing ends a trajectory whose model never stops (a tool call
+    every turn): no max_turns, a per-round length limit and no known context length."""
+    if not max_turns and limit_scope == "per_round" and max_model_len is None:
+        raise ValueError("nothing bounds a multi-turn trajectory here: --max_turns is unset, "
+                         "--completion_length_limit_scope is per_round (each turn capped, not their sum) and the "
+                         "engine knows no context length (no max_model_len, no max_position_embeddings in the "
+                         "model's config.json), so a model that calls a tool every turn would never stop; set "
+                         "--max_turns N, or --completion_length_limit_scope total, or --vllm_max_model_len")
+
+
 def _prefix_spans(spans: list[list[int]] | None, count: int) -> list[list[int]] | None:
     """The spans of the first `count` ids (none kept: the first version, for the inserted ids that follow)."""
     if spans is None:
@@ -166,6 +213,7 @@ class TrajectoryRun:
             raise ValueError(f"--completion_length_limit_scope must be 'total' or 'per_round', got {limit_scope!r}")
         if max_completion_length < 1:
             raise ValueError(f"--max_completion_length must be >= 1, got {max_completion_length}")
+        check_bounded(max_turns, limit_scope, max_model_len)
         self.request = request
         self.template = template
         self.scheduler = scheduler
@@ -230,6 +278,10 @@ class TrajectoryRun:
                 self._append(sampled, [1] * len(sampled), logprobs, spans)
                 self.finish()
                 return
+            if not self._fits(len(sampled) + self.scheduler.least_next_ids(self.request, choice)):
+                self._append(sampled, [1] * len(sampled), logprobs, spans)
+                self.finish(cut=True)  # what step would append cannot fit: it is not run
+                return
             before = copy.deepcopy(self.request.messages)
             stepped = await _step(self.scheduler, self.request, choice, self.turns)
             if not isinstance(stepped, dict):
@@ -240,13 +292,14 @@ class TrajectoryRun:
             self._fail(failure)
             return
         self.request = stepped.get("infer_request", self.request)
-        self._absorb(stepped)
         turn = self._turn_ids(stepped, sampled, logprobs, spans, len(before))
         if turn is None or not self._fits(len(turn[0])):
-            self.request.messages = before  # what was never appended as ids is not part of the conversation
+            # what was never appended as ids is not part of the conversation, nor of the counts
+            self.request.messages = before
             self._append(sampled, [1] * len(sampled), logprobs, spans)
             self.finish(cut=turn is not None)
             return
+        self._absorb(stepped)
         self._append(*turn)
 
     def _sampled(self, choice: Choice, policy_version: int | None, budget: int | None):
@@ -388,9 +441,10 @@ async def run_trajectories(engine: InferEngine, template: Template, scheduler: M
         raise ValueError(f"multi-turn rollouts sample one answer per request and turn (n=1), got n={config.n}; "
                          "repeat a request for several trajectories of it (as GRPO repeats a row per generation)")
     _give_ids(requests)
+    max_model_len = context_length(engine)
     runs = [TrajectoryRun(request, template, scheduler, max_turns=max_turns,
                           max_completion_length=max_completion_length, limit_scope=limit_scope,
-                          max_model_len=engine.max_model_len) for request in requests]
+                          max_model_len=max_model_len) for request in requests]
     stop = list(dict.fromkeys([*config.stop, *scheduler.stop_words]))
     turn_config = dataclasses.replace(config, logprobs=True, stop=stop)
     try:

@@ -4,6 +4,12 @@ Model output is untrusted input here: a call that does not parse, names a tool t
 times out or answers with something other than text becomes a tool result saying so (a JSON `{"error": ...}`,
 as the tools themselves report bad calls), and the trajectory goes on. An environment that raises ends only its
 own trajectory (`EnvFailure` -> `Trajectory.env_error`).
+
+Messages, counts and ids agree: a call turn's assistant message lists every call the model made, in order, one
+tool result each (a call that did not parse as `{"type": "function", "function": {"name": "", "arguments": {}},
+"text": <what the model wrote>, "error": <why it did not parse>}`), `tool_calls` counts them and `tool_errors` the
+results that are errors; a call turn that cannot be continued (cut, or ended on another token than the end of a
+call turn) runs nothing and counts nothing.
 """
 from __future__ import annotations
 
@@ -13,11 +19,11 @@ import json
 
 from ...infer.protocol import Choice
 from ...rl.rewards.functions import MathAccuracy
-from ...template import Template, normalize_tools
+from ...template import ParsedCall, Template, normalize_tools
 from ...tools.sandbox import ToolLimits, run_tool_isolated
 from ...utils import get_logger
 from .envs import Env, get_env
-from .scheduler import EnvFailure, MultiTurnScheduler
+from .scheduler import EnvFailure, MultiTurnScheduler, tool_turn_ids
 from .trajectory import RolloutRequest
 
 logger = get_logger("swiftlike.rollout")
@@ -54,17 +60,23 @@ class ToolCallScheduler(MultiTurnScheduler):
     def stop_words(self) -> tuple[str, ...]:
         return tuple(self.template.tool_parser.stop_words)
 
-    def _calls_submitted(self, text: str) -> bool:
-        parser = self.template.tool_parser
-        if parser.results_turn:
-            return True
+    def _calls_submitted(self, choice: Choice) -> bool:
+        """Whether the turn ended where the template ends a call turn (hermes: its end-of-turn token, ReAct:
+        `Observation:`), so that results can follow it; a turn that stopped on another token (the model's
+        end-of-document) submitted nothing, and its calls are not run."""
+        text = self.tokenizer.decode(list(choice.token_ids), skip_special_tokens=False)
         return text.rstrip().endswith(self.template.tool_call_turn_end)
 
     def check_finished(self, request: RolloutRequest, choice: Choice, current_turn: int) -> bool:
         text = request.messages[-1]["content"]
-        if not self._calls_submitted(text) or not self.template.parse_tool_calls(text).calls:
+        if not self._calls_submitted(choice) or not self.template.parse_tool_calls(text).calls:
             return True
         return super().check_finished(request, choice, current_turn)
+
+    def least_next_ids(self, request: RolloutRequest, choice: Choice) -> int:
+        """The ids of the results turn with every result empty: no call runs unless its results could fit."""
+        calls = self.template.parse_tool_calls(request.messages[-1]["content"]).calls
+        return len(tool_turn_ids(self.template, [""] * len(calls)))
 
     async def step(self, request: RolloutRequest, choice: Choice, current_turn: int) -> dict:
         parsed = self.template.parse_tool_calls(request.messages[-1]["content"])
@@ -80,8 +92,8 @@ class ToolCallScheduler(MultiTurnScheduler):
                 text, problem = await self.run_tool(call.call.name, call.call.arguments)
             errors += problem is not None
             results.append({"role": "tool", "content": text, **({"name": call.call.name} if call.call else {})})
-        if parsed.valid_calls:
-            request.messages[-1] = parsed.as_message()
+        request.messages[-1] = {"role": "assistant", "content": parsed.content,
+                                "tool_calls": [_message_call(call) for call in parsed.calls]}
         request.messages.extend(results)
         return {"infer_request": request, "tool_calls": len(parsed.calls), "tool_errors": errors}
 
@@ -89,6 +101,13 @@ class ToolCallScheduler(MultiTurnScheduler):
         """(the result text the model sees, None or why the call failed), from a sandboxed process."""
         outcome = await asyncio.to_thread(run_tool_isolated, name, arguments, self.tool_limits)
         return outcome.text, outcome.error
+
+
+def _message_call(parsed: ParsedCall) -> dict:
+    """A call as the assistant message lists it; one that did not parse keeps what the model wrote and why."""
+    if parsed.call is not None:
+        return parsed.call.as_message_call()
+    return {"type": "function", "function": {"name": "", "arguments": {}}, "text": parsed.text, "error": parsed.error}
 
 
 class MathTipScheduler(MultiTurnScheduler):

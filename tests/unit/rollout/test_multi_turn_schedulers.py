@@ -1,14 +1,19 @@
 """The built-in schedulers once each, bad tool calls and failing environments as the model and the run see them,
-the length limits and max_turns through the real loop on the tiny model (pt engine), and the scheduler registry."""
+the length limits and max_turns through the real loop on the tiny model (pt engine), and the scheduler registry.
+Messages, tool counts and trained ids agree however a call turn ends; every run has a finite bound (the model's
+context when nothing else bounds it), and a configuration with none is refused."""
 import asyncio
+import dataclasses
 import json
 import threading
 import pytest
 from trajectories import VERSION, drive, engine_answer
 
 from swiftlike.dataset import load_dataset
+from swiftlike.infer.engine.pt_engine import PtEngine
 from swiftlike.infer.protocol import RequestConfig
-from swiftlike.rollout.multi_turn.scheduler import TrajectoryRun
+from swiftlike.rollout.multi_turn.scheduler import TrajectoryRun, context_length, tool_turn_ids
+from swiftlike.rollout.multi_turn.schedulers import ToolCallScheduler
 from swiftlike.rollout.multi_turn import (Env, MultiTurnScheduler, RolloutRequest, build_scheduler, envs, multi_turns,
                                           register_env, register_scheduler, run_trajectories_sync)
 from swiftlike.rl.rewards.plugins import load_external_plugin
@@ -313,3 +318,151 @@ def test_a_blocking_sync_step_does_not_stop_the_other_trajectories(tiny_template
     done = asyncio.run(two_at_once())
     assert [trajectory.turns for trajectory, _ in done] == [2, 2]
     assert not barrier.broken
+
+
+class CountingToolScheduler(ToolCallScheduler):
+    """tool_call_scheduler, counting the tools it runs (each still runs in the sandbox)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.ran = []
+
+    async def run_tool(self, name, arguments):
+        self.ran.append(name)
+        return await super().run_tool(name, arguments)
+
+
+def assert_agrees(trajectory, template):
+    """Messages, counts and trained ids tell one story: every call listed in an assistant message is answered by one
+    tool message, `tool_calls` counts them, `tool_errors` the error results, and every tool result and nothing else
+    was inserted as ids after its call turn."""
+    messages = trajectory.messages
+    listed = sum(len(m.get("tool_calls") or []) for m in messages)
+    results = [m for m in messages if m["role"] == "tool"]
+    assert listed == len(results) == trajectory.tool_calls
+    for i, message in enumerate(messages):
+        if message.get("tool_calls"):
+            following = messages[i + 1:i + 1 + len(message["tool_calls"])]
+            assert [m["role"] for m in following] == ["tool"] * len(message["tool_calls"])
+    assert trajectory.tool_errors == sum("error" in json.loads(m["content"]) for m in results)
+    inserted = [tid for tid, m in zip(trajectory.completion_ids, trajectory.loss_mask) if not m]
+    expected = []
+    for i, message in enumerate(messages):
+        if message.get("tool_calls"):
+            answers = [m["content"] for m in messages[i + 1:i + 1 + len(message["tool_calls"])]]
+            expected += tool_turn_ids(template, answers)
+        elif message["role"] == "user" and i > 0 and messages[i - 1]["role"] == "assistant":
+            expected += template.encode_user_turn(message["content"])
+    assert inserted == expected
+
+
+CALL = hermes_call("calculator", {"expression": "6 * 7"})
+
+
+def tool_request(tools):
+    return RolloutRequest(messages=[{"role": "user", "content": "What is 6 * 7?"}], tools=tools)
+
+
+def test_a_call_turn_that_ends_on_another_token_runs_and_counts_nothing(tiny_template, odd_tools):
+    """The engine stopped the call turn on something other than <|im_end|> (an end-of-document token such as Qwen's
+    <|endoftext|>, which the tiny tokenizer lacks, or a stop word): the turn cannot be continued as the template
+    writes a call turn, so the trajectory ends there, no tool runs and no call is counted."""
+    scheduler = CountingToolScheduler(tiny_template)
+    trajectory, choices = asyncio.run(drive(tiny_template, scheduler, tool_request(odd_tools),
+                                            [CALL, "Never sampled.<|im_end|>"]))
+    assert choices[0].finish_reason == "stop"
+    assert scheduler.ran == [] and (trajectory.tool_calls, trajectory.tool_errors, trajectory.turns) == (0, 0, 1)
+    assert trajectory.messages == [{"role": "user", "content": "What is 6 * 7?"},
+                                   {"role": "assistant", "content": CALL}]
+    assert trajectory.completion_ids == list(choices[0].token_ids) and set(trajectory.loss_mask) == {1}
+    assert_agrees(trajectory, tiny_template)
+
+
+def test_a_result_that_does_not_fit_the_total_is_not_kept_nor_counted_and_no_room_runs_nothing(tiny_template,
+                                                                                                odd_tools):
+    turn = CALL + "<|im_end|>"
+    sampled = len(tiny_template.tokenizer(turn, add_special_tokens=False)["input_ids"])
+    empty = len(tool_turn_ids(tiny_template, [""]))
+    result = len(tool_turn_ids(tiny_template, ['{"result": 42}']))
+    # room for the results turn with an empty result, not for the real one: the tool runs, its result is dropped
+    scheduler = CountingToolScheduler(tiny_template)
+    trajectory, choices = asyncio.run(drive(tiny_template, scheduler, tool_request(odd_tools), [turn, "42<|im_end|>"],
+                                            max_completion_length=sampled + empty + 2, limit_scope="total"))
+    assert sampled + empty + 2 <= sampled + result  # the real result would leave no room for another token
+    assert scheduler.ran == ["calculator"] and (trajectory.tool_calls, trajectory.tool_errors) == (0, 0)
+    assert trajectory.truncated and trajectory.turns == 1 and [m["role"] for m in trajectory.messages] == [
+        "user", "assistant"]
+    assert trajectory.completion_ids == list(choices[0].token_ids)
+    assert_agrees(trajectory, tiny_template)
+    # no room even for an empty result: the tool is not run at all
+    scheduler = CountingToolScheduler(tiny_template)
+    trajectory, _ = asyncio.run(drive(tiny_template, scheduler, tool_request(odd_tools), [turn, "42<|im_end|>"],
+                                      max_completion_length=sampled + empty, limit_scope="total"))
+    assert scheduler.ran == [] and trajectory.tool_calls == 0 and trajectory.truncated
+    assert_agrees(trajectory, tiny_template)
+    # and with room for the result, it is kept, counted and inserted
+    scheduler = CountingToolScheduler(tiny_template)
+    trajectory, _ = asyncio.run(drive(tiny_template, scheduler, tool_request(odd_tools), [turn, "42<|im_end|>"],
+                                      max_completion_length=sampled + result + 8, limit_scope="total"))
+    assert scheduler.ran == ["calculator"] and trajectory.tool_calls == 1 and trajectory.turns == 2
+    assert_agrees(trajectory, tiny_template)
+
+
+def test_a_valid_and_a_malformed_call_list_two_calls_answered_by_two_results(tiny_template, odd_tools):
+    scheduler = CountingToolScheduler(tiny_template)
+    bad = "<tool_call>\n{not json}\n</tool_call>"
+    trajectory, _ = asyncio.run(drive(tiny_template, scheduler, tool_request(odd_tools),
+                                      [f"Let me compute.\n{CALL}\n{bad}<|im_end|>", "It is 42.<|im_end|>"]))
+    assert scheduler.ran == ["calculator"] and (trajectory.tool_calls, trajectory.tool_errors) == (2, 1)
+    call_turn = trajectory.messages[1]
+    assert call_turn["content"] == "Let me compute."
+    assert call_turn["tool_calls"][0] == {"type": "function", "function": {"name": "calculator",
+                                                                          "arguments": {"expression": "6 * 7"}}}
+    assert call_turn["tool_calls"][1]["function"] == {"name": "", "arguments": {}}
+    assert call_turn["tool_calls"][1]["text"] == bad and call_turn["tool_calls"][1]["error"]
+    assert [json.loads(m["content"]) for m in trajectory.messages[2:4]][0] == {"result": 42}
+    assert "did not parse" in json.loads(trajectory.messages[3]["content"])["error"]
+    assert_agrees(trajectory, tiny_template)
+
+
+class NeverDone(MultiTurnScheduler):
+    """A model that never stops: every turn gets a long observation and another turn, as a tool loop would."""
+
+    def check_finished(self, request, choice, current_turn):
+        return False
+
+    def step(self, request, choice, current_turn):
+        request.messages.append({"role": "user", "content": "again " * 200})
+        return {"infer_request": request}
+
+
+@pytest.mark.timeout(300)
+def test_a_loop_that_never_ends_is_bounded_by_the_models_context(pt_tiny, tiny_template):
+    """pt sets no max_model_len, and --max_turns unset with per_round caps nothing in total: the model's own
+    context (config.json's max_position_embeddings, 4096 for the tiny model) ends the trajectory."""
+    assert pt_tiny.max_model_len is None and context_length(pt_tiny) == 4096
+    trajectory, = run_trajectories_sync(pt_tiny, tiny_template, NeverDone(tiny_template),
+                                        [RolloutRequest(messages=[{"role": "user", "content": "Talk."}])],
+                                        CONFIG, max_turns=None, max_completion_length=4, limit_scope="per_round")
+    assert trajectory.truncated and 1 < trajectory.turns < 40
+    assert len(trajectory.prompt_ids) + len(trajectory.completion_ids) < 4096
+
+
+def test_a_configuration_with_no_bound_is_refused_by_name(pt_tiny, tiny_resolved, tiny_template, tmp_path):
+    """An engine that knows no context length (its config.json has none) with --max_turns unset and a per-round
+    limit: refused before anything is generated, naming the flags that bound it."""
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "qwen2"}))
+    blind = PtEngine(dataclasses.replace(tiny_resolved, model_dir=tmp_path), tiny_template, model=pt_tiny.model)
+    assert context_length(blind) is None
+    request = RolloutRequest(messages=[{"role": "user", "content": "Talk."}])
+    with pytest.raises(ValueError, match=r"nothing bounds a multi-turn trajectory.*--max_turns N, or "
+                                         r"--completion_length_limit_scope total, or --vllm_max_model_len"):
+        run_trajectories_sync(blind, tiny_template, NeverDone(tiny_template), [request], CONFIG, max_turns=None,
+                              max_completion_length=4)
+    two_turns, = run_trajectories_sync(blind, tiny_template, NeverDone(tiny_template), [request], CONFIG,
+                                       max_turns=2, max_completion_length=4)
+    assert two_turns.turns == 2
+    in_total, = run_trajectories_sync(blind, tiny_template, NeverDone(tiny_template),
+                                      [RolloutRequest(messages=[{"role": "user", "content": "Talk."}])], CONFIG,
+                                      max_turns=None, max_completion_length=40, limit_scope="total")
+    assert in_total.truncated and len(in_total.completion_ids) <= 40
