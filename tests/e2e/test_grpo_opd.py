@@ -77,6 +77,19 @@ def test_a_few_steps_move_the_student_toward_the_teacher(tmp_path, tiny_resolved
     assert last < 0.6 * first, [e["teacher_kl"] for e in log]
 
 
+def test_a_student_identical_to_its_reference_and_teacher_reads_zero_with_top_k_top_p(tmp_path):
+    """LoRA at its initialisation is its base exactly, and the base is both the reference (adapter disabled) and
+    the OPD-RL teacher (the same --model under LoRA): every comparison reads 0 at the first step. With --top_k /
+    --top_p the old log-probs of the ratio are the filtered ones; --kl_in_reward's sequence KL and the teacher term
+    compare the temperature-scaled ones on both sides, as the reference and teacher are scored (was: the filter
+    itself read as KL, 63 nats a 16-token sequence here and a teacher_kl of 3.0, the teacher term pushed
+    negative)."""
+    log = opd(tmp_path, "--tuner_type", "lora", "--teacher_model", TINY, "--beta", "0.04", "--kl_in_reward", "true",
+              "--temperature", "0.8", "--top_k", "40", "--top_p", "0.9", steps=1)
+    assert abs(log[0]["kl_in_reward/kl"]) < 1e-5 and abs(log[0]["teacher_kl"]) < 1e-6, log
+    assert log[0]["sampling/forced_keep_frac"] == 0  # the filter is on, and the trainer rebuilds the engine's set
+
+
 SERVED = ("--teacher_model_server", "http://127.0.0.1:1")
 
 

@@ -154,8 +154,8 @@ def test_three_turns_on_the_megatron_backend(tmp_path):
 def test_pt_engine_in_two_processes_with_environment_rewards_and_a_failing_environment(tmp_path):
     """The pt engine (the training model generates), NPROC_PER_NODE=2 (each rank rolls out its own share of the
     groups), the scheduler's step rewards as the env reward column (--use_gym_env true, weight 0.5), and an
-    environment that raises on every 3rd trajectory: those are dropped (reward 0, no loss, counted and logged
-    with their row) and the run goes on."""
+    environment that raises on every 3rd trajectory: those are dropped (no reward, advantage 0, out of their group's
+    statistics, no loss, counted and logged with their row) and the run goes on."""
     steps, run_dir, stderr = rlhf(tmp_path, "--use_vllm", "false", "--multi_turn_scheduler", "observe_every_turn",
                                   "--use_gym_env", "true", "--reward_weights", "1", "1", "0.5",
                                   env={"NPROC_PER_NODE": "2", "PROBE_FAIL_EVERY": "3"})
@@ -168,7 +168,17 @@ def test_pt_engine_in_two_processes_with_environment_rewards_and_a_failing_envir
     assert "the probe environment broke on purpose" in stderr and "is dropped" in stderr
     lines = completions(run_dir)
     broken = [line for line in lines if line["env_error"]]
-    assert broken and all(line["reward"] == 0 and line["turns"] == 2 for line in broken)
+    assert broken and all(line["reward"] is None and line["advantage"] == 0 and line["turns"] == 2
+                          for line in broken)
+    # each group (rank 0's, four lines a step) compares the trajectories that were not dropped among themselves
+    for start in range(0, len(lines), 4):
+        group = lines[start:start + 4]
+        kept = [line["reward"] for line in group if not line["env_error"]]
+        mean = sum(kept) / len(kept)
+        std = math.sqrt(sum((r - mean) ** 2 for r in kept) / (len(kept) - 1)) if len(kept) > 1 else 0.0
+        for line in group:
+            if not line["env_error"]:
+                assert line["advantage"] == pytest.approx((line["reward"] - mean) / (std + 1e-4), abs=1e-4), group
     for line in lines:
         if not line["env_error"]:  # accuracy 0 (a random model), spoken_length, and 0.5 x the env's return
             spoken = sum(len(m["content"] or "") for m in line["messages"] if m["role"] == "assistant") / 100

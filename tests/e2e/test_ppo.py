@@ -135,6 +135,16 @@ def test_ppo_pt_rollout_whitened_k3_with_missing_eos_penalty(tmp_path):
     assert (tmp_path / "probe.txt").read_text().split("\n")[:-1] == ["0 0", "1 0", "2 0", "3 0"]
 
 
+def test_the_kl_penalty_to_an_identical_reference_reads_zero_with_top_k_top_p(tmp_path):
+    """LoRA at its initialisation is its base, the reference (adapter disabled), exactly. With --top_k / --top_p the
+    ratio's old log-probs are the filtered ones; the --kl_coef penalty compares the temperature-scaled ones on both
+    sides, as TRL and ms-swift do, so it reads 0 at the first step (was: the filter itself read as KL, 3.9 nats a
+    token here)."""
+    steps, _ = rlhf(tmp_path, "--reward_funcs", "text_length", "--use_vllm", "false", "--tuner_type", "lora",
+                    "--kl_coef", "0.05", "--temperature", "0.8", "--top_k", "40", "--top_p", "0.9", steps=1)
+    assert abs(steps[0]["ppo/kl"]) < 1e-6 and abs(steps[0]["ppo/non_score_reward"]) < 1e-6, steps[0]
+
+
 def test_the_critics_training_pass_serves_as_its_values_pass(tmp_path):
     """A batch trained on once in one optimizer step: the critic's sampling-time values come from its training
     forward, whose value loss is backpropagated then (`_train_critic`). Against the same run with the separate

@@ -389,8 +389,8 @@ class RolloutOptions:
         "pass): token_k1/k2/k3, seq_sum_k1/k2/k3, seq_mean_k1/k2/k3 (geometric), seq_max_k2/k3; a rejected token "
         "or sequence gets no loss. Needs --use_vllm true (the engine's log-probs).", only=GRPO)
     rollout_rs_threshold: str | None = arg(
-        None, "Bounds for --rollout_rs, one for all or one per option: LOWER_UPPER on the ratio for k1 (e.g. "
-        "0.5_2.0), an upper bound for k2/k3 (e.g. 0.01).", only=GRPO)
+        None, "Bounds for --rollout_rs, one for all or one per option: LOWER_UPPER on pi_rollout / pi_train for k1 "
+        "(verl's; e.g. 0.5_2.0), an upper bound for k2/k3 (e.g. 0.01).", only=GRPO)
     rollout_bypass_mode: bool = arg(
         False, "verl's bypass mode: the rollout engine's log-probs are the old policy, so the ratio is pi_theta / "
         "pi_rollout and PPO's clip corrects the mismatch; saves the old-policy forward pass. Needs --use_vllm true; "

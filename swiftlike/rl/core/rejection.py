@@ -9,18 +9,24 @@ loss. Each rule names a level and a divergence, `LEVEL_DIVERGENCE` with verl's o
 
 - level `token` (each token on its own), `seq_sum` (the sequence's sum: the full likelihood ratio),
   `seq_mean` (its mean: the geometric-mean ratio, one threshold for every length), `seq_max` (its worst token).
-- divergence, with `d = log(pi_train / pi_rollout)` per token: `k1`, the ratio itself (`exp(d)`, its sum's
-  or mean's exp at sequence level), kept when `lower <= ratio <= upper`; `k2 = d^2 / 2` and
+- divergence, with `d = log(pi_train / pi_rollout)` per token, verl's estimators of KL(pi_rollout || pi_train): `k1`,
+  `-d = log(pi_rollout / pi_train)` (its sum or mean at sequence level), kept when
+  `log(lower) <= -d <= log(upper)`, i.e. `lower <= pi_rollout / pi_train <= upper`; `k2 = d^2 / 2` and
   `k3 = exp(d) - 1 - d` (Schulman's estimators, >= 0, so only an upper bound), kept when `<= upper`.
 
 Thresholds: one per rule, comma-separated, or one for all; a k1 rule takes `LOWER_UPPER` (`0.5_2.0`) or one
-number for the upper bound (lower = its reciprocal), k2/k3 one number. Several rules are ANDed. The k1 bound is
-on the ratio as written (verl compares `-d` with the log of its bounds, which reads the same bounds as
-`1/upper <= ratio <= 1/lower`; here `0.5_2.0` means what it says).
+number for the upper bound (lower = its reciprocal), k2/k3 one number. Several rules are ANDed. The flags carry
+verl's names and so verl's meaning: a k1 bound is on pi_rollout / pi_train, the ratio verl's `token_k1` is the log
+of (`compute_rollout_rejection_mask` in verl/trainer/ppo/rollout_corr_helper.py). With asymmetric bounds the
+direction matters: `0.8_1.5` keeps a token the trainer finds up to 1.25x likelier than the engine did and up to
+1.5x less likely.
 
-A rejected token gets weight 0 and keeps counting in the loss's normaliser, as ms-swift's `*_mask`
-importance-sampling modes and `--off_policy_sequence_mask_delta` do here (`losses.aggregate`): dropping a
-sample lowers the step's size rather than up-weighting the rest.
+A rejected token leaves the loss as verl's do: verl narrows the response mask with it, so the token neither
+contributes nor counts in any normaliser, and the others keep their weight. The trainer narrows the completion
+mask the same way (`corrected_policy_loss`) and counts the bnpo/dapo normalisers without the rejected tokens
+(decided at sampling time from the old log-probs). Under `--rollout_bypass_mode` the rule compares the current
+policy with the engine, in the loss pass itself, so those two normalisers, counted before that pass, still include
+the tokens it rejects; grpo's per-sequence counts do not.
 """
 from __future__ import annotations
 
@@ -91,8 +97,9 @@ def _rule(option: str, spec: str) -> RejectionRule:
 
 
 def _statistic(rule: RejectionRule, log_ratio: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """The rule's statistic per token (batch, seq) or per sequence (batch,); k1 as a log-ratio."""
-    per_token = {"k1": log_ratio, "k2": 0.5 * log_ratio ** 2,
+    """The rule's statistic per token (batch, seq) or per sequence (batch,): verl's, k1 as log(pi_rollout /
+    pi_train); a sequence without completion tokens reads 0."""
+    per_token = {"k1": -log_ratio, "k2": 0.5 * log_ratio ** 2,
                  "k3": torch.exp(log_ratio) - 1.0 - log_ratio}[rule.divergence]
     per_token = torch.where(mask, per_token, torch.zeros_like(per_token))
     if rule.level == "token":
@@ -101,12 +108,14 @@ def _statistic(rule: RejectionRule, log_ratio: torch.Tensor, mask: torch.Tensor)
         return per_token.sum(-1)
     if rule.level == "seq_mean":
         return per_token.sum(-1) / mask.sum(-1).clamp(min=1)
-    return torch.where(mask, per_token, torch.full_like(per_token, -math.inf)).amax(-1).clamp(min=0.0)
+    worst = torch.where(mask, per_token, torch.full_like(per_token, -math.inf)).amax(-1)
+    return torch.where(mask.any(-1), worst, torch.zeros_like(worst))
 
 
 def rollout_rejection_mask(train_logps: torch.Tensor, rollout_logps: torch.Tensor, mask: torch.Tensor,
                            rules: tuple[RejectionRule, ...]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Which completion tokens survive every rule: bool (batch, seq), False off the mask.
+    """Which completion tokens survive every rule: bool (batch, seq), False off the mask. `train_logps` and
+    `rollout_logps` are log pi_train and log pi_rollout of the sampled tokens.
 
     Metrics (detached 0-dim tensors, `rollout_rs/` in the logs): per rule `<option>/masked_fraction` (of the
     completion tokens) and `<option>/seq_masked_fraction` (of the sequences losing any token), and the same

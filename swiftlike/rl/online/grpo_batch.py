@@ -35,7 +35,8 @@ from ..core.chunked_logps import linear_selected_logps
 from ..core.sampling import SampledLogps, filters_vocabulary, selected_logps
 
 
-def tensorize(part: list[Rollout], pad_id: int, overlong_filter: bool = False) -> dict:
+def tensorize(part: list[Rollout], pad_id: int, overlong_filter: bool = False,
+              valid: torch.Tensor | None = None) -> dict:
     """The micro-batch `part` in the layout above.
 
     `completion_mask` marks the tokens the loss, its normalisers and every per-token metric count: the ids the
@@ -45,7 +46,17 @@ def tensorize(part: list[Rollout], pad_id: int, overlong_filter: bool = False) -
     trajectory's per-round or total limit) keeps its tokens in the batch but gets an all-false
     `completion_mask`: a truncated answer's reward says little about its tokens, so it neither contributes loss
     nor counts in the loss normaliser. `completion_attention_mask` still marks all of them.
+
+    `valid` (bool per row, default all True): which completions have a valid reward (`ScoredRewards.valid` less
+    the dropped groups). The others are out of the batch as if never generated: an all-false `completion_mask`
+    (no loss, no place in a token count, the KL or the entropy) and False in `reward_valid`, which takes them out
+    of grpo's mean over sequences and dr_grpo's batch size (`losses.aggregate`'s `rows`). Their advantage of 0
+    alone would leave them in every normaliser and in the KL term.
     """
+    if valid is None:
+        valid = torch.ones(len(part), dtype=torch.bool)
+    if valid.shape != (len(part),):
+        raise ValueError(f"valid must hold one flag per rollout ({len(part)}), got shape {tuple(valid.shape)}")
     prompts: dict[tuple[int, ...], int] = {}
     prompt_index = [prompts.setdefault(tuple(r.prompt_ids), len(prompts)) for r in part]
     prompt_width = max(len(p) for p in prompts)
@@ -64,14 +75,14 @@ def tensorize(part: list[Rollout], pad_id: int, overlong_filter: bool = False) -
         c = len(r.completion_ids)
         completion_ids[i, :c] = torch.tensor(r.completion_ids, dtype=torch.long)
         completion_attn[i, :c] = 1
-        if not (overlong_filter and r.truncated) and r.env_error is None:
+        if not (overlong_filter and r.truncated) and r.env_error is None and valid[i]:
             cmask[i, :c] = True if r.loss_mask is None else torch.tensor(r.loss_mask, dtype=torch.bool)
         if have_lp:
             rollout_lp[i, :c] = torch.tensor(r.rollout_logps)
     return {"prompt_ids": prompt_ids, "prompt_attention_mask": prompt_attn,
             "prompt_index": torch.tensor(prompt_index, dtype=torch.long), "completion_ids": completion_ids,
             "completion_attention_mask": completion_attn, "completion_mask": cmask,
-            "rollout_logps": rollout_lp if have_lp else None}
+            "reward_valid": valid.bool().clone(), "rollout_logps": rollout_lp if have_lp else None}
 
 
 def unpadded_sequences(batch: dict) -> list[tuple[list[int], list[int]]]:

@@ -46,7 +46,7 @@ from .teacher import ServedTeacher, TeacherReplicas
 from .online_trainer import RolloutTrainer, disable_dropout, has_active_dropout
 from ..core.options import (GrpoOptions, PolicyTrainingOptions, RewardOptions, RolloutOptions,
                             SamplingOptions)
-from ..core.sampling import SampledLogps
+from ..core.sampling import SAMPLING_EPS, SampledLogps
 
 logger = get_logger("swiftlike.rl")
 # The trainer's spans in timeline.jsonl besides "sync" and "learn" (a training step's forward and backward, its
@@ -171,7 +171,7 @@ class GrpoTrainer(RolloutTrainer):
         first = (self.state.global_step % self._updates_per_epoch) * self.args.gradient_accumulation_steps
         batches = [self._micro_batch(first + i, r) for i, r in enumerate(rows)]
         if batches and aggregation_of(self.grpo.loss_type) == "dapo":
-            tokens = sum(sum_across_processes([int(b["completion_mask"].sum()) for b in batches], self.args.device))
+            tokens = sum(sum_across_processes([loss_tokens(b) for b in batches], self.args.device))
             for b in batches:
                 b["num_items_in_batch"] = tokens
         self._log_staleness(batches)
@@ -293,7 +293,6 @@ class GrpoTrainer(RolloutTrainer):
     def _generate_and_score(self, rows: list[dict], steps_left: int) -> list[dict]:
         """The generation batch's micro-batches, ready to train on; it serves `steps_left` more optimizer steps
         after this one."""
-        model = self.model
         self._reward_wait = 0.0
         rollouts, scored = self._collect_rollouts(rows, steps_left)
         if self.grpo.dynamic_sample:
@@ -306,41 +305,9 @@ class GrpoTrainer(RolloutTrainer):
         valid = scored.valid & ~dropped
         micro = self.args.per_device_train_batch_size
         t = time.time()
-        batches = []
         pass_seconds: dict[str, float] = defaultdict(float)
-
-        def timed_pass(key: str, compute):
-            started = time.time()
-            value = compute()
-            pass_seconds[key] += time.time() - started
-            return value
-
-        for s in range(self.grpo.steps_per_generation):
-            part = rollouts[s * micro:(s + 1) * micro]
-            batch = {k: v.to(self.args.device) if v is not None else None
-                     for k, v in tensorize(part, self.processing_class.pad_token_id, self.grpo.overlong_filter).items()}
-            batch["policy_versions"] = [r.policy_version for r in part]
-            batch["completion_mask"] &= ~dropped[s * micro:(s + 1) * micro].unsqueeze(1).to(self.args.device)
-            # The policy's own log-probs at sampling time, without dropout: the PPO "old" policy when the batch
-            # is reused (otherwise the loss uses the current log-probs detached), and the training side of
-            # the mismatch metrics. Each is a whole forward pass, so it runs only when something reads it, and
-            # each pass that ran is timed under its own key (timing/old_logps, ref_logps, teacher_logps): a key
-            # missing from the log is a pass that was skipped.
-            model.eval()
-            try:
-                if self.rollout.rollout_bypass_mode:  # the engine's log-probs are the old policy: no forward
-                    batch["old_logps"] = batch["rollout_logps"]
-                elif self._needs_old_logps(batch):
-                    batch["old_logps"] = timed_pass("old_logps", lambda: self._logps(model, batch).logps)
-                else:
-                    batch["old_logps"] = None
-                if self.grpo.beta > 0:
-                    batch["ref_logps"] = timed_pass("ref_logps", lambda: self._ref_logps(batch))
-                if self.teacher is not None:
-                    batch["teacher_logps"] = timed_pass("teacher_logps", lambda: self._teacher_logps(batch))
-            finally:
-                model.train()
-            batches.append(batch)
+        batches = [self._prepared_micro_batch(rollouts[s * micro:(s + 1) * micro], valid[s * micro:(s + 1) * micro],
+                                              pass_seconds) for s in range(self.grpo.steps_per_generation)]
         for key, seconds in pass_seconds.items():
             self._metrics[f"timing/{key}"].append(seconds)
         self._timed("logps", t)
@@ -348,21 +315,69 @@ class GrpoTrainer(RolloutTrainer):
         for s, batch in enumerate(batches):
             batch["advantages"] = advantages[s * micro:(s + 1) * micro].to(self.args.device)
             if self.teacher is not None:
-                self._metrics["teacher_kl"].append(float(teacher_kl(batch["teacher_logps"], batch["old_logps"],
+                self._metrics["teacher_kl"].append(float(teacher_kl(batch["teacher_logps"], batch["old_kl_logps"],
                                                                     batch["completion_mask"])))
                 batch["advantages"] = teacher_token_advantages(batch["advantages"], batch["teacher_logps"],
-                                                               batch["old_logps"], batch["completion_mask"],
+                                                               batch["old_kl_logps"], batch["completion_mask"],
                                                                self.grpo.teacher_kl_coef)
         self._log_rollout_metrics(rollouts, scored, valid, dropped, group_std)
         if self.grpo.log_completions and self.run_dir is not None and self.accelerator.is_main_process:
             self._write_completions(rollouts, scored, dropped, advantages)
-        # bnpo's normaliser (see `aggregate`): the micro-batch's completion tokens on every rank. dapo's counts
-        # the whole optimizer step, which may reach into the next generation batch (`get_batch_samples`).
+        # bnpo's normaliser (see `aggregate`): the micro-batch's loss tokens on every rank. dapo's counts the whole
+        # optimizer step, which may reach into the next generation batch (`get_batch_samples`).
         if self.grpo.loss_type == "bnpo":
-            tokens = sum_across_processes([int(b["completion_mask"].sum()) for b in batches], self.args.device)
+            tokens = sum_across_processes([loss_tokens(b) for b in batches], self.args.device)
             for b, count in zip(batches, tokens):
                 b["num_items_in_batch"] = count
         return batches
+
+    def _prepared_micro_batch(self, part: list[Rollout], valid: torch.Tensor, pass_seconds: dict[str, float]) -> dict:
+        """One micro-batch as tensors with the log-probs its loss and advantages read, each forward pass timed into
+        `pass_seconds` under its own key (timing/old_logps, ref_logps, teacher_logps, old_kl_logps): a key
+        missing from the log is a pass that was skipped.
+
+        A row without a valid reward (missing, failed, a dropped group, an environment that raised) leaves the
+        loss whole (`tensorize`'s `valid`): no normaliser, KL or entropy counts it."""
+        model, device = self.model, self.args.device
+
+        def timed_pass(key: str, compute):
+            started = time.time()
+            value = compute()
+            pass_seconds[key] += time.time() - started
+            return value
+
+        batch = {k: v.to(device) if v is not None else None
+                 for k, v in tensorize(part, self.processing_class.pad_token_id, self.grpo.overlong_filter,
+                                       valid).items()}
+        batch["policy_versions"] = [r.policy_version for r in part]
+        # The policy's own log-probs at sampling time, without dropout: the PPO "old" policy when the batch is reused
+        # (otherwise the loss uses the current log-probs detached), the training side of the mismatch metrics and
+        # of --rollout_rs. Each is a whole forward pass, so it runs only when something reads it.
+        model.eval()
+        try:
+            old_kl = self._compares_with_other_models()
+            if self.rollout.rollout_bypass_mode:  # the engine's log-probs are the old policy: no forward
+                batch["old_logps"] = batch["rollout_logps"]
+            elif self._needs_old_logps(batch):
+                old = timed_pass("old_logps", lambda: self._logps(model, batch, with_unfiltered=old_kl))
+                batch["old_logps"], batch["old_kl_logps"] = old.logps, old.unfiltered
+            else:
+                batch["old_logps"] = None
+            if old_kl and batch.get("old_kl_logps") is None:  # bypass mode: the engine's are filtered or not ours
+                batch["old_kl_logps"] = (timed_pass("old_kl_logps", lambda: self._logps(
+                    model, batch, with_unfiltered=True).unfiltered) if self._filters_sampling() else batch["old_logps"])
+            if self.grpo.beta > 0:
+                batch["ref_logps"] = timed_pass("ref_logps", lambda: self._ref_logps(batch))
+            if self.teacher is not None:
+                batch["teacher_logps"] = timed_pass("teacher_logps", lambda: self._teacher_logps(batch))
+        finally:
+            model.train()
+        rules = self.rollout.rejection()
+        if rules and batch["rollout_logps"] is not None and not self.rollout.rollout_bypass_mode:
+            # decided now, from the sampling-time log-probs, so the bnpo/dapo token counts leave the rejected out
+            batch["rollout_rs_keep"], _ = rollout_rejection_mask(batch["old_logps"], batch["rollout_logps"],
+                                                                 batch["completion_mask"], rules)
+        return batch
 
     def _advantages(self, scored: ScoredRewards, valid: torch.Tensor,
                     batches: list[dict]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -372,7 +387,8 @@ class GrpoTrainer(RolloutTrainer):
         `gdpo`'s z-score) need the others: they are taken over the global batch's rows, as in one process."""
         grpo, rewards, per_func = self.grpo, scored.total, scored.per_func
         if grpo.kl_in_reward and grpo.beta > 0:
-            kl = torch.cat([sequence_kl(b["old_logps"], b["ref_logps"], b["completion_mask"]).cpu() for b in batches])
+            kl = torch.cat([sequence_kl(b["old_kl_logps"], b["ref_logps"], b["completion_mask"]).cpu()
+                            for b in batches])
             self._metrics["kl_in_reward/kl"].append(float(kl.mean()))
             rewards = rewards - grpo.beta * kl
         weights = torch.tensor(self.reward.weights() or [1.0] * len(per_func), dtype=torch.float32)
@@ -392,10 +408,24 @@ class GrpoTrainer(RolloutTrainer):
     def _needs_old_logps(self, batch: dict) -> bool:
         rollout = self.rollout
         has_rollout_lp = batch["rollout_logps"] is not None
-        return (self._reuses_batches() or (self.grpo.kl_in_reward and self.grpo.beta > 0) or self.teacher is not None
+        return (self._reuses_batches() or self._compares_with_other_models()
                 or (self._eval_pass_differs and has_rollout_lp
                     and (rollout.rollout_importance_sampling_mode is not None or rollout.log_rollout_offpolicy_metrics))
+                or (has_rollout_lp and bool(rollout.rejection()))
                 or (not has_rollout_lp and rollout.off_policy_sequence_mask_delta is not None))
+
+    def _compares_with_other_models(self) -> bool:
+        """Whether the sampling-time policy is compared with another model's log-probs when the batch is prepared:
+        the reference under --kl_in_reward, the OPD-RL teacher (PPO adds its KL penalty). Those comparisons read
+        `old_kl_logps`, the policy on the other model's footing: temperature-scaled without top-k/top-p, as the
+        other side is (sampling.py's KL rule, TRL's and ms-swift's), so an identical model reads 0."""
+        return (self.grpo.kl_in_reward and self.grpo.beta > 0) or self.teacher is not None
+
+    def _filters_sampling(self) -> bool:
+        """Whether top-k / top-p restrict the sampling distribution (not greedy), so the filtered log-probs differ
+        from the temperature-scaled ones every comparison with another model reads."""
+        sampling = self.sampling
+        return sampling.temperature >= SAMPLING_EPS and (sampling.top_k > 0 or sampling.top_p < 1.0)
 
     def _reuses_batches(self) -> bool:
         """A generation batch serves more than one optimizer step, so the policy moves between its uses."""
@@ -436,8 +466,8 @@ class GrpoTrainer(RolloutTrainer):
 
     def _rewards(self, rollouts: list[Rollout]) -> ScoredRewards:
         """The reward functions' columns (rl/rewards/functions.py); a trajectory is scored as a whole, on its
-        final answer with its conversation. A trajectory whose environment raised is dropped: reward 0 (its
-        per-function values NaN, so they stay out of the rewards/* means) and no loss (`tensorize`)."""
+        final answer with its conversation. A trajectory whose environment raised is dropped: no valid reward (out
+        of its group's statistics and the rewards/* means) and no loss (`drop_failed_trajectories`)."""
         columns: dict[str, list] = defaultdict(list)
         keys = {k for r in rollouts for k in r.row if k != "messages"}
         for r in rollouts:
@@ -451,10 +481,9 @@ class GrpoTrainer(RolloutTrainer):
             columns["rollout_infos"] = [r.infos for r in rollouts]
             columns["step_rewards"] = [r.step_rewards for r in rollouts]
         if not self.reward_funcs:  # pure OPD-RL distillation: the teacher's per-token term is the whole signal
-            return ScoredRewards(torch.zeros(len(rollouts)), {}, {}, {})
+            return drop_failed_trajectories(rollouts, ScoredRewards(torch.zeros(len(rollouts)), {}, {}, {}))
         scored = combine_rewards(self.reward_funcs, self.reward.weights(), [r.answer for r in rollouts], **columns)
-        scored.total, scored.per_func = drop_failed_trajectories(rollouts, scored.total, scored.per_func)
-        return scored
+        return drop_failed_trajectories(rollouts, scored)
 
     def _logps(self, model, batch: dict, with_entropy: bool = False, with_unfiltered: bool = False) -> SampledLogps:
         """Per-token log-probs (rows, completion width) of the completion tokens under vLLM's sampling
@@ -590,9 +619,11 @@ def corrected_policy_loss(logps: torch.Tensor, inputs: dict, grpo: GrpoOptions, 
     denominator is the sampling-time log-probs rather than the current ones detached. `kl_logps`: the
     policy's unfiltered log-probs for the KL to the reference (see `policy_loss`).
 
-    `--rollout_rs` rejection (rl/core/rejection.py) multiplies the weights by its keep mask. Under
+    `--rollout_rs` rejection (rl/core/rejection.py) narrows the mask, as verl's does: a rejected token has no loss
+    and no place in a normaliser (the trainer's bnpo/dapo counts, `loss_tokens`, leave it out too). Under
     `--rollout_bypass_mode` the old log-probs are the engine's (set by the trainer), the ratio's denominator
-    always, and the mismatch and rejection compare the current log-probs with them.
+    always, and the mismatch and rejection compare the current log-probs with them. `reward_valid` in `inputs`
+    (the rows with a valid reward) is what grpo's mean over sequences and dr_grpo's batch size count.
     """
     mask = inputs["completion_mask"]
     # Without a stored copy (the trainer skips that pass when nothing needs it) the weights have not moved
@@ -611,10 +642,10 @@ def corrected_policy_loss(logps: torch.Tensor, inputs: dict, grpo: GrpoOptions, 
     if rollout_lp is not None and mode is not None:
         is_weights, _, _ = rollout_is_weights(train_side, rollout_lp, mask, mode=mode, threshold=thr)
     rules = rollout.rejection()
-    if rollout_lp is not None and rules:
+    if rollout_lp is not None and rules:  # verl's: a rejected token leaves the mask, and so every normaliser
         keep, rejection_metrics = rollout_rejection_mask(train_side, rollout_lp, mask, rules)
         metrics.update({f"rollout_rs/{k}": v for k, v in rejection_metrics.items()})
-        is_weights = keep.float() if is_weights is None else is_weights * keep
+        mask = mask & keep
     if rollout.off_policy_sequence_mask_delta is not None:
         behaviour = rollout_lp if rollout_lp is not None else at_rollout
         keep = off_policy_sequence_mask(logps, behaviour, mask, inputs["advantages"], rollout.off_policy_sequence_mask_delta)
@@ -630,8 +661,17 @@ def corrected_policy_loss(logps: torch.Tensor, inputs: dict, grpo: GrpoOptions, 
         ref_logps=inputs.get("ref_logps"), beta=0.0 if grpo.kl_in_reward else grpo.beta, kl_logps=kl_logps,
         max_completion_length=sampling.max_completion_length,
         rollout_is_weights=is_weights, num_items_in_batch=inputs.get("num_items_in_batch"),
-        num_processes=num_processes)
+        num_processes=num_processes, rows=inputs.get("reward_valid"))
     return loss, {**metrics, **selection_metrics, **loss_metrics}
+
+
+def loss_tokens(batch: dict) -> int:
+    """The completion tokens of a prepared micro-batch that the bnpo/dapo normalisers count: its completion mask
+    (sampled ids with a valid reward) less what `--rollout_rs` rejected (verl's rule; under bypass mode decided in
+    the loss pass itself, so not here). Tokens the off-policy sequence mask drops keep counting (`correction.py`)."""
+    mask = batch["completion_mask"]
+    keep = batch.get("rollout_rs_keep")
+    return int((mask if keep is None else mask & keep).sum())
 
 
 def selected_tokens(logps: torch.Tensor, old: torch.Tensor, inputs: dict, mask: torch.Tensor, grpo: GrpoOptions,

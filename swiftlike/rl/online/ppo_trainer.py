@@ -93,11 +93,14 @@ class PpoTrainer(GrpoTrainer):
             scored.total = scored.total - self.ppo.missing_eos_penalty * cut.to(scored.total.dtype)
         return scored
 
-    def _needs_old_logps(self, batch: dict) -> bool:
-        """GRPO's cases (a reused batch: the ratio of every later mini-batch; the mismatch metrics), and the KL in
-        the reward. A batch trained on once without a KL term needs no pass of its own: the loss's log-probs,
-        detached, are the old policy's, since no optimizer step comes between sampling and that forward."""
-        return super()._needs_old_logps(batch) or self.ppo.kl_coef > 0
+    def _compares_with_other_models(self) -> bool:
+        """GRPO's cases and the KL in the reward (`--kl_coef`), which compares the sampling-time policy with the
+        reference: on the reference's footing, temperature-scaled without top-k/top-p (`old_kl_logps`), so an
+        identical reference reads 0 where the filtered log-probs read a KL of the filter itself. Both need the
+        old-policy pass (`_needs_old_logps`); a batch trained on once without a KL term needs none: the loss's
+        log-probs, detached, are the old policy's, since no optimizer step comes between sampling and that
+        forward."""
+        return super()._compares_with_other_models() or self.ppo.kl_coef > 0
 
     def _values(self, batch: dict) -> torch.Tensor:
         """The critic's values of a micro-batch at sampling time, --local_rollout_forward_batch_size rows a pass."""
@@ -164,7 +167,7 @@ class PpoTrainer(GrpoTrainer):
         def stacked(tensors: list[torch.Tensor]) -> torch.Tensor:
             return torch.cat([torch.nn.functional.pad(x.cpu(), (0, width - x.shape[1])) for x in tensors])
         mask = stacked([b["completion_mask"] for b in batches]) & valid.unsqueeze(1)
-        kl = (ppo_math.per_token_kl(stacked([b["old_logps"] for b in batches]).float(),
+        kl = (ppo_math.per_token_kl(stacked([b["old_kl_logps"] for b in batches]).float(),
                                     stacked([b["ref_logps"] for b in batches]).float(), ppo.kl_estimator)
               if ppo.kl_coef > 0 else torch.zeros(mask.shape))
         scores = torch.where(valid, scored.total.float(), torch.zeros_like(scored.total.float()))

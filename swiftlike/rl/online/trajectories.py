@@ -1,6 +1,7 @@
 """What the GRPO trainer does with multi-turn trajectories besides training on their sampled ids: drops those
-whose environment raised, reports the per-step `multi_turn/*` metrics, and writes each trajectory's record in
-completions.jsonl, its completion ids split into the turns the model sampled and the ids inserted between them."""
+whose environment raised (no reward, out of their group's statistics, no loss), reports the per-step
+`multi_turn/*` metrics, and writes each trajectory's record in completions.jsonl, its completion ids split into the
+turns the model sampled and the ids inserted between them."""
 from __future__ import annotations
 
 import json
@@ -10,6 +11,7 @@ from itertools import groupby
 import torch
 
 from ...utils import get_logger
+from ..rewards.functions import ScoredRewards
 from .rollout_worker import Rollout
 
 logger = get_logger("swiftlike.rl")
@@ -30,19 +32,25 @@ def multi_turn_metrics(rollouts: Sequence[Rollout]) -> dict[str, float]:
             "multi_turn/truncated": sum(bool(r.truncated) for r in rollouts) / n}
 
 
-def drop_failed_trajectories(rollouts: Sequence[Rollout], total: torch.Tensor, per_func: dict[str, torch.Tensor]
-                             ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Rewards with the trajectories whose environment raised dropped: total 0, per-function values NaN (so they
-    stay out of the rewards/* means), each logged as a warning with its row; `tensorize` gives them no loss."""
-    dropped = torch.tensor([r.env_error is not None for r in rollouts], dtype=torch.bool)
-    if not dropped.any():
-        return total, per_func
+def drop_failed_trajectories(rollouts: Sequence[Rollout], scored: ScoredRewards) -> ScoredRewards:
+    """The rewards with the trajectories whose environment raised dropped, each logged as a warning with its row.
+
+    Dropped means as if never generated: no valid reward (`env_failed`, so `valid` False, total and per-function
+    values NaN), so they are out of their group's mean and std and of every batch statistic and get advantage 0,
+    and no loss (`tensorize` gives them no completion tokens; the trainer narrows the mask by `valid`). A reward of 0
+    instead would count them as wrong answers: three right answers beside one env error got advantages of
+    0.5 each and -1.5 instead of 0."""
+    failed = torch.tensor([r.env_error is not None for r in rollouts], dtype=torch.bool)
+    if not failed.any():
+        return scored
     for r in rollouts:
         if r.env_error is not None:
-            logger.warning("an environment raised (%s); its trajectory is dropped (reward 0, no loss) and the run "
+            logger.warning("an environment raised (%s); its trajectory is dropped (no reward, no loss) and the run "
                            "goes on. Row: %s", r.env_error, json.dumps(r.row, ensure_ascii=False, default=str)[:2000])
-    return (total.masked_fill(dropped, 0.0),
-            {name: values.masked_fill(dropped, float("nan")) for name, values in per_func.items()})
+    nan = float("nan")
+    return ScoredRewards(scored.total.masked_fill(failed, nan),
+                         {name: values.masked_fill(failed, nan) for name, values in scored.per_func.items()},
+                         scored.missing, scored.failed, env_failed=scored.env_failed | failed)
 
 
 def turn_segments(rollout: Rollout, decode: Callable[[list[int]], str]) -> list[dict]:

@@ -403,16 +403,23 @@ class ScoredRewards:
 
     `per_func` is NaN where a function does not apply, and where its reward is missing or failed; `missing` and
     `failed` tell those apart (a bool column per function). A completion with any missing or failed reward has no
-    valid total (`valid` False, `total` NaN): the advantage leaves it out (`group_advantages(valid=...)`)."""
+    valid total (`valid` False, `total` NaN): the advantage leaves it out (`group_advantages(valid=...)`), and the
+    trainer the loss. So does a trajectory whose environment raised (`env_failed`, set by the GRPO trainer's
+    `drop_failed_trajectories`): its rewards say nothing about its tokens."""
 
     total: torch.Tensor
     per_func: dict[str, torch.Tensor]
     missing: dict[str, torch.Tensor]
     failed: dict[str, torch.Tensor]
+    env_failed: torch.Tensor | None = None  # bool per completion; None: none (all False after __post_init__)
+
+    def __post_init__(self) -> None:
+        if self.env_failed is None:
+            self.env_failed = torch.zeros(len(self.total), dtype=torch.bool)
 
     @property
     def valid(self) -> torch.Tensor:
-        return ~_any_column(self.missing, len(self.total)) & ~self.failed_any
+        return ~_any_column(self.missing, len(self.total)) & ~self.failed_any & ~self.env_failed
 
     @property
     def failed_any(self) -> torch.Tensor:
@@ -421,13 +428,15 @@ class ScoredRewards:
 
     def select(self, index: torch.Tensor) -> ScoredRewards:
         return ScoredRewards(self.total[index], *({n: v[index] for n, v in d.items()}
-                                                  for d in (self.per_func, self.missing, self.failed)))
+                                                  for d in (self.per_func, self.missing, self.failed)),
+                             env_failed=self.env_failed[index])
 
     @staticmethod
     def cat(parts: Sequence[ScoredRewards]) -> ScoredRewards:
         return ScoredRewards(torch.cat([p.total for p in parts]),
                              *({n: torch.cat([getattr(p, field)[n] for p in parts]) for n in getattr(parts[0], field)}
-                               for field in ("per_func", "missing", "failed")))
+                               for field in ("per_func", "missing", "failed")),
+                             env_failed=torch.cat([p.env_failed for p in parts]))
 
 
 def _any_column(marks: dict[str, torch.Tensor], n: int) -> torch.Tensor:

@@ -160,6 +160,74 @@ def test_off_policy_sequence_mask_keeps_dropped_tokens_in_the_token_normalisers(
     assert inputs["num_items_in_batch"] == 4 and float(loss) == pytest.approx((0 + 0 - 1 - 1) / 4)
 
 
+def invalid_row_case():
+    """Three completions, the second without a valid reward (a judge reply without a score; advantage 0), and the
+    same batch without it. Trainer and reference log-probs differ by up to 0.5 nats, token by token, so the KL term
+    and its mean depend on which tokens count."""
+    part = [Rollout([1, 2], [3, 4, 5, 9], "a", "stop", [-0.1, -0.2, -0.3, -0.4]),
+            Rollout([1, 2], [6, 7, 8], "b", "stop", [-0.5, -0.6, -0.7]),
+            Rollout([1, 2], [8], "c", "stop", [-0.8])]
+    gen = torch.Generator().manual_seed(0)
+    logps = -torch.rand(3, 4, generator=gen) - 0.5
+    ref = logps - 0.5 * torch.rand(3, 4, generator=gen)
+    with_it = tensorize(part, pad_id=0, valid=torch.tensor([True, False, True]))
+    with_it.update(advantages=torch.tensor([1.0, 0.0, -0.5]), old_logps=None, ref_logps=ref)
+    without = tensorize([part[0], part[2]], pad_id=0)
+    kept = torch.tensor([0, 2])
+    without.update(advantages=torch.tensor([1.0, -0.5]), old_logps=None, ref_logps=ref[kept])
+    return with_it, without, logps, kept
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo"])
+def test_a_completion_without_a_valid_reward_leaves_the_loss_and_every_normaliser(loss_type):
+    """Advantage 0 alone left a completion without a reward in every token count (bnpo, dapo), in grpo's mean over
+    sequences and dr_grpo's batch size, and in the KL term: it trains as if it had not been generated."""
+    from swiftlike.rl.online.grpo_trainer import loss_tokens
+    with_it, without, logps, kept = invalid_row_case()
+    assert not with_it["completion_mask"][1].any() and with_it["reward_valid"].tolist() == [True, False, True]
+    assert loss_tokens(with_it) == loss_tokens(without) == 5
+    args = grpo_args(loss_type=loss_type, beta=0.1, max_completion_length=4, epsilon_high=3.0)
+    losses, grads, kls = [], [], []
+    for batch, rows in ((with_it, logps), (without, logps[kept])):
+        batch["num_items_in_batch"] = loss_tokens(batch)
+        mine = rows.clone().requires_grad_(True)
+        loss, metrics = corrected_policy_loss(mine, batch, *loss_groups(args), reused=False, kl_logps=mine)
+        loss.backward()
+        losses.append(float(loss.detach()))
+        grads.append(mine.grad)
+        kls.append(float(metrics["kl"]))
+    assert losses[0] == pytest.approx(losses[1], rel=1e-6)
+    assert kls[0] == pytest.approx(kls[1], rel=1e-6)
+    assert torch.equal(grads[0][kept], grads[1]) and grads[0][1].abs().sum() == 0
+
+
+def test_rejected_tokens_leave_the_normalisers_as_verls_do():
+    """--rollout_rs narrows the mask, as verl's modified response mask does: a rejected token has no loss and no
+    place in a denominator (was: weight 0 and still counted, so the kept tokens were scaled down). Checked
+    against verl's `agg_loss` token-mean and seq-mean-token-mean on the mask `compute_rollout_rejection_mask`
+    returns (token_k1 at 0.8_1.25: pi_rollout / pi_train of e^0.5 is out, of e^-0.1 is in)."""
+    from swiftlike.rl.core.rejection import rollout_rejection_mask
+    from swiftlike.rl.online.grpo_trainer import loss_tokens
+    logps = torch.tensor([[-1.0, -2.0, -0.5], [-1.5, -0.7, -0.2]])
+    rollout = logps + torch.tensor([[0.0, 0.5, -0.1], [0.5, 0.0, 0.0]])
+    advantages = torch.tensor([1.0, -2.0])
+    keep = torch.tensor([[True, False, True], [False, True, True]])  # verl's mask, by hand
+    per_token = -advantages.unsqueeze(-1).expand_as(logps)  # ratio 1: one update per generation
+    verl_token_mean = float((per_token * keep).sum() / keep.sum())
+    verl_seq_mean = float(((per_token * keep).sum(-1) / keep.sum(-1)).mean())
+    for loss_type, expected in (("bnpo", verl_token_mean), ("dapo", verl_token_mean), ("grpo", verl_seq_mean)):
+        args = grpo_args(loss_type=loss_type, use_vllm=True, rollout_rs="token_k1", rollout_rs_threshold="0.8_1.25")
+        inputs = _inputs(logps, rollout, advantages)
+        # what the trainer stores when it prepares the batch, and counts for the bnpo/dapo normalisers
+        inputs["rollout_rs_keep"], _ = rollout_rejection_mask(logps, rollout, inputs["completion_mask"],
+                                                              args.rollout_options().rejection())
+        assert inputs["rollout_rs_keep"].tolist() == keep.tolist()
+        inputs["num_items_in_batch"] = loss_tokens(inputs)
+        loss, metrics = corrected_policy_loss(logps, inputs, *loss_groups(args), reused=False)
+        assert float(loss) == pytest.approx(expected), loss_type
+        assert float(metrics["rollout_rs/masked_fraction"]) == pytest.approx(2 / 6)
+
+
 def test_rollout_correction_metrics_only_with_flag_or_is_mode():
     logps = torch.tensor([[-1.0, -2.0]])
     inputs = _inputs(logps, logps - 0.1, torch.tensor([1.0]))

@@ -8,7 +8,8 @@ import torch
 
 from swiftlike.arguments import RlhfArguments
 from swiftlike.rl.core.correction import mismatch_metrics, rollout_is_weights
-from swiftlike.rl.rewards.functions import ENV_REWARD, combine_rewards, environment_return
+from swiftlike.rl.core.advantages import group_advantages
+from swiftlike.rl.rewards.functions import ENV_REWARD, ScoredRewards, combine_rewards, environment_return
 from swiftlike.rl.online.grpo_batch import tensorize
 from swiftlike.rl.online.grpo_trainer import corrected_policy_loss
 from swiftlike.rl.online.rollout_worker import Rollout
@@ -194,13 +195,37 @@ def test_env_reward_column_weights_and_need_for_reward_funcs():
 
 def test_a_trajectory_whose_environment_raised_is_dropped_and_logged(caplog):
     rollouts = [trajectory(), trajectory(env_error="ValueError: bad move", row={"messages": [], "seed": 7})]
-    total, per_func = drop_failed_trajectories(rollouts, torch.tensor([1.0, 1.0]), {"acc": torch.tensor([1.0, 1.0])})
-    assert total.tolist() == [1.0, 0.0]
-    assert per_func["acc"][0] == 1.0 and math.isnan(per_func["acc"][1])
+    scored = drop_failed_trajectories(rollouts, combine_rewards({"acc": lambda completions, **kw: [1.0, 1.0]}, None,
+                                                                [r.answer for r in rollouts]))
+    assert scored.total[0] == 1.0 and math.isnan(scored.total[1])  # no reward: not a 0, which would be a wrong answer
+    assert scored.per_func["acc"][0] == 1.0 and math.isnan(scored.per_func["acc"][1])
+    assert scored.valid.tolist() == [True, False] and scored.env_failed.tolist() == [False, True]
     assert "ValueError: bad move" in caplog.text and '"seed": 7' in caplog.text
+    # the mark survives the trainer's selections and concatenations (dynamic sampling, stale groups)
+    assert ScoredRewards.cat([scored, scored]).select(torch.tensor([3, 0])).valid.tolist() == [False, True]
     kept = [trajectory()]
-    same_total, same = drop_failed_trajectories(kept, torch.tensor([2.0]), {"acc": torch.tensor([2.0])})
-    assert same_total.tolist() == [2.0] and same["acc"].tolist() == [2.0]
+    same = drop_failed_trajectories(kept, combine_rewards({"acc": lambda completions, **kw: [2.0]}, None, ["b"]))
+    assert same.total.tolist() == [2.0] and same.valid.tolist() == [True]
+
+
+def test_a_failed_environment_leaves_its_groups_statistics_and_the_loss():
+    """Three right answers and one trajectory whose environment raised: the group has nothing to compare, so every
+    advantage is 0 (was [0.5, 0.5, 0.5, -1.5]: the dropped one counted as a wrong answer of reward 0), and the
+    dropped trajectory has no token in the batch."""
+    rollouts = [trajectory(), trajectory(), trajectory(env_error="EnvFailure: broke"), trajectory()]
+    scored = drop_failed_trajectories(rollouts, combine_rewards({"acc": lambda completions, **kw: [1.0] * 4}, None,
+                                                                [r.answer for r in rollouts]))
+    advantages, _ = group_advantages(scored.total, 4, "group", valid=scored.valid)
+    assert advantages.tolist() == [0.0] * 4
+    # one wrong answer among the three others: they are compared among themselves only
+    scored = drop_failed_trajectories(rollouts, combine_rewards({"acc": lambda completions, **kw: [1.0, 0.0, 1.0, 1.0]},
+                                                                None, [r.answer for r in rollouts]))
+    advantages, std = group_advantages(scored.total, 4, "group", valid=scored.valid)
+    s = math.sqrt(1 / 3)  # Bessel std of {1, 0, 1}
+    assert advantages.tolist() == pytest.approx([(1 - 2 / 3) / (s + 1e-4), (0 - 2 / 3) / (s + 1e-4), 0.0,
+                                                 (1 - 2 / 3) / (s + 1e-4)], rel=1e-5)
+    batch = tensorize(rollouts, pad_id=0, valid=scored.valid)
+    assert not batch["completion_mask"][2].any() and batch["reward_valid"].tolist() == [True, True, False, True]
 
 
 # ---------------------------------------------------------------- metrics and completions.jsonl
