@@ -15,6 +15,7 @@ from pathlib import Path
 from ..arguments.eval_args import EvalArguments
 from ..utils import atomic_write_json, atomic_write_text, get_logger
 from ..utils.checkpoint import CHECKPOINT_PREFIX
+from ..utils.errors import UsageError
 from .report import new_run_dir
 
 logger = get_logger("swiftlike.eval")
@@ -35,7 +36,7 @@ def evaluate_checkpoints(args: EvalArguments) -> dict:
     run_dir = Path(args.eval_all_checkpoints)
     checkpoints = checkpoints_of(run_dir)
     if not checkpoints:
-        raise ValueError(f"--eval_all_checkpoints {run_dir}: no checkpoint-N folders in it")
+        raise UsageError(f"--eval_all_checkpoints {run_dir}: no checkpoint-N folders in it")
     saved = run_dir / "args.json"
     base = json.loads(saved.read_text()).get("model") if saved.is_file() else None
     started = time.time()

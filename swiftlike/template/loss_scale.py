@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ..utils.errors import NotBuiltError
+from ..utils.errors import NotBuiltError, UsageError
 
 BASE_STRATEGIES = {
     "default": "every assistant turn, the calls it makes included",
@@ -68,7 +68,7 @@ def parse_loss_scale(spec: str) -> LossScale:
                                 "weights, which are not built; tool results are already out of the loss under "
                                 "default and last_round")
         if name not in REFINEMENTS:
-            raise ValueError(f"--loss_scale {spec!r}: unknown part {name!r}; {describe_loss_scales()}")
+            raise UsageError(f"--loss_scale {spec!r}: unknown part {name!r}; {describe_loss_scales()}")
     if len(set(names)) != len(names):
-        raise ValueError(f"--loss_scale {spec!r} names a refinement twice")
+        raise UsageError(f"--loss_scale {spec!r} names a refinement twice")
     return LossScale(base, tuple(names))

@@ -15,6 +15,7 @@ import json
 from dataclasses import dataclass
 
 from ..template.base import IGNORE_INDEX, Template
+from ..utils.errors import UsageError
 from ..utils.version import __version__
 
 
@@ -76,7 +77,7 @@ class RowEncoder:
             ids, labels = encode_pretrain_text(row["messages"], self.template.tokenizer)
         else:
             if row["messages"][-1]["role"] != "assistant":
-                raise ValueError(f"training row {index + 1} ends with a {row['messages'][-1]['role']} turn: "
+                raise UsageError(f"training row {index + 1} ends with a {row['messages'][-1]['role']} turn: "
                                  "sft learns from assistant answers, so each row needs one "
                                  "(query/response, messages ending with an assistant turn or tool call, ...)")
             encoded = self.template.encode(row["messages"], loss_scale=self.loss_scale, tools=row.get("tools"))

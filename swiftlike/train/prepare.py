@@ -24,6 +24,7 @@ from ..arguments.train_args import TrainArguments
 from ..dataset import iter_dataset
 from ..template import Template
 from ..utils import atomic_write_text, cache_dir, get_logger
+from ..utils.errors import UsageError
 from .data import (EncodeStats, ListDataset, PackedCollator, PaddingCollator, PaddingFreeCollator, RowEncoder,
                    encode_rows, pack_samples)
 from .run import load_train_val_rows
@@ -82,7 +83,7 @@ def encode_upfront(args: TrainArguments, rows: list[dict], encoder: RowEncoder,
             atomic_write_text(path, json.dumps({"samples": samples, "stats": stats.__dict__}))
     logger.info("%s data: %s", what, stats.describe(args.max_length, args.truncation_strategy))
     if not samples:
-        raise ValueError(f"no {what} samples left after encoding "
+        raise UsageError(f"no {what} samples left after encoding "
                          f"({stats.describe(args.max_length, args.truncation_strategy)}); raise --max_length or use "
                          "--truncation_strategy left|right")
     return samples, stats
@@ -129,7 +130,7 @@ class LazyDataset(torch.utils.data.Dataset):
             sample = self.encoder(self.rows[at], at, self.stats)
             if sample is not None:
                 return sample
-        raise ValueError("no row leaves a sample after encoding (every one is too long or has nothing to learn); "
+        raise UsageError("no row leaves a sample after encoding (every one is too long or has nothing to learn); "
                          "raise --max_length or use --truncation_strategy left|right")
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 from ..arguments.train_args import TrainArguments
 from ..model import ResolvedModel, attn_implementation, check_adapter_dir, pick_dtype
 from ..utils import get_logger
+from ..utils.errors import UsageError
 from .fused_head import add_compact_lm_head
 from .lora_dropout import use_hashed_lora_dropout
 
@@ -14,7 +15,7 @@ def lora_target_modules(target_modules: list[str]) -> str | list[str]:
     """`all-linear` is PEFT's own keyword (every linear layer except the output head)."""
     if "all-linear" in target_modules:
         if len(target_modules) > 1:
-            raise ValueError("--target_modules: use all-linear alone, or list module names without it")
+            raise UsageError("--target_modules: use all-linear alone, or list module names without it")
         return "all-linear"
     return list(target_modules)
 
@@ -51,7 +52,7 @@ def prepare_model(args: TrainArguments, resolved: ResolvedModel, device: str, re
     from peft import PeftModel, get_peft_model
     if args.adapters:
         if len(args.adapters) > 1:
-            raise ValueError("--adapters: training continues one adapter at a time")
+            raise UsageError("--adapters: training continues one adapter at a time")
         path = check_adapter_dir(next(iter(args.adapter_paths().values())))
         logger.info("continuing LoRA training from %s", path)
         model = PeftModel.from_pretrained(model, str(path), is_trainable=True)
@@ -59,7 +60,7 @@ def prepare_model(args: TrainArguments, resolved: ResolvedModel, device: str, re
         try:
             model = get_peft_model(model, lora_config(args, reward_head))
         except ValueError as e:
-            raise ValueError(f"--target_modules {' '.join(args.target_modules)}: {e}") from None
+            raise UsageError(f"--target_modules {' '.join(args.target_modules)}: {e}") from None
     use_hashed_lora_dropout(model)
     return model
 

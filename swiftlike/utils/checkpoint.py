@@ -12,6 +12,8 @@ import os
 import shutil
 from pathlib import Path
 
+from .errors import MissingInputError, UsageError
+
 STAGING_DIR = ".staging"
 CHECKPOINT_PREFIX = "checkpoint-"
 TRAINER_STATE = "trainer_state.json"
@@ -20,15 +22,15 @@ TRAINER_STATE = "trainer_state.json"
 def check_resumable(path: str | os.PathLike) -> Path:
     path = Path(path).expanduser()
     if not path.is_dir():
-        raise ValueError(f"--resume_from_checkpoint {path}: no such directory")
+        raise MissingInputError(f"--resume_from_checkpoint {path}: no such directory")
     if path.parent.name == STAGING_DIR:
-        raise ValueError(f"--resume_from_checkpoint {path}: an unfinished save (the run was killed while writing "
+        raise UsageError(f"--resume_from_checkpoint {path}: an unfinished save (the run was killed while writing "
                          "it); resume from the checkpoint-K directory next to .staging instead")
     if not (path / TRAINER_STATE).is_file():
-        raise ValueError(f"--resume_from_checkpoint {path}: not a training checkpoint (no {TRAINER_STATE}); "
+        raise UsageError(f"--resume_from_checkpoint {path}: not a training checkpoint (no {TRAINER_STATE}); "
                          "pass an output/.../vN-.../checkpoint-K directory")
     if not any((path / name).is_file() for name in ("optimizer.pt", "optimizer.bin")):
-        raise ValueError(f"--resume_from_checkpoint {path}: saved without optimizer state (--save_only_model "
+        raise UsageError(f"--resume_from_checkpoint {path}: saved without optimizer state (--save_only_model "
                          "true), so it cannot be resumed exactly; train from it with --adapters or --model instead")
     return path.resolve()
 
