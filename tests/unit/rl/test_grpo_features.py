@@ -207,7 +207,6 @@ def test_rejected_tokens_leave_the_normalisers_as_verls_do():
     against verl's `agg_loss` token-mean and seq-mean-token-mean on the mask `compute_rollout_rejection_mask`
     returns (token_k1 at 0.8_1.25: pi_rollout / pi_train of e^0.5 is out, of e^-0.1 is in)."""
     from swiftlike.rl.core.rejection import rollout_rejection_mask
-    from swiftlike.rl.online.grpo_trainer import loss_tokens
     logps = torch.tensor([[-1.0, -2.0, -0.5], [-1.5, -0.7, -0.2]])
     rollout = logps + torch.tensor([[0.0, 0.5, -0.1], [0.5, 0.0, 0.0]])
     advantages = torch.tensor([1.0, -2.0])
@@ -215,17 +214,27 @@ def test_rejected_tokens_leave_the_normalisers_as_verls_do():
     per_token = -advantages.unsqueeze(-1).expand_as(logps)  # ratio 1: one update per generation
     verl_token_mean = float((per_token * keep).sum() / keep.sum())
     verl_seq_mean = float(((per_token * keep).sum(-1) / keep.sum(-1)).mean())
-    for loss_type, expected in (("bnpo", verl_token_mean), ("dapo", verl_token_mean), ("grpo", verl_seq_mean)):
+    for loss_type, expected in (("grpo", verl_seq_mean), ("bnpo", verl_token_mean), ("dapo", verl_token_mean)):
         args = grpo_args(loss_type=loss_type, use_vllm=True, rollout_rs="token_k1", rollout_rs_threshold="0.8_1.25")
         inputs = _inputs(logps, rollout, advantages)
         # what the trainer stores when it prepares the batch, and counts for the bnpo/dapo normalisers
         inputs["rollout_rs_keep"], _ = rollout_rejection_mask(logps, rollout, inputs["completion_mask"],
                                                               args.rollout_options().rejection())
         assert inputs["rollout_rs_keep"].tolist() == keep.tolist()
-        inputs["num_items_in_batch"] = loss_tokens(inputs)
+        if loss_type != "grpo":  # grpo's per-sequence counts come from the mask alone
+            from swiftlike.rl.online.grpo_trainer import loss_tokens
+            inputs["num_items_in_batch"] = loss_tokens(inputs)
         loss, metrics = corrected_policy_loss(logps, inputs, *loss_groups(args), reused=False)
         assert float(loss) == pytest.approx(expected), loss_type
         assert float(metrics["rollout_rs/masked_fraction"]) == pytest.approx(2 / 6)
+    # GSPO: the sequence ratio is taken over the kept tokens (verl's modified mask), so a rejected token gets no
+    # gradient through it either; each kept one gets -A * s / |kept| / rows (s = 1 here), 2 kept in each row
+    args = grpo_args(importance_sampling_level="sequence", use_vllm=True, rollout_rs="token_k1",
+                     rollout_rs_threshold="0.8_1.25")
+    mine = logps.clone().requires_grad_(True)
+    corrected_policy_loss(mine, _inputs(logps, rollout, advantages), *loss_groups(args), reused=False)[0].backward()
+    expected = torch.where(keep, -advantages.unsqueeze(-1) / 2 / 2, torch.zeros_like(logps))
+    assert mine.grad.tolist() == [pytest.approx(row) for row in expected.tolist()]
 
 
 def test_rollout_correction_metrics_only_with_flag_or_is_mode():

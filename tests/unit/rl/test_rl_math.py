@@ -202,7 +202,8 @@ def test_sequence_level_ratio_values_and_padding():
 
 @pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dr_grpo"])
 def test_sequence_level_gradient_matches_gspo(loss_type):
-    """The stop-gradient form has the gradient of GSPO's objective with s_i = exp(mean log-ratio)."""
+    """Both sequence levels have the gradient of GSPO's objective with s_i = exp(mean log-ratio) while every token of
+    a sequence carries the same multiplier (here: none)."""
     torch.manual_seed(0)
     old = -torch.rand(2, 3)
     base = old + 0.1 * torch.randn(2, 3)
@@ -211,6 +212,9 @@ def test_sequence_level_gradient_matches_gspo(loss_type):
 
     ours = base.clone().requires_grad_(True)
     policy_loss(ours, old, adv, MASK, importance_sampling_level="sequence", **kw)[0].backward()
+    token_form = base.clone().requires_grad_(True)
+    policy_loss(token_form, old, adv, MASK, importance_sampling_level="sequence_token", **kw)[0].backward()
+    assert values(token_form.grad) == approx(values(ours.grad))
 
     # reference: a (batch, 1) GSPO ratio with the gradient flowing through the mean, broadcast per token
     ref = base.clone().requires_grad_(True)
@@ -268,10 +272,12 @@ def test_gspo_sequence_level_equals_ms_swifts_with_every_multiplier(loss_type, m
     if multiplier == "entropy_mask":  # half the tokens, by entropy
         keep = torch.rand(rows, width, generator=gen) < 0.5
         kw, theirs_kw = {"token_mask": keep}, {"token_mask": keep.float()}
-    elif multiplier in ("is_weights", "rollout_rs"):
-        weights = (torch.rand(rows, width, generator=gen) * 1.5 + 0.25 if multiplier == "is_weights"
-                   else (torch.rand(rows, width, generator=gen) < 0.7).float())
+    elif multiplier == "is_weights":  # token_truncate-like weights, and token_mask's zeros
+        weights = torch.rand(rows, width, generator=gen) * 1.5 + 0.25
+        weights[torch.rand(rows, width, generator=gen) < 0.3] = 0.0
         kw, theirs_kw = {"rollout_is_weights": weights}, {"is_weights": weights}
+    elif multiplier == "rollout_rs":  # verl's: the rejected tokens leave the completion mask itself
+        mask = mask & (torch.rand(rows, width, generator=gen) < 0.7)
     elif multiplier == "opd":  # OPD-RL: the teacher's log-ratio added per token
         advantages = advantages.unsqueeze(-1) + 0.5 * torch.randn(rows, width, generator=gen)
     elif multiplier == "kl":
