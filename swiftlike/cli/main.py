@@ -7,7 +7,7 @@ import sys
 import traceback
 
 from ..utils import get_logger
-from ..utils.errors import NotBuiltError, UsageError
+from ..utils.errors import NotBuiltError, UsageError, WorkersFailed
 from ..utils.version import __version__
 
 # command -> (module:function, what it does); README.md's command table lists each (tests/repo/test_docs.py).
@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except NotBuiltError as e:
         return _report(e, f"swiftlike {command}: not built: {e}", 3)
-    except UsageError as e:
+    except (UsageError, WorkersFailed) as e:
         return _report(e, f"swiftlike {command}: error: {e}", 1)
     except Exception as e:
         return _report(e, f"swiftlike {command}: error: {e} ({type(e).__name__}; traceback above)", 1,

@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 from ..utils import get_logger
+from ..utils.errors import WorkersFailed
 from ..utils.launch_env import LaunchEnv
 from ..utils.net import free_port
 from ..utils.threads import usable_cpus
@@ -38,7 +39,7 @@ def relaunch_with_torchrun(command: str, argv: list[str]) -> None:
         env["OMP_NUM_THREADS"] = str(max(1, usable_cpus() // nproc))
     result = subprocess.run(cmd, env=env)
     if result.returncode != 0:
-        raise RuntimeError(f"torchrun exited with status {result.returncode}; see the worker output above")
+        raise WorkersFailed(f"torchrun exited with status {result.returncode}; see the worker output above")
 
 
 def is_rank_zero() -> bool:

@@ -24,6 +24,11 @@ class MissingInputError(UsageError, FileNotFoundError):
     """A file or directory the user named does not exist; still a FileNotFoundError for callers that catch one."""
 
 
+class WorkersFailed(RuntimeError):
+    """The worker processes we launched (torchrun's) failed and have printed their own tracebacks: ours would only
+    bury theirs, so the CLI prints this one line and exits with 1."""
+
+
 class NotBuiltError(NotImplementedError):
     """A documented option of ms-swift's that swiftlike does not have yet; the CLI exits with status 3.
 

@@ -259,3 +259,15 @@ def test_two_runs_in_one_process_each_write_their_own_tensorboard_dir(tmp_path):
     assert not events(first.run_dir), "the first run's curves go to its --logging_dir, not its run directory"
     assert len(events(second.run_dir / "runs")) == 1, "the second run's curves belong under its own run directory"
     assert "TENSORBOARD_LOGGING_DIR" not in os.environ
+
+
+def test_failed_torchrun_workers_end_with_one_line_not_the_launchers_traceback(tmp_path):
+    """The workers print their own errors; the launcher adds one line naming torchrun's status, not a traceback of
+    its own frames that would bury theirs (a plain RuntimeError printed one before the CLI's usage-error rule)."""
+    result = cli("sft", "--model", TINY, "--dataset", str(tmp_path / "missing.jsonl"), "--max_steps", "1",
+                 "--output_dir", tmp_path / "out", env={"NPROC_PER_NODE": "2"}, check=False)
+    assert result.returncode == 1
+    last = result.stderr.strip().splitlines()[-1]
+    assert last == "swiftlike sft: error: torchrun exited with status 1; see the worker output above"
+    assert "missing.jsonl" in result.stderr  # the workers' own message
+    assert "launch.py" not in result.stderr  # no frame of the launcher
