@@ -21,6 +21,7 @@ from ..utils.fields import field_default
 from .base import arg
 from .infer_args import SamplingArguments, VllmArguments
 from .option_flags import flag_values, option_flags
+from .sandbox_args import SandboxArguments
 from .train_args import TrainArguments
 
 logger = get_logger("swiftlike.arguments")
@@ -58,7 +59,7 @@ DEFAULT_LOSS_TYPE = {"grpo": "grpo", "dpo": "sigmoid", "cpo": "sigmoid", "simpo"
 @dataclass
 class RlhfArguments(TrainArguments, PreferenceArguments, GkdArguments, TeacherArguments, MultiTurnArguments, GrpoArguments,
                     PpoArguments, RewardArguments, PolicyTrainingArguments, CompletionArguments, SamplingArguments,
-                    RolloutPlacementArguments, VllmArguments, RayArguments):
+                    RolloutPlacementArguments, VllmArguments, RayArguments, SandboxArguments):
     """swiftlike rlhf: preference training (dpo, kto, cpo, simpo, orpo, rm), RL with rewards (grpo, and ppo with a
     critic) and on-policy distillation (gkd)."""
 

@@ -8,6 +8,7 @@ from ..utils.errors import NotBuiltError, UsageError
 from .base import BaseArguments, arg
 from .infer_args import LogprobLimitArguments, VllmArguments
 from .option_flags import flag_values, option_flags
+from .sandbox_args import SandboxArguments
 
 # The multi-turn settings a rollout server reads (ms-swift's `swift rollout` has these; the length-limit scope
 # and --vllm_server_pass_dataset are the trainer's, sent with each /rollout request).
@@ -19,7 +20,8 @@ MultiTurnServerArguments = option_flags(
 
 
 @dataclass
-class RolloutServerArguments(BaseArguments, VllmArguments, LogprobLimitArguments, MultiTurnServerArguments):
+class RolloutServerArguments(BaseArguments, VllmArguments, LogprobLimitArguments, MultiTurnServerArguments,
+                             SandboxArguments):
     """swiftlike rollout: serve generation and weight updates to a `swiftlike rlhf --vllm_mode server` trainer."""
 
     command = "rollout"

@@ -9,10 +9,11 @@ from typing import Literal
 from ..utils.errors import UsageError
 from .base import BaseArguments, arg
 from .infer_args import SamplingArguments, VllmArguments
+from .sandbox_args import SandboxArguments
 
 
 @dataclass
-class SampleArguments(BaseArguments, SamplingArguments, VllmArguments):
+class SampleArguments(BaseArguments, SamplingArguments, VllmArguments, SandboxArguments):
     """swiftlike sample: many answers per --dataset prompt, scored by an outcome (--orm_model) and/or process
     (--prm_model) reward, the best kept as SFT rows (and the worst as `rejected_response` for DPO)."""
 

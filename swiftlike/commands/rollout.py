@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from ..arguments.rollout_args import RolloutServerArguments
 from ..infer.engine import build_engine
+from ..rl.online.sandbox_check import require_sandbox
 from ..rl.rewards.plugins import load_external_plugins
 from ..rollout.multi_turn import multi_turns
 from ..rollout.server.app import create_app
@@ -19,7 +20,9 @@ def rollout_main(args: RolloutServerArguments | list[str] | None = None) -> None
     load_external_plugins(args.external_plugins)  # a plugin that fails to import stops here, naming its file
     multi_turn = args.multi_turn_options()
     if multi_turn.enabled:
-        multi_turns.lookup(multi_turn.multi_turn_scheduler)  # an unknown name stops here, before the model loads
+        multi_turns.lookup(multi_turn.multi_turn_scheduler)  # an unknown name stops here, before the model loads,
+    require_sandbox(args.allow_unisolated_execution, (), multi_turn.multi_turn_scheduler)  # as does a sandbox that
+    # cannot isolate the scheduler's tool calls
     spec = args.engine_spec()
     spec.logprobs_mode = "processed_logprobs"  # RL trainers score tokens after temperature / top-k / top-p
     service = RolloutService(args, lambda: build_engine(spec))

@@ -17,6 +17,7 @@ from tqdm import tqdm
 
 from ..arguments.sample_args import SampleArguments
 from ..infer.protocol import InferRequest
+from ..rl.online.sandbox_check import require_sandbox
 from ..utils import get_logger
 from ..utils.errors import UsageError
 from .output import ResumableJsonl
@@ -163,6 +164,8 @@ def run_sampling(args: SampleArguments, engine=None) -> SampleResult:
         build_orm(args.orm_model, max_new_tokens=args.max_new_tokens, use_hf=args.use_hf,
                   torch_dtype=args.torch_dtype) if args.orm_model else None,
         build_prm(args.prm_model, torch_dtype=args.torch_dtype) if args.prm_model else None)
+    # an ORM that runs the answers' code stops here, before any model loads, where the sandbox cannot isolate it
+    require_sandbox(args.allow_unisolated_execution, [args.orm_model] if args.orm_model else [])
     prompts = prompt_rows(args)
     result.prompts, result.resumed_from = len(prompts), output.prompts_done
     todo = prompts[output.prompts_done:]

@@ -8,7 +8,10 @@ plugins: `register_tool` for `--external_plugins` files.
 sandbox: `run_tool_isolated`, the call tool loops make: limits on time, memory, processes, files, no network;
     `run_program_isolated`, the same for model-written Python code.
 program: what the sandbox's child does to run such code as a script, or as a module under test.
-isolation: what the sandbox's child process does to itself before a tool runs (namespaces, limits, uid).
+isolation: what the sandbox's child process does to itself before a tool runs (namespaces, limits, uid), and the
+    check that it holds.
+rootfs: the root of its own the child sees (the interpreter, its standard library, a scratch /tmp).
+seccomp: the system calls the child is refused (namespaces, mounts, ptrace, bpf, ...).
 sandbox_server: the long-lived process that forks one isolated child per call.
 """
 from .builtin import TOOL_REGISTRY, Tool, call_tool

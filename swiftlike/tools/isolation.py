@@ -1,72 +1,93 @@
-"""What the sandbox's child processes do to themselves before a tool runs, and which of it this machine allows.
+"""What the sandbox's child processes do to themselves before a tool runs, which of it this machine allows, and
+the check that it holds.
 
 Each call is two processes. The outer one (our code only, it never runs the tool) starts a session, enters new
-namespaces and forks the inner one, which is the first process (pid 1) of a new pid namespace; when it ends the
-kernel kills everything the tool started, wherever it moved itself (a process group kill alone misses a
-`setsid()`). The inner one then, in order:
+network, pid, mount and IPC namespaces and forks the inner one, the first process (pid 1) of the new pid
+namespace: when it ends the kernel kills everything the tool started, wherever it moved itself (a process group
+kill alone misses a `setsid()`). The inner one then, in order:
 
-- network: a new network namespace has only a loopback interface, and it is down, so every connect fails
-  (127.0.0.1 included: the parent's loopback servers are in another namespace);
-- files: a new mount namespace in which the whole tree is remounted read-only and nosuid (mount_setattr,
-  recursive), a fresh size-limited tmpfs over /tmp is the working directory, and /proc is the new pid
-  namespace's own (other processes, their command lines and environments are not there); as root, a directory
-  nobody cannot enter that holds the interpreter (a root-only home) is covered by a tmpfs showing only the
-  interpreter's directories, so tools import what the caller can and see nothing else there;
-- limits: RLIMIT_CPU (SIGXCPU at the limit, SIGKILL a second later; with a pid namespace the inner process is
-  its pid 1, which the kernel's SIGXCPU does not reach, so the SIGKILL is what ends it), RLIMIT_AS (the
-  process's size at fork plus the memory limit, so a server that imported much still leaves the tool its full
-  budget), RLIMIT_FSIZE, RLIMIT_NPROC, RLIMIT_NOFILE, no core files;
-- identity: as root, uid and gid 65534 (nobody) with no supplementary groups, which drops every capability and
-  makes RLIMIT_NPROC bind (the kernel does not apply it to root); not as root, the namespaces are made inside a
-  new user namespace mapping only the caller's own uid, and every capability is dropped after the mounts;
+- files: a root of its own (`rootfs.py`): the interpreter, its standard library and the system's libraries
+  read-only, a private tmpfs at /tmp as the working directory, /proc of its own pid namespace; no project, home,
+  data or installed-packages directory;
+- network: the new network namespace has only a loopback interface, and it is down, so every connect fails
+  (127.0.0.1 included: the caller's loopback servers are in another namespace);
+- limits: RLIMIT_CPU (SIGXCPU at the limit, SIGKILL a second later; the kernel's SIGXCPU does not reach a pid
+  namespace's pid 1, so the SIGKILL is what ends it), RLIMIT_AS (the process's size at fork plus the memory
+  limit, so a server that imported much still leaves the tool its full budget), RLIMIT_FSIZE, RLIMIT_NPROC,
+  RLIMIT_NOFILE, no core files;
+- identity: as root, a uid and gid of the call's own (the server holds a block of `UID_BLOCK` uids no other
+  server on the machine uses, and hands one to each running call), no supplementary groups: every capability is dropped, and RLIMIT_NPROC, which the kernel counts per uid
+  and never applies to root, gives each call its own budget of `MAX_PROCESSES`, so one call's fork bomb cannot
+  starve another call's threads. Not as root, the namespaces are made inside a user namespace of the call's own
+  that maps only the caller's uid (the kernel counts RLIMIT_NPROC per user namespace, so each call has its own
+  budget there too) and every capability is dropped after the mounts;
 - no_new_privs (a setuid binary gives nothing), death with its parent, an environment of PATH, HOME, TMPDIR,
-  LANG and `SINGLE_THREADED` only.
+  LANG and `SINGLE_THREADED` only, and last the seccomp filter (`seccomp.py`), which refuses new namespaces,
+  mounts, ptrace, bpf, key rings, perf events and the like.
 
-RLIMIT_NPROC counts the processes of a user in a user namespace: as root the limit is shared by the calls that
-run at once as nobody (a fork bomb's processes die with its call, which frees the budget); not as root each
-call's user namespace counts its own. Memory is limited per process, so a tool that forks can hold up to
-MAX_PROCESSES times its memory limit until the call ends (a per-call total needs a cgroup, which CI may not have).
+How the namespaces are entered depends on what the machine allows; `probe_order` lists the settings, strongest
+first, and the sandbox server tries each for real (`verify` checks from inside a child that every protection
+holds) and takes the first that passes:
 
-A machine that refuses namespaces (a container without CAP_SYS_ADMIN, a kernel without unprivileged user
-namespaces) or mount_setattr (Linux < 5.12) gets what it allows: `probe_order` lists weaker settings to try
-when the sandbox server starts, and `Isolation.report` says what then does not hold.
+- `namespaces`: root with CAP_SYS_ADMIN unshares them directly;
+- `shared_user_namespace`: root without CAP_SYS_ADMIN (a container's default), where the kernel still allows user
+  namespaces (creating one needs no capability): the server makes one user namespace at start that maps root
+  (for the mounts) and the call uids, and each call enters it (setns) before unsharing the others;
+- `own_user_namespace`: not root: a user namespace per call that maps the caller's uid;
+- `none`: nothing of the above works (Docker's default seccomp profile refuses unshare, a kernel or an AppArmor
+  policy refuses unprivileged user namespaces). Only the limits, the per-call uid as root, the minimal
+  environment and the seccomp filter hold, so the sandbox refuses to run anything unless the caller opted out
+  (`sandbox.py`: `--allow_unisolated_execution`, `SWIFTLIKE_ALLOW_UNISOLATED=1`).
+
+Memory is limited per process, so a tool that forks can hold up to MAX_PROCESSES times its memory limit until the
+call ends (a per-call total needs a cgroup, which CI may not have).
 """
 from __future__ import annotations
 
 import ctypes
-import functools
+import errno
+import fcntl
 import os
+import random
 import resource
 import signal
+import socket
 import stat
 import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
-NOBODY = 65534
-MAX_PROCESSES = 32  # RLIMIT_NPROC
+from . import rootfs, seccomp
+from .rootfs import check as _check
+
+MAX_PROCESSES = 32  # RLIMIT_NPROC, per call
 MAX_OPEN_FILES = 64
 MAX_FILE_MB = 16  # RLIMIT_FSIZE: any one file
-WORKDIR_MB = 32  # the tmpfs at /tmp: all files together
+WORKDIR_MB = rootfs.WORKDIR_MB
 SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
 # numeric libraries start one thread rather than one per core: threads count against RLIMIT_NPROC
 SINGLE_THREADED = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+# As root, each running call gets a uid (and the same gid) of its own from a block of UID_BLOCK uids that its sandbox
+# server holds alone: a lock file per block (LOCKS) keeps two servers on this machine (the ranks of one run, or two
+# runs) from sharing one, and the block is drawn at random within a range far above the uids of people and services
+# and below 2**31 (some tools read uids as signed). Where this process's user namespace does not map that range (a
+# rootless container maps 65536 uids), the 1024 uids just below nobody's are taken instead.
+UID_BLOCK = 64  # calls at once per server; more wait for one to end
+UID_RANGES = ((2_000_000_000, 1 << 27), (65534 - 1024, 1024))  # (first, count)
+PREFERRED_FIRST_UID = UID_RANGES[0][0]
+LOCKS = "/tmp/swiftlike-sandbox-uids"
+NOBODY = 65534
+
+Entry = Literal["namespaces", "shared_user_namespace", "own_user_namespace", "none"]
 
 _CLONE_NEWNS, _CLONE_NEWIPC, _CLONE_NEWUSER = 0x00020000, 0x08000000, 0x10000000
 _CLONE_NEWPID, _CLONE_NEWNET = 0x20000000, 0x40000000
-_MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_BIND, _MS_REC, _MS_PRIVATE = 0x2, 0x4, 0x8, 0x1000, 0x4000, 0x40000
-_MOUNT_ATTR_RDONLY, _MOUNT_ATTR_NOSUID, _AT_RECURSIVE, _AT_FDCWD = 0x1, 0x2, 0x8000, -100
-_SYS_MOUNT_SETATTR = 442  # the same number on every Linux architecture (added after the syscall tables merged)
 _PR_SET_PDEATHSIG, _PR_SET_NO_NEW_PRIVS = 1, 38
 _CAPABILITY_VERSION_3 = 0x20080522
 
 _libc = ctypes.CDLL(None, use_errno=True)
-
-
-class _MountAttr(ctypes.Structure):
-    _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64), ("propagation", ctypes.c_uint64),
-                ("userns_fd", ctypes.c_uint64)]
 
 
 class _CapHeader(ctypes.Structure):
@@ -77,152 +98,190 @@ class _CapData(ctypes.Structure):
     _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
 
 
-def _check(result: int, what: str) -> None:
-    if result != 0:
-        number = ctypes.get_errno()
-        raise OSError(number, f"{what}: {os.strerror(number)}")
-
-
 @dataclass(frozen=True)
 class Isolation:
-    """The protections a call gets; the sandbox server settles on one when it starts (`probe_order`)."""
-    namespaces: bool  # new network, pid, mount and IPC namespaces (in a user namespace when not root)
-    readonly_root: bool  # needs namespaces: everything read-only and nosuid but a private tmpfs at /tmp
-    as_root: bool  # the server runs as root: calls run as nobody
+    """How each call is isolated; the sandbox server settles on one when it starts (`probe_order`)."""
+    entry: Entry
+    as_root: bool  # the server runs as root: each call runs as a uid of its own from `uids`
+    uids: tuple[int, int] | None = None  # (first, count) of the call uids, as root
+
+    @property
+    def isolated(self) -> bool:
+        return self.entry != "none"
 
     def report(self) -> dict[str, str]:
         """What holds for a tool, by concern, in words for logs and docs; 'NOT ISOLATED' marks what does not."""
-        limits = "CPU time, memory, file size, open files and processes are limited"
+        limits = f"CPU time, memory, file size, open files and processes ({MAX_PROCESSES} per call) are limited"
+        syscalls = "new namespaces, mounts, ptrace, bpf, key rings, perf events, kexec, modules, userfaultfd and " \
+                   "io_uring are refused (seccomp)"
         if self.as_root:
-            identity = "runs as uid/gid 65534 (nobody) without capabilities"
-        elif self.namespaces:
-            identity = "runs as the caller's uid, capabilities dropped: it can read what the caller can read"
+            first, count = self.uids
+            identity = f"a uid and gid of the call's own ({first}-{first + count - 1}), no groups, no capabilities"
+        elif self.isolated:
+            identity = "the caller's uid in a user namespace of the call's own, no capabilities"
         else:
-            identity = "NOT ISOLATED: runs as the caller's uid and can read what the caller can read"
-        if self.readonly_root:
-            files = "writes only to a private tmpfs at /tmp (the rest is read-only)"
-        elif self.as_root:
-            files = "writes only where nobody may (its own temporary directory, world-writable directories)"
-        else:
-            files = "NOT ISOLATED: can write wherever the caller can"
-        closed = sorted({closed for closed, _ in interpreter_exposures()}) if self.as_root else []
-        if not closed:
-            imports = "a tool can import what the caller can"
-        elif self.readonly_root:
-            imports = f"a tool can import what the caller can: {', '.join(closed)} (closed to nobody) shows only " \
-                      "the Python installation and import path inside it"
-        else:
-            imports = f"LIMITED: nobody cannot read {', '.join(closed)}, so a tool can use only the modules the " \
-                      "sandbox imported before it ran (import what tools need at the top of their plugin file)"
+            identity = "NOT ISOLATED: runs as the caller's uid, with the caller's rights"
+        if not self.isolated:
+            return {
+                "network": "NOT ISOLATED: the code can open network connections, 127.0.0.1 included",
+                "processes": "NOT ISOLATED: it sees every process" + (
+                    "; it can signal only processes of its own uid, all killed when the call ends" if self.as_root
+                    else ", can signal the caller's, and a process that leaves its group outlives the call"),
+                "files": "NOT ISOLATED: " + ("it can read what any user may read (the project, world-readable files) "
+                                             "and write where anyone may" if self.as_root else
+                                             "it can read and write what the caller can"),
+                "identity": identity, "system calls": syscalls, "limits": limits, "imports": self._imports()}
         return {
-            "network": "no network (a new network namespace with no interface up)" if self.namespaces else
-            "NOT ISOLATED: the tool can open network connections",
-            "processes": ("its own pid namespace: it sees and signals only its own processes, all killed when the "
-                          "call ends" if self.namespaces else "its process group is killed when the call ends; "
-                          "NOT ISOLATED: a process that leaves the group outlives the call"),
-            "files": files, "identity": identity, "limits": limits, "imports": imports}
+            "network": "no network (a new network namespace with no interface up)",
+            "processes": "its own pid namespace: it sees and signals only its own processes, all killed when the "
+                         "call ends",
+            "files": "a root of its own: the interpreter, its standard library and the system's libraries "
+                     "read-only, a private tmpfs at /tmp; no project, home, data or installed-packages directory",
+            "identity": identity, "system calls": syscalls, "limits": limits,
+            "imports": "the standard library, and what the sandbox server imported before the call (swiftlike.tools, "
+                       "each tool's plugin file and what that file imports at its top)"}
 
 
-def _closed_to_others(target: Path) -> str | None:
+    def _imports(self) -> str:
+        """Unisolated: as root the call's uid may be unable to enter the interpreter's directory (a root-only home)."""
+        closed = _closed_to_others(rootfs.view().interpreter) if self.as_root else None
+        if closed is None:
+            return "what the caller can import"
+        return f"LIMITED: the call's uid cannot enter {closed}, so a tool can use only the modules the sandbox " \
+               "imported before it ran (import what tools need at the top of their plugin file)"
+
+
+def _closed_to_others(target: str) -> str | None:
     """The first directory above `target` that other users cannot enter (a root-only home, say)."""
-    for directory in reversed(target.parents):
+    for directory in reversed(Path(target).parents):
         if not directory.stat().st_mode & stat.S_IXOTH:
             return str(directory)
     return None
 
 
-def interpreter_exposures() -> list[tuple[str, str]]:
-    """(closed directory, directory inside it) for the interpreter's installation and import path where a
-    directory above them is closed to nobody: the inner process shows these, and nothing else, through it.
-    Paths under /tmp are left out: the tool's /tmp is its own, and the server imported the plugins there."""
-    return _exposures(sys.base_prefix, sys.prefix, *sys.path)
+def _mapped(first: int, count: int) -> bool:
+    """Whether this process's user namespace maps uids and gids first..first+count-1."""
+    for name in ("uid_map", "gid_map"):
+        with open(f"/proc/self/{name}") as f:
+            ranges = [tuple(map(int, line.split())) for line in f if line.strip()]
+        if not any(inside <= first and first + count <= inside + length for inside, _, length in ranges):
+            return False
+    return True
 
 
-@functools.lru_cache(maxsize=4)  # computed in the server (some ms of resolving paths), inherited by each fork
-def _exposures(*paths: str) -> list[tuple[str, str]]:
-    wanted = {Path(p).resolve() for p in paths if p and Path(p).is_dir()}
-    exposures: list[tuple[str, str]] = []
-    for path in sorted(wanted):
-        shown = any(path.is_relative_to(earlier) for _, earlier in exposures)
-        closed = None if shown or path.is_relative_to("/tmp") else _closed_to_others(path)
-        if closed is not None:
-            exposures.append((closed, str(path)))
-    return exposures
+def _lock_directory() -> str | None:
+    """LOCKS, made by and for root (None where someone else made it: its locks would prove nothing)."""
+    os.makedirs(LOCKS, mode=0o700, exist_ok=True)
+    return LOCKS if os.stat(LOCKS).st_uid == 0 else None
 
 
-def _show_through_closed_directories() -> None:
-    """Replace each directory closed to nobody by an empty read-only tmpfs showing only the interpreter's
-    directories inside it (bind mounts, made from handles taken before the tmpfs covers them)."""
-    handles = [(closed, path, os.open(path, os.O_PATH | os.O_DIRECTORY)) for closed, path in interpreter_exposures()]
-    closed_directories = list(dict.fromkeys(closed for closed, _, _ in handles))
-    for closed in closed_directories:
-        _check(_libc.mount(b"tmpfs", closed.encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV, b"size=1m,mode=0755"),
-               f"mount(tmpfs {closed})")
-    for _, path, handle in handles:
-        os.makedirs(path, mode=0o755, exist_ok=True)
-        _check(_libc.mount(f"/proc/self/fd/{handle}".encode(), path.encode(), None, _MS_BIND | _MS_REC, None),
-               f"mount(bind {path})")
-        os.close(handle)
-    for closed in closed_directories:
-        _read_only(closed)
+def call_uids() -> tuple[tuple[int, int], int | None] | None:
+    """((first, UID_BLOCK), the lock's descriptor, held while the server lives) of the uids this server's calls
+    run as (root only), or None when this namespace maps no range of them or every block is taken."""
+    directory = _lock_directory()
+    for first, count in UID_RANGES:
+        if not _mapped(first, count):
+            continue
+        blocks = count // UID_BLOCK
+        for block in random.sample(range(blocks), min(blocks, 256)):
+            start = first + block * UID_BLOCK
+            if directory is None:
+                return (start, UID_BLOCK), None
+            lock = os.open(f"{directory}/{start}", os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(lock)
+                continue
+            return (start, UID_BLOCK), lock
+    return None
 
 
-def _read_only(path: str) -> None:
-    attr = _MountAttr(_MOUNT_ATTR_RDONLY | _MOUNT_ATTR_NOSUID, 0, 0, 0)
-    _check(_libc.syscall(_SYS_MOUNT_SETATTR, _AT_FDCWD, path.encode(), _AT_RECURSIVE, ctypes.byref(attr),
-                         ctypes.sizeof(attr)), f"mount_setattr({path}, read-only)")
+def probe_order(as_root: bool, uids: tuple[int, int] | None = None) -> list[Isolation]:
+    """The settings to try, strongest first; the last, `none`, needs nothing but setrlimit (and setuid as root).
+    As root, `uids` is the server's block (`call_uids`); without one nothing can run."""
+    if not as_root:
+        return [Isolation("own_user_namespace", False), Isolation("none", False)]
+    if uids is None:
+        return []
+    return [Isolation("namespaces", True, uids), Isolation("shared_user_namespace", True, uids),
+            Isolation("none", True, uids)]
 
 
-def probe_order(as_root: bool) -> list[Isolation]:
-    """The settings to try, strongest first; the last one needs nothing but setrlimit (and setuid as root)."""
-    return [Isolation(True, True, as_root), Isolation(True, False, as_root), Isolation(False, False, as_root)]
+def shared_user_namespace(uids: tuple[int, int]) -> int:
+    """A user namespace mapping root and the call uids to themselves (for `shared_user_namespace`), as a file
+    descriptor the calls enter. A child makes it and this process, still root outside it, writes its maps."""
+    made_read, made_write = os.pipe()
+    done_read, done_write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            number = 0 if _libc.unshare(_CLONE_NEWUSER) == 0 else ctypes.get_errno()
+            os.write(made_write, str(number).encode())
+            os.read(done_read, 1)
+        finally:
+            os._exit(0)
+    try:
+        number = int(os.read(made_read, 16) or errno.EIO)
+        if number:
+            raise OSError(number, f"unshare(CLONE_NEWUSER): {os.strerror(number)}")
+        first, count = uids
+        for name in ("uid_map", "gid_map"):
+            with open(f"/proc/{pid}/{name}", "w") as f:
+                f.write(f"0 0 1\n{first} {first} {count}\n")
+        return os.open(f"/proc/{pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
+    finally:
+        os.write(done_write, b"x")
+        os.waitpid(pid, 0)
+        for fd in (made_read, made_write, done_read, done_write):
+            os.close(fd)
 
 
-def enter_outer(isolation: Isolation) -> None:
-    """In the outer process: a session of its own (the server kills the group), death with the server, and
-    the new namespaces, which the next fork's child is the first process of."""
+def enter_outer(isolation: Isolation, user_namespace: int | None) -> None:
+    """In the outer process: a session of its own (the server kills the group), death with the server, and the
+    new namespaces, which the next fork's child is the first process of."""
     os.setsid()
     _check(_libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(PR_SET_PDEATHSIG)")
-    if not isolation.namespaces:
+    if not isolation.isolated:
         return
-    flags = _CLONE_NEWNET | _CLONE_NEWPID | _CLONE_NEWNS | _CLONE_NEWIPC
+    if isolation.entry == "shared_user_namespace":
+        _check(_libc.setns(user_namespace, _CLONE_NEWUSER), "setns(the sandbox's user namespace)")
+        os.close(user_namespace)
+    own = isolation.entry == "own_user_namespace"
     uid, gid = os.getuid(), os.getgid()
-    _check(_libc.unshare(flags | (0 if isolation.as_root else _CLONE_NEWUSER)), "unshare")
-    if not isolation.as_root:
+    _check(_libc.unshare(_CLONE_NEWNET | _CLONE_NEWPID | _CLONE_NEWNS | _CLONE_NEWIPC | (_CLONE_NEWUSER if own else 0)),
+           "unshare")
+    if own:
         for path, text in (("/proc/self/setgroups", "deny"), ("/proc/self/uid_map", f"{uid} {uid} 1"),
                            ("/proc/self/gid_map", f"{gid} {gid} 1")):
             with open(path, "w") as f:
                 f.write(text)
+    # a change of credentials (entering a user namespace) clears the death signal
+    _check(_libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(PR_SET_PDEATHSIG)")
 
 
-def private_workdir(isolation: Isolation) -> str | None:
-    """Without a private /tmp: an empty temporary directory for the call (the server removes it when the call
-    ends); with one, None (the inner process mounts its own tmpfs)."""
-    if isolation.readonly_root:
+def private_workdir(isolation: Isolation, uid: int) -> str | None:
+    """Without namespaces: an empty temporary directory for the call (the server removes it when the call ends);
+    with them, None (the inner process mounts its own tmpfs)."""
+    if isolation.isolated:
         return None
     path = tempfile.mkdtemp(prefix="swiftlike-tool-")
     if isolation.as_root:
-        os.chown(path, NOBODY, NOBODY)
+        os.chown(path, uid, uid)
     return path
 
 
-def enter_inner(isolation: Isolation, *, cpu_s: int, memory_mb: int, workdir: str | None) -> None:
-    """In the process that runs the tool, before it runs: everything the module docstring lists, in order."""
+def enter_inner(isolation: Isolation, *, uid: int, cpu_s: int, memory_mb: int, workdir: str | None) -> None:
+    """In the process that runs the tool, before it runs: everything the module docstring lists, in order.
+    `uid`: the call's own as root, the caller's otherwise."""
     with open("/proc/self/statm") as f:
         size_at_fork = int(f.read().split()[0]) * resource.getpagesize()
-    if isolation.namespaces:  # first, so that nothing mounted here shows in the caller's namespace
-        _check(_libc.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None), "mount(make / private)")
-    if isolation.readonly_root:
-        uid = NOBODY if isolation.as_root else os.getuid()
-        gid = NOBODY if isolation.as_root else os.getgid()
-        _read_only("/")
-        if isolation.as_root:
-            _show_through_closed_directories()
-        options = f"size={WORKDIR_MB}m,mode=0700,uid={uid},gid={gid}".encode()
-        _check(_libc.mount(b"tmpfs", b"/tmp", b"tmpfs", _MS_NOSUID | _MS_NODEV, options), "mount(tmpfs /tmp)")
-        workdir = "/tmp"
-    if isolation.namespaces:
-        _check(_libc.mount(b"proc", b"/proc", b"proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, None), "mount(/proc)")
+    path = SAFE_PATH
+    if isolation.isolated:
+        shown = rootfs.view()
+        rootfs.enter(shown, uid, uid if isolation.as_root else os.getgid())
+        workdir, path = "/tmp", f"{os.path.dirname(shown.interpreter)}:{SAFE_PATH}"
+        sys.executable = shown.interpreter  # the venv the server ran in is not in the new root
     megabyte = 1 << 20
     for limit, value in ((resource.RLIMIT_CPU, (cpu_s, cpu_s + 1)),
                          (resource.RLIMIT_AS, (size_at_fork + memory_mb * megabyte,) * 2),
@@ -232,8 +291,8 @@ def enter_inner(isolation: Isolation, *, cpu_s: int, memory_mb: int, workdir: st
         resource.setrlimit(limit, value)
     if isolation.as_root:
         os.setgroups([])
-        os.setgid(NOBODY)
-        os.setuid(NOBODY)
+        os.setgid(uid)
+        os.setuid(uid)
     else:  # the caller's own capabilities, and in a user namespace those over its namespaces
         header, data = _CapHeader(_CAPABILITY_VERSION_3, 0), (_CapData * 2)()
         _check(_libc.capset(ctypes.byref(header), data), "capset(no capabilities)")
@@ -241,4 +300,39 @@ def enter_inner(isolation: Isolation, *, cpu_s: int, memory_mb: int, workdir: st
     _check(_libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(PR_SET_PDEATHSIG)")
     os.chdir(workdir)
     os.environ.clear()
-    os.environ.update(PATH=SAFE_PATH, HOME=workdir, TMPDIR=workdir, LANG="C.UTF-8", **SINGLE_THREADED)
+    os.environ.update(PATH=path, HOME=workdir, TMPDIR=workdir, LANG="C.UTF-8", **SINGLE_THREADED)
+    seccomp.install()  # last: the setup above mounts and unshares, which the filter refuses
+
+
+def _capabilities() -> tuple[int, int]:
+    header, data = _CapHeader(_CAPABILITY_VERSION_3, 0), (_CapData * 2)()
+    _check(_libc.capget(ctypes.byref(header), data), "capget")
+    return data[0].effective | data[1].effective << 32, data[0].permitted | data[1].permitted << 32
+
+
+def verify(isolation: Isolation, uid: int, hidden: str) -> None:
+    """In a probe's inner process, after `enter_inner`: raise naming the first protection that does not hold.
+    `hidden`: a path of the caller's that must not be visible (the package the server imported)."""
+    failed = []
+    if os.getpid() != 1:
+        failed.append(f"processes: the call is pid {os.getpid()}, not 1 of a pid namespace of its own")
+    if (os.getuid(), os.geteuid(), os.getgid() if isolation.as_root else uid) != (uid, uid, uid):
+        failed.append(f"identity: the call runs as uid {os.getuid()} gid {os.getgid()}, not {uid}")
+    if any(_capabilities()):
+        failed.append("identity: the call holds capabilities")
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        reached = probe.connect_ex(("127.0.0.1", 9))
+    if reached != errno.ENETUNREACH:
+        failed.append(f"network: a connection to 127.0.0.1 answered {os.strerror(reached)}, not 'Network is "
+                      "unreachable'")
+    if os.path.exists(hidden) or os.listdir("/tmp") or os.getcwd() != "/tmp":
+        failed.append(f"files: {hidden} is visible, or /tmp is not an empty working directory")
+    if _libc.unshare(_CLONE_NEWUSER) == 0 or ctypes.get_errno() != errno.EPERM:
+        failed.append("system calls: unshare(CLONE_NEWUSER) was not refused")
+    try:
+        os.mkdir("/swiftlike-probe")
+        failed.append("files: the root is writable")
+    except OSError:
+        pass
+    if failed:
+        raise RuntimeError("; ".join(failed))

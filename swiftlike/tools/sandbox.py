@@ -5,25 +5,35 @@ A tool call's name and arguments come from the model, so they are untrusted inpu
 above all) is code that input can steer; a program is such code outright. Each call runs in a child process
 forked by a small sandbox server (`sandbox_server.py`, started once per process on the first call, `python -I`
 importing only `swiftlike.tools` and the tools' plugin files). The child (`isolation.py` says how and why) has
-no network (a new network namespace), its own pid namespace (every process it starts dies with the call), a
-read-only filesystem but a private tmpfs working directory at /tmp, uid nobody when we are root (so
-RLIMIT_NPROC binds), a user namespace and no capabilities when we are not, CPU-time, memory, file-size,
-process and open-file limits, a minimal environment (no secret of ours: the server was started with PATH, LANG
-and thread counts only), and a wall-clock timeout after which the server kills its process group. A machine
-that refuses namespaces gets the rest; `sandbox_isolation()` says what holds, and the first call logs a
-warning when something does not.
+no network (a new network namespace), its own pid namespace (every process it starts dies with the call), a root
+of its own holding the interpreter, its standard library and the system's libraries read-only and a private
+tmpfs working directory at /tmp (`rootfs.py`: not the project, its data or anyone's home), a uid of its own per
+running call when we are root (so RLIMIT_NPROC gives each call its own process budget), a user namespace and no
+capabilities when we are not, a seccomp filter against kernel attack surface (`seccomp.py`), CPU-time, memory,
+file-size, process and open-file limits, a minimal environment (no secret of ours: the server was started with
+PATH, LANG and thread counts only), and a wall-clock timeout after which the server kills its process group.
+
+Fail closed: the server checks that isolation holds before it runs anything. Where the machine allows no
+namespaces, every call raises `SandboxUnavailable` (why, and how to get isolation) unless the caller opted out
+(`allow_unisolated_execution()`, `SWIFTLIKE_ALLOW_UNISOLATED=1`, a command's `--allow_unisolated_execution`),
+and then runs with what still holds and a loud warning. Commands that will run model output call
+`require_isolation` at their start, so that such a machine stops them before their first episode or reward.
+`sandbox_isolation()` says what holds.
 
 Outcomes: the tool's text, cut at `max_output_chars` with a note; an error answer `{"error": "..."}` (with
 `ToolOutcome.error` set) when the call is bad, the tool refuses it, raises, times out, runs out of memory,
 answers with bytes or an object JSON cannot write, or dies. Nothing the model or the tool does raises here;
-only our own misuse does (limits that are not `ToolLimits`, arguments that are not JSON).
+only our own misuse does (limits that are not `ToolLimits`, arguments that are not JSON), and a machine that
+cannot isolate (`SandboxUnavailable`).
 
-Speed (this machine: 2 CPU cores, root, every protection on, the cores shared with a benchmark running at a
-higher priority): 25-28 ms per call over 200 calculator calls one after another (median 27 ms, p95 41 ms),
-about 100 calls/s from 8 threads, 14 ms of CPU per call (server and children); starting the server and
-probing costs about 0.15 s once. A fresh interpreter importing the tools cost 100 ms per call under the same
-load. Where the time goes (per call): two forks (~3 ms each), the namespaces (~1.5 ms), the mounts and limits
-(~2.5 ms), the processes' exit and the namespaces' teardown (~3 ms), the tool itself (<1 ms).
+Speed (this machine: 2 CPU cores shared with four other jobs, load average 5 to 6.5, root, every protection on):
+median 25 to 32 ms per call over 200 calculator calls one after another (p95 39 to 47 ms), 120 to 130 calls/s
+from 8 threads, 12 ms of CPU per call (server and children); starting the server and probing costs 0.1 to 0.25 s
+once. The sandbox before its own root, per-call uids and seccomp filter took 23 to 24 ms (11 ms of CPU) beside it;
+a fresh interpreter importing the tools cost 100 ms per call. Where the time goes (per call): two forks (~3 ms
+each), the namespaces (~1 ms), the new root, limits and filter (~2.5 ms: the skeleton and bind mounts ~1.5 ms,
+pivot_root and detaching the old tree ~0.5 ms), the processes' exit and the namespaces' teardown (~3 ms), the
+tool itself (<1 ms).
 """
 from __future__ import annotations
 
@@ -36,6 +46,7 @@ import threading
 from concurrent.futures import Future
 from dataclasses import asdict, dataclass
 
+from ..utils.errors import UsageError
 from ..utils.logging import get_logger
 from .builtin import TOOL_REGISTRY
 from .isolation import SINGLE_THREADED
@@ -47,6 +58,30 @@ ANSWER_GRACE_S = 10.0
 STARTUP_TIMEOUT_S = 30.0
 _SERVER_MAIN = "import json, sys; sys.path[:0] = json.loads(sys.argv[1]); " \
                "from swiftlike.tools.sandbox_server import serve; serve()"
+ALLOW_UNISOLATED_ENV = "SWIFTLIKE_ALLOW_UNISOLATED"
+HOW_TO_ISOLATE = (
+    "To isolate it: run as root with CAP_SYS_ADMIN (in Docker: --cap-add SYS_ADMIN --security-opt seccomp=unconfined "
+    "--security-opt apparmor=unconfined), or allow user namespaces (Docker's default seccomp profile refuses them: "
+    "--security-opt seccomp=unconfined; a kernel that refuses them to users: sysctl kernel.unprivileged_userns_clone=1 "
+    "or user.max_user_namespaces=10000; Ubuntu 23.10+: sysctl kernel.apparmor_restrict_unprivileged_userns=0). To run "
+    "it unisolated anyway, accepting that model-written code can read what this process can read, write where it "
+    "can write and reach the network: --allow_unisolated_execution true on the command line, "
+    f"{ALLOW_UNISOLATED_ENV}=1 in the environment, or swiftlike.tools.sandbox.allow_unisolated_execution() in Python.")
+_UNISOLATED_WARNING = (
+    "\n" + "!" * 100 + "\nTOOL SANDBOX NOT ISOLATED (--allow_unisolated_execution / " + ALLOW_UNISOLATED_ENV +
+    "): model-written code and tools run with only these protections: %s\n" + "!" * 100)
+
+
+class SandboxUnavailable(UsageError):
+    """The machine allows no isolation of model output and the caller did not opt out: the run stops. A usage
+    error (the machine for the options asked for): the message says why and how to get isolation, and the CLI
+    prints only that."""
+
+    def __init__(self, refused: dict[str, str]):
+        self.refused = dict(refused)
+        reasons = "; ".join(f"{setting}: {why}" for setting, why in refused.items()) or "no reason given"
+        super().__init__(f"the tool sandbox cannot isolate model-written code on this machine ({reasons}). "
+                         + HOW_TO_ISOLATE)
 
 
 @dataclass(frozen=True)
@@ -89,11 +124,13 @@ class _SandboxServer:
         self.ids = itertools.count()
         self.ready: Future = Future()
         threading.Thread(target=self._read_answers, name="tool-sandbox-answers", daemon=True).start()
-        self.isolation: dict = self.ready.result(timeout=STARTUP_TIMEOUT_S)
-        weak = {concern: words for concern, words in self.isolation["isolation"].items()
-                if words.startswith(("NOT ISOLATED", "LIMITED"))}
-        if weak:
-            logger.warning("tool sandbox: %s", "; ".join(f"{concern}: {words}" for concern, words in weak.items()))
+        self.started: dict = self.ready.result(timeout=STARTUP_TIMEOUT_S)
+        if not self.started["isolated"]:
+            if not unisolated_execution_allowed() or self.started["isolation"] is None:
+                self.stop()
+                raise SandboxUnavailable(self.started["refused"])
+            logger.warning(_UNISOLATED_WARNING, "; ".join(f"{concern}: {words}" for concern, words in
+                                                          self.started["isolation"].items()))
 
     @property
     def alive(self) -> bool:
@@ -137,6 +174,7 @@ class _SandboxServer:
 
 _server: _SandboxServer | None = None
 _server_lock = threading.Lock()
+_allowed = False
 
 
 def _running_server() -> _SandboxServer:
@@ -148,8 +186,33 @@ def _running_server() -> _SandboxServer:
 
 
 def sandbox_isolation() -> dict[str, str]:
-    """What isolates a tool on this machine, by concern (network, processes, files, identity, limits)."""
-    return dict(_running_server().isolation["isolation"])
+    """What isolates a tool on this machine, by concern (network, processes, files, identity, system calls,
+    limits, imports). Raises SandboxUnavailable where nothing isolates and the caller has not opted out."""
+    return dict(_running_server().started["isolation"])
+
+
+def require_isolation(allow_unisolated: bool = False) -> dict[str, str]:
+    """Start the sandbox now and check it isolates: a command calls this before its first episode or reward when
+    it will run model output (a tool scheduler, a code reward), so that a machine without isolation stops the run
+    at its start, not at its first call. `allow_unisolated` (the command's --allow_unisolated_execution) opts this
+    process out for good: the sandbox then runs code unisolated, with a warning. Returns what holds
+    (`sandbox_isolation`); raises SandboxUnavailable, naming why and how to get isolation, otherwise."""
+    if allow_unisolated:
+        allow_unisolated_execution()
+    return sandbox_isolation()
+
+
+def allow_unisolated_execution(allowed: bool = True) -> None:
+    """The Python switch behind --allow_unisolated_execution (the environment's SWIFTLIKE_ALLOW_UNISOLATED=1 is
+    the other): where the machine allows no isolation, run model output anyway, with what still holds (limits,
+    minimal environment, seccomp, a uid of its own as root). For users who accept that the code can read what this
+    process can, write where it can and reach the network. A sandbox already refused is tried again."""
+    global _allowed
+    _allowed = allowed
+
+
+def unisolated_execution_allowed() -> bool:
+    return _allowed or os.environ.get(ALLOW_UNISOLATED_ENV, "") in ("1", "true", "True", "yes")
 
 
 def _check_limits(limits: ToolLimits) -> None:

@@ -4,14 +4,17 @@ Started by `sandbox.py` with `python -I` and an environment of PATH and LANG onl
 `swiftlike.tools` (plus the plugin files that define the tools it is asked for), so forking it costs a few
 milliseconds where starting an interpreter would cost a hundred, and a forked tool inherits nothing of the
 trainer: not its memory, its environment, its open files or its threads. On start it probes which isolation
-this machine allows (`isolation.probe_order`) and writes that as its first line.
+this machine allows (`isolation.probe_order`, each setting checked from inside a child by `isolation.verify`) and
+writes that as its first line, with why each stronger setting was refused; the caller decides whether what it got
+is enough (`sandbox.py` refuses to go on unisolated unless told to).
 
 Protocol, one JSON object per line: requests on stdin `{"id", "tool", "arguments", "limits", "source"}`, or
 `{"id", "tool", "program", "limits"}` for a Python program (`program.py`; "tool" then only names it in errors),
 answers on stdout `{"id", "text", "error"}`, in the order calls finish. Calls run at once; the event loop
 (selectors over each call's pipes and a pidfd for its outer process) never blocks on a tool. What a child
-writes is read as untrusted: bounded in size, parsed, checked, cut again. The server ends when its stdin
-closes (the caller is gone), killing what still runs.
+writes is read as untrusted: bounded in size, parsed, checked, cut again. As root each running call holds one uid
+of the server's block (`isolation.UID_BLOCK`, locked against other servers), given back when it ends; a request that finds all of them taken waits for one. The server
+ends when its stdin closes (the caller is gone), killing what still runs.
 """
 from __future__ import annotations
 
@@ -27,9 +30,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import rootfs
 from .builtin import TOOL_REGISTRY
 from .errors import ToolResultNotText
-from .isolation import Isolation, enter_inner, enter_outer, interpreter_exposures, private_workdir, probe_order
+from .isolation import (Isolation, call_uids, enter_inner, enter_outer, private_workdir, probe_order,
+                        shared_user_namespace, verify)
 from .program import run_program
 
 PROBE_TIMEOUT_S = 10.0
@@ -106,6 +111,7 @@ class _Call:
     status_fd: int
     deadline: float
     workdir: str | None
+    uid: int  # the call's own uid as root (given back when it ends), the caller's otherwise
     result: bytearray = field(default_factory=bytearray)
     status: bytearray = field(default_factory=bytearray)
     timed_out: bool = False
@@ -116,38 +122,42 @@ class _Call:
         return 8 * self.request["limits"]["max_output_chars"] + 1024  # JSON escapes, UTF-8, the envelope
 
 
-def _start(request: dict, isolation: Isolation, probe: bool = False) -> _Call:
+def _start(request: dict, isolation: Isolation, uid: int, user_namespace: int | None, probe: bool = False) -> _Call:
     """Fork the outer process, which enters the namespaces and forks the inner one that runs the tool."""
     result_read, result_write = os.pipe()
     status_read, status_write = os.pipe()
-    workdir = private_workdir(isolation)
-    interpreter_exposures()  # resolved here, once per import path, rather than in every child
+    workdir = private_workdir(isolation, uid)
+    if isolation.isolated:
+        rootfs.view()  # resolved here, once, with the server's rights, rather than in every child
     pid = os.fork()
     if pid == 0:
-        _outer(request, isolation, probe, result_write, status_write, workdir)
+        _outer(request, (isolation, uid, user_namespace), probe, result_write, status_write, workdir)
     os.close(result_write)
     os.close(status_write)
     for fd in (result_read, status_read):
         os.set_blocking(fd, False)
     return _Call(request, pid, os.pidfd_open(pid), result_read, status_read,
-                 time.monotonic() + request["limits"]["timeout_s"], workdir)
+                 time.monotonic() + request["limits"]["timeout_s"], workdir, uid)
 
 
-def _outer(request, isolation, probe, result_write, status_write, workdir) -> None:
+def _outer(request, setting, probe, result_write, status_write, workdir) -> None:
     """The outer process: our code only. Reports how the inner one ended (the tool cannot forge this)."""
+    isolation, uid, user_namespace = setting
     status = {}
     try:
         null = os.open(os.devnull, os.O_RDWR)
         for fd in (0, 1, 2):  # the server's protocol pipes are not the tool's to read or write
             os.dup2(null, fd)
-        kept = sorted((result_write, status_write))
+        kept = sorted(fd for fd in (result_write, status_write, user_namespace) if fd is not None)
         for low, high in zip((2, *kept), (*kept, os.sysconf("SC_OPEN_MAX"))):  # nor are other calls' pipes
             os.closerange(low + 1, high)
-        enter_outer(isolation)
+        enter_outer(isolation, user_namespace)
+        if user_namespace is not None and isolation.entry != "shared_user_namespace":
+            os.close(user_namespace)
         inner = os.fork()
         if inner == 0:
             os.close(status_write)
-            _inner(request, isolation, probe, result_write, workdir)
+            _inner(request, isolation, uid, probe, result_write, workdir)
         os.close(result_write)
         _, wait_status, usage = os.wait4(inner, 0)
         status = {"exit_code": os.waitstatus_to_exitcode(wait_status), "cpu_s": usage.ru_utime + usage.ru_stime}
@@ -158,10 +168,12 @@ def _outer(request, isolation, probe, result_write, status_write, workdir) -> No
         os._exit(0)
 
 
-def _inner(request, isolation, probe, result_write, workdir) -> None:
+def _inner(request, isolation, uid, probe, result_write, workdir) -> None:
     try:
         limits = request["limits"]
-        enter_inner(isolation, cpu_s=limits["cpu_s"], memory_mb=limits["memory_mb"], workdir=workdir)
+        enter_inner(isolation, uid=uid, cpu_s=limits["cpu_s"], memory_mb=limits["memory_mb"], workdir=workdir)
+        if probe and isolation.isolated:
+            verify(isolation, uid, hidden=str(Path(__file__).parent))
         answer = {"probe": "ok"} if probe else _run_tool(request)
     except BaseException as failed:  # noqa: BLE001 - e.g. a namespace this machine refuses, found by the probe
         answer = {"setup_error": f"{type(failed).__name__}: {failed}"}
@@ -198,10 +210,27 @@ def _drain(call: _Call) -> bool:
     return done or call.too_long
 
 
-def _finish(call: _Call) -> dict:
+def _kill_uid(uid: int) -> None:
+    """Without a pid namespace, as root: end every process of the call's uid, a `setsid()` child's included
+    (kill(-1) signals all the processes its caller may signal, which for a plain uid are that uid's)."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+            os.kill(-1, signal.SIGKILL)
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+
+
+def _finish(call: _Call, isolation: Isolation | None = None) -> dict:
     """Reap the call's processes and turn what they wrote into the answer for the caller."""
     _kill(call)  # whatever is left in the group (without a pid namespace, the tool's children)
     os.waitpid(call.pid, 0)
+    if isolation is not None and not isolation.isolated and isolation.as_root:
+        _kill_uid(call.uid)
     _drain(call)
     for fd in (call.pidfd, call.result_fd, call.status_fd):
         os.close(fd)
@@ -256,25 +285,55 @@ def _parse_status(data: bytes) -> dict:
     return status if isinstance(status, dict) else {}
 
 
-def probe() -> Isolation:
-    """The strongest isolation a child can enter on this machine (tried for real, strongest first)."""
+def _try(isolation: Isolation, user_namespace: int | None) -> str | None:
+    """Why `isolation` does not work here (its setup failed or `verify` found a protection missing), or None."""
     limits = {"timeout_s": PROBE_TIMEOUT_S, "cpu_s": 2, "memory_mb": 64, "max_output_chars": 1024}
-    candidates = probe_order(as_root=os.geteuid() == 0)
+    uid = isolation.uids[0] if isolation.as_root else os.getuid()
+    call = _start({"tool": "probe", "limits": limits}, isolation, uid, user_namespace, probe=True)
+    call.timed_out = not select.select([call.pidfd], [], [], PROBE_TIMEOUT_S)[0]
+    answer = _finish(call, isolation)
+    if answer == {"probe": "ok"}:
+        return None
+    return answer["error"].replace("the sandbox could not isolate probe: ", "")
+
+
+def probe() -> tuple[Isolation | None, dict[str, str], int | None]:
+    """The strongest isolation a child can enter on this machine (tried for real, strongest first), why each
+    stronger one was refused, and the user namespace calls enter (`shared_user_namespace` only)."""
+    refused: dict[str, str] = {}
+    as_root = os.geteuid() == 0
+    held = call_uids() if as_root else None  # the lock stays open, held, while this process lives
+    candidates = probe_order(as_root, held[0] if held else None)
+    if not candidates:
+        refused["uids"] = "no block of uids for the calls: this user namespace maps none of isolation.UID_RANGES, " \
+                          "or other sandbox servers hold every block"
     for isolation in candidates:
-        call = _start({"tool": "probe", "limits": limits}, isolation, probe=True)
-        call.timed_out = not select.select([call.pidfd], [], [], PROBE_TIMEOUT_S)[0]
-        if _finish(call) == {"probe": "ok"}:
-            return isolation
-    return candidates[-1]
+        user_namespace = None
+        try:
+            if isolation.entry == "shared_user_namespace":
+                user_namespace = shared_user_namespace(isolation.uids)
+        except OSError as failed:
+            refused[isolation.entry] = str(failed)
+            continue
+        why = _try(isolation, user_namespace)
+        if why is None:
+            return isolation, refused, user_namespace
+        refused[isolation.entry] = why
+        if user_namespace is not None:
+            os.close(user_namespace)
+    return None, refused, None
 
 
 class _Server:
-    def __init__(self, isolation: Isolation):
-        self.isolation = isolation
+    def __init__(self, isolation: Isolation, user_namespace: int | None):
+        self.isolation, self.user_namespace = isolation, user_namespace
         self.selector = selectors.DefaultSelector()
         self.calls: dict[int, _Call] = {}  # pidfd -> call
         self.imported: set[str] = set()
         self.pending = b""
+        first, count = isolation.uids if isolation.as_root else (os.getuid(), 0)
+        self.free_uids = list(range(first + count - 1, first - 1, -1))  # popped from the end: the lowest first
+        self.waiting: list[dict] = []  # requests that found every uid taken
 
     def serve(self) -> None:
         self.selector.register(0, selectors.EVENT_READ)
@@ -284,7 +343,7 @@ class _Server:
             for key, _ in self.selector.select(None if timeout is None else max(timeout, 0)):
                 if key.fd == 0 and not self._read_requests():
                     for call in self.calls.values():
-                        _finish(call)
+                        _finish(call, self.isolation)
                     return
                 if key.data is not None:
                     self._progress(key.data, exited=key.fd == key.data.pidfd)
@@ -306,7 +365,11 @@ class _Server:
         error = None if "program" in request else self._tool_missing(request)
         if error is not None:
             return self._answer(request, {"text": _error_text(error), "error": error})
-        call = _start(request, self.isolation)
+        if self.isolation.as_root and not self.free_uids:
+            self.waiting.append(request)
+            return None
+        uid = self.free_uids.pop() if self.isolation.as_root else os.getuid()
+        call = _start(request, self.isolation, uid, self.user_namespace)
         self.calls[call.pidfd] = call
         for fd in (call.pidfd, call.result_fd, call.status_fd):
             self.selector.register(fd, selectors.EVENT_READ, call)
@@ -334,7 +397,11 @@ class _Server:
                 if fd in registered:
                     self.selector.unregister(fd)
             del self.calls[call.pidfd]
-            self._answer(call.request, _finish(call))
+            self._answer(call.request, _finish(call, self.isolation))
+            if self.isolation.as_root:
+                self.free_uids.append(call.uid)
+                if self.waiting:
+                    self._begin(self.waiting.pop(0))
 
     @staticmethod
     def _answer(request: dict, answer: dict) -> None:
@@ -344,9 +411,11 @@ class _Server:
 
 
 def serve() -> None:
-    """The server's main: probe, say what holds, then answer calls until stdin closes."""
-    isolation = probe()
-    line = json.dumps({"isolation": isolation.report(), "namespaces": isolation.namespaces,
-                       "readonly_root": isolation.readonly_root, "as_root": isolation.as_root}) + "\n"
-    os.write(1, line.encode())
-    _Server(isolation).serve()
+    """The server's main: probe, say what holds (or that nothing isolates), then answer calls until stdin closes."""
+    isolation, refused, user_namespace = probe()
+    line = {"isolated": isolation is not None and isolation.isolated, "refused": refused,
+            "entry": None if isolation is None else isolation.entry,
+            "isolation": None if isolation is None else isolation.report()}
+    os.write(1, (json.dumps(line) + "\n").encode())
+    if isolation is not None:
+        _Server(isolation, user_namespace).serve()

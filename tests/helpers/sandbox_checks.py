@@ -1,19 +1,32 @@
-"""What the sandbox tests check after an attack: no process of the sandbox's user is left (within a bound)."""
+"""What the sandbox tests check after an attack: no process of the sandbox's users is left (within a bound)."""
 import time
 from pathlib import Path
 
-from swiftlike.tools.isolation import NOBODY
+from swiftlike.tools import isolation
+
+NOBODY = 65534
+# the uids calls run as when the caller is root (isolation.UID_RANGES); getattr keeps this helper importable by the
+# same test run against an older sandbox, whose calls all ran as nobody
+_RANGES = getattr(isolation, "UID_RANGES", ())
 
 
-def nobody_processes() -> list[int]:
+def _sandbox_uid(uid: int) -> bool:
+    return uid == NOBODY or any(first <= uid < first + count for first, count in _RANGES)
+
+
+def sandbox_processes() -> list[int]:
+    """The processes running as a uid the sandbox gives its calls (nobody, or one of the per-call uids)."""
     found = []
     for entry in Path("/proc").iterdir():
         try:
-            if entry.name.isdigit() and entry.stat().st_uid == NOBODY:
+            if entry.name.isdigit() and _sandbox_uid(entry.stat().st_uid):
                 found.append(int(entry.name))
         except FileNotFoundError:
             pass
     return found
+
+
+nobody_processes = sandbox_processes  # the name tests/unit/rl/test_code_exec_reward.py imports
 
 
 def settled(check, within_s=3.0):

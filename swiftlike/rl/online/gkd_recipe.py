@@ -15,6 +15,7 @@ from ...utils import get_logger
 from ..core.options import GkdOptions
 from ..preference.data import PreferenceEncoder
 from .grpo_recipe import build_multi_turn_scheduler
+from .sandbox_check import require_sandbox
 
 logger = get_logger("swiftlike.rl")
 
@@ -104,7 +105,9 @@ def train_gkd(args: RlhfArguments) -> TrainResult:
     from .online_trainer import load_policy, release_policy
     from ..rewards.plugins import load_external_plugins
 
-    load_external_plugins(args.multi_turn_options().external_plugins)  # a broken plugin stops the run first
+    load_external_plugins(args.multi_turn_options().external_plugins)  # a broken plugin stops the run first,
+    require_sandbox(args.allow_unisolated_execution, (),  # and a sandbox that cannot isolate its tool calls
+                    None if args.rollout_options().server_mode else args.multi_turn_options().multi_turn_scheduler)
     run = prepare_run(args)
     resolved, tokenizer, template = run.resolved, run.tokenizer, run.template
     train_rows, val_rows = load_train_val_rows(args)

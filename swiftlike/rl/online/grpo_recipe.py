@@ -7,6 +7,7 @@ from ..core.options import MultiTurnOptions, RewardOptions, TeacherOptions
 from ...train.data import EncodeStats, ListDataset
 from ...train.run import TrainResult, checkpoint_args_writer, load_train_val_rows, prepare_run
 from ...utils import get_logger
+from .sandbox_check import require_sandbox
 
 logger = get_logger("swiftlike.rl")
 
@@ -53,6 +54,8 @@ def train_grpo(args: RlhfArguments) -> TrainResult:
                                        args.reward_options())
     multi_turn = args.multi_turn_options()
     load_external_plugins(multi_turn.external_plugins)  # a broken plugin stops the run before the model is touched
+    require_sandbox(args.allow_unisolated_execution, reward.reward_funcs,  # and a sandbox that cannot isolate it
+                    None if rollout.server_mode else multi_turn.multi_turn_scheduler)
     run = prepare_run(args)
     resolved, tokenizer, template = run.resolved, run.tokenizer, run.template
     is_ppo = args.rlhf_type == "ppo"

@@ -1,6 +1,7 @@
 """`--reward_funcs code_exec`: the share of a row's test cases that the completion's Python code passes, each case
-run in the tool sandbox (`swiftlike/tools/sandbox.py`: no network, its own pid namespace, a read-only tree with a
-throw-away tmpfs, uid nobody, CPU / memory / output limits; docs/rewards.md says what holds where).
+run in the tool sandbox (`swiftlike/tools/sandbox.py`: no network, its own pid namespace, a read-only root of its own
+without the project or its data, a throw-away tmpfs, a uid of its own, a seccomp filter, CPU / memory / output
+limits; docs/rewards.md says what holds where, and the run stops at its start where nothing isolates).
 
 The code is the last ```python (or ```py, ```python3) fenced block of the completion, else its last fenced block
 of any language, else the whole completion; a fence left open (a completion cut at --max_completion_length) runs to
@@ -25,9 +26,9 @@ cases it fails and is never an exception here.
 Each case is its own sandbox call (about 8 ms of CPU; docs/rewards.md has the measured cost), run from a pool of
 threads, which the sandbox server serves at once. One call per case rather than one per completion: the cases of
 a completion cannot disturb each other (a loop in one case costs that case only, state does not leak), the
-sandbox's per-call wall clock and CPU limits are per case, code that passes never needs to fork (so a fork bomb
-beside it, which holds nobody's process budget for its moment, cannot fail it), and the expected output of a
-stdin/stdout case never enters the sandbox. Identical (code, case) pairs, frequent in a GRPO group, run once.
+sandbox's per-call wall clock and CPU limits are per case (and so is the process budget: a fork bomb beside a case
+cannot fail it), and the expected output of a stdin/stdout case never enters the sandbox. Identical (code, case)
+pairs, frequent in a GRPO group, run once.
 """
 from __future__ import annotations
 

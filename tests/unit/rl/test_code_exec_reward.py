@@ -220,7 +220,8 @@ def test_writes_outside_the_throw_away_directory_do_not_reach_the_host(reward, t
     assert said[str(targets[0])][0] == "refused" and any(
         reason in said[str(targets[0])][1] for reason in ("Read-only", "Permission denied", "No such file")), said
     assert said[str(host_tmp)] == ("wrote",)  # its own /tmp, a tmpfs that goes with the call
-    assert [verb for verb, *_ in said.values()].count("wrote") == 1, said
+    assert said[str(targets[2])] == ("wrote",)  # its /dev/shm is a link to that /tmp
+    assert [verb for verb, *_ in said.values()].count("wrote") == 2, said
     for target in targets:
         assert not target.exists(), target
     assert score(reward, f"open({str(targets[0])!r}, 'w').write('x')\nprint('written')",

@@ -1,15 +1,13 @@
 """Tools run on model-written arguments in the sandbox: each attack a tool can make (through a real plugin
 file, loaded as --external_plugins loads it) is contained, leaves nothing running, and the next call works.
+test_isolation.py attacks the isolation itself wherever the sandbox runs (as nobody, without CAP_SYS_ADMIN, where
+namespaces are refused).
 
 Every wait is bounded: a call by its ToolLimits (the sandbox's own deadline), leftovers by `settled`.
 """
 import json
 import os
-import shutil
 import socket
-import subprocess
-import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -17,11 +15,11 @@ from pathlib import Path
 
 import pytest
 from paths import REPO
-from sandbox_checks import nobody_processes, settled
+from sandbox_checks import sandbox_processes, settled
 
 from swiftlike.rl.rewards.plugins import load_external_plugin
 from swiftlike.tools import TOOL_REGISTRY, call_tool, register_tool
-from swiftlike.tools.isolation import MAX_PROCESSES, NOBODY, SINGLE_THREADED, interpreter_exposures
+from swiftlike.tools.isolation import MAX_PROCESSES, SINGLE_THREADED, UID_RANGES
 from swiftlike.tools.plugins import schema_from_signature
 from swiftlike.tools.sandbox import ToolLimits, ToolOutcome, run_tool_isolated, sandbox_isolation
 
@@ -151,23 +149,21 @@ def answer(outcome: ToolOutcome):
 def assert_contained():
     """Nothing the tool started is left, and the sandbox still answers."""
     if os.geteuid() == 0:
-        assert settled(lambda: not nobody_processes()), nobody_processes()
+        assert settled(lambda: not sandbox_processes()), sandbox_processes()
     assert answer(run_tool_isolated("calculator", {"expression": "6 * 7"})) == {"result": 42}
 
 
 def test_every_protection_holds_on_this_machine(plugin):
     report = sandbox_isolation()
     assert not [words for words in report.values() if "NOT ISOLATED" in words], report
-    # a module nothing imported before: importable unless the report says the interpreter is closed to nobody
-    imported = call("import_module", {"name": "colorsys"})
-    assert (imported.error is None) == (not report["imports"].startswith("LIMITED")), (imported, report)
-    # a directory closed to nobody (a root-only home holding the interpreter) shows the interpreter and no more
-    exposures = interpreter_exposures() if os.geteuid() == 0 else []
-    for closed in {closed for closed, _ in exposures}:
-        shown = {Path(path).relative_to(closed).parts[0] for other, path in exposures if other == closed}
-        assert answer(call("listing", {"path": closed})) == sorted(shown)
+    # a module of the standard library nothing imported before, and one of the plugin file's directory, which the
+    # call does not see (the server imported the plugin before it forked)
+    assert answer(call("import_module", {"name": "colorsys"})) == {"imported": "colorsys"}
+    assert "ModuleNotFoundError" in call("import_module", {"name": "numpy"}).error
     seen = answer(call("who"))
-    assert seen == {"uid": NOBODY if os.geteuid() == 0 else os.getuid(), "cwd": "/tmp", "pid": 1, "listing": []}
+    first, count = UID_RANGES[0]
+    assert (first <= seen.pop("uid") < first + count) if os.geteuid() == 0 else seen.pop("uid") == os.getuid()
+    assert seen == {"cwd": "/tmp", "pid": 1, "listing": []}
 
 
 def test_builtin_calculator_answers_as_call_tool_does(plugin):
@@ -229,14 +225,16 @@ def test_huge_output_is_cut_with_a_note(plugin):
 
 
 def test_writes_outside_its_own_directory_fail(plugin, tmp_path):
-    writable_by_all = Path("/dev/shm") / f"swiftlike-sandbox-{uuid.uuid4().hex}"
-    targets = [tmp_path / "escaped.txt", REPO / f"escaped-{uuid.uuid4().hex}.txt", writable_by_all]
-    for target in targets:
+    for target in (tmp_path / "escaped.txt", REPO / f"escaped-{uuid.uuid4().hex}.txt"):
         outcome = call("write", {"path": str(target)})
-        # the test's tmp_path is under the caller's /tmp, which the tool does not even see
+        # neither the test's tmp_path (under the caller's /tmp) nor the repository is in the tool's root
         assert outcome.error and "raised" in outcome.error and any(
             reason in outcome.error for reason in ("Read-only", "Permission denied", "No such file")), outcome
         assert not target.exists()
+    # the tool's /dev/shm (writable by all on the host) is a link to its own /tmp: the host's is untouched
+    writable_by_all = Path("/dev/shm") / f"swiftlike-sandbox-{uuid.uuid4().hex}"
+    assert answer(call("write", {"path": str(writable_by_all)})) == {"wrote": str(writable_by_all)}
+    assert not writable_by_all.exists()
     # its own directory (and the private /tmp it is in) is writable, and gone after the call
     private = f"/tmp/swiftlike-sandbox-{uuid.uuid4().hex}"
     assert answer(call("write", {"path": "notes.txt"})) == {"wrote": "/tmp/notes.txt"}
@@ -264,7 +262,7 @@ def test_the_parent_cannot_be_killed_or_read(plugin):
     for pid in {os.getpid(), os.getppid(), -1} - {1}:
         outcome = call("kill", {"pid": pid})
         assert pid == -1 or outcome.error == "attack_kill raised ProcessLookupError: [Errno 3] No such process"
-    environment = answer(call("environment"))
+    environment = answer(call("environment", limits=ToolLimits(timeout_s=20)))
     assert set(environment) == ENVIRONMENT and SECRET not in json.dumps(environment)
     assert os.environ["SWIFTLIKE_TEST_SECRET"] == SECRET
     for path in (f"/proc/{os.getpid()}/environ", "/proc/1/environ"):
@@ -308,95 +306,3 @@ def test_misuse_raises_and_tools_must_come_from_files(plugin):
     namespace = {"register_tool": register_tool, "__name__": "__main__"}
     with pytest.raises(ValueError, match="defined in __main__, which a sandbox process cannot import"):
         exec("def interactive(x: int) -> int:\n    return x\nregister_tool('interactive', interactive)", namespace)
-
-
-_ELSEWHERE = '''
-import json, os, sys
-sys.path.append(os.path.dirname(sys.argv[1]))
-import attack_tools  # a plugin module imported by name, as a package's tools would be
-from swiftlike.tools.plugins import schema_from_signature
-from swiftlike.tools.sandbox import ToolLimits, run_tool_isolated, sandbox_isolation
-limits = ToolLimits(timeout_s=20, cpu_s=1, memory_mb=64)
-calls = [("connect", {"host": "127.0.0.1", "port": int(sys.argv[2])}), ("spin", {}), ("eat_memory", {}),
-         ("fork_and_wait", {}), ("who", {}), ("environment", {})] + [("write", {"path": p}) for p in sys.argv[3:]]
-outcomes = [run_tool_isolated("attack_" + name, arguments, limits).__dict__ for name, arguments in calls]
-print(json.dumps({"isolation": sandbox_isolation(), "outcomes": outcomes}))
-'''
-# Runs a command in a user namespace (uids 0-65534 mapped to themselves) that allows no nested one, as a
-# kernel without unprivileged user namespaces would: a helper left outside writes the maps, as newuidmap would.
-_REFUSE_USER_NAMESPACES = '''
-import ctypes, os, sys
-read, write = os.pipe()
-helper = os.fork()
-if helper == 0:
-    os.read(read, 1)
-    for name in ("uid_map", "gid_map"):
-        with open(f"/proc/{os.getppid()}/{name}", "w") as f:
-            f.write("0 0 65535")
-    os._exit(0)
-if ctypes.CDLL(None, use_errno=True).unshare(0x10000000) != 0:
-    sys.exit("unshare(CLONE_NEWUSER) failed")
-os.write(write, b"x")
-os.waitpid(helper, 0)
-with open("/proc/sys/user/max_user_namespaces", "w") as f:
-    f.write("0")
-os.execvp(sys.argv[1], sys.argv[1:])
-'''
-_AS_NOBODY = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--inh-caps=+dac_read_search",
-              "--ambient-caps=+dac_read_search"]
-# where the caller runs -> (the command prefix, the concerns the report must mark NOT ISOLATED)
-_SETTINGS = {
-    "nobody, with user namespaces": (_AS_NOBODY, set()),
-    "nobody, user namespaces refused": ([sys.executable, "-c", _REFUSE_USER_NAMESPACES] + _AS_NOBODY,
-                                        {"network", "processes", "files", "identity"}),
-    "root without CAP_SYS_ADMIN (a default container)": (
-        ["setpriv", "--bounding-set=-sys_admin", "--inh-caps=-sys_admin"], {"network", "processes"}),
-}
-
-
-@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"),
-                    reason="starts processes as nobody and without capabilities (needs root and setpriv)")
-def test_what_holds_where_the_sandbox_gets_less(plugin):
-    """Where the caller is not root, or namespaces are refused, the report says what no longer holds; what it
-    says holds does, and what it says does not hold indeed does not (the tool reaches the network, say).
-
-    The callers run at once. One as nobody keeps one capability, to read directories (the interpreter may live
-    under /root, mode 0700); the sandbox's children drop it with every other."""
-    shared = Path(tempfile.mkdtemp(prefix="swiftlike-sandbox-test-"))
-    try:
-        shared.chmod(0o777)  # as the nobody user's own files would be; the root-owned directory in it is not
-        (shared / "attack_tools.py").write_text(PLUGIN)
-        (shared / "root_only").mkdir(mode=0o755)
-        with socket.create_server(("127.0.0.1", 0)) as listener:
-            running = {}
-            for setting, (prefix, _) in _SETTINGS.items():
-                (shared / setting).mkdir()
-                (shared / setting).chmod(0o777)
-                code = f"import sys; sys.path[:0] = {[str(REPO)]!r}\n{_ELSEWHERE}"
-                running[setting] = subprocess.Popen(
-                    prefix + [sys.executable, "-I", "-c", code, str(shared / "attack_tools.py"),
-                              str(listener.getsockname()[1]), str(shared / setting / "own.txt"),
-                              str(shared / "root_only" / f"{setting}.txt")],
-                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=shared,
-                    env={"PATH": os.environ["PATH"], "MY_SECRET": SECRET})
-            finished = {setting: process.communicate(timeout=90) for setting, process in running.items()}
-        for setting, (_, weak) in _SETTINGS.items():
-            assert running[setting].returncode == 0, (setting, finished[setting][1])
-            seen = json.loads(finished[setting][0])
-            report = seen["isolation"]
-            connect, spin, memory, fork, who, environment, own, root_only = seen["outcomes"]
-            assert {concern for concern, words in report.items() if "NOT ISOLATED" in words} == weak, report
-            assert (connect["error"] is None) == ("network" in weak), (setting, connect)
-            assert (own["error"] is None) == ("files" in weak or "world-writable" in report["files"]), (setting, own)
-            assert root_only["error"] is not None and not (shared / "root_only" / f"{setting}.txt").exists()
-            assert spin["error"] == "attack_spin timed out after 1 s of CPU time", setting
-            assert memory["error"] == "attack_eat_memory ran out of memory (the limit is 64 MB)", setting
-            assert json.loads(fork["text"])["forked"] < MAX_PROCESSES, setting
-            assert json.loads(who["text"])["uid"] == NOBODY
-            assert (json.loads(who["text"])["pid"] == 1) == ("processes" not in weak), (setting, who)
-            assert set(json.loads(environment["text"])) == ENVIRONMENT, setting
-        assert settled(lambda: not nobody_processes()), nobody_processes()
-    finally:
-        for process in running.values():
-            process.kill()
-        subprocess.run(["rm", "-rf", str(shared)], check=True, timeout=30)

@@ -20,7 +20,7 @@ ENVIRONMENT_EDGES = {
     "ray/cluster.py": "the Ray connection and the variables forwarded to the actors",
     "ray/actors.py": "a Ray actor is its own launch edge: it sets the rank variables torchrun would",
     "tools/sandbox.py": "the sandbox server is a launch edge: it starts with PATH and LANG only, none of the caller's "
-                        "secrets",
+                        "secrets; SWIFTLIKE_ALLOW_UNISOLATED is the Python API's opt-out of isolation",
     "tools/isolation.py": "a sandboxed tool's environment is cleared to a fixed minimal one before it runs",
     "commands/app.py": "Gradio's analytics switch",
     "commands/webui.py": "Gradio's analytics switch",
