@@ -75,7 +75,8 @@ SINGLE_THREADED = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM
 # and below 2**31 (some tools read uids as signed). Where this process's user namespace does not map that range (a
 # rootless container maps 65536 uids), the 1024 uids just below nobody's are taken instead.
 UID_BLOCK = 64  # calls at once per server; more wait for one to end
-UID_RANGES = ((2_000_000_000, 1 << 27), (65534 - 1024, 1024))  # (first, count)
+# (first, count): 4096 blocks, so that at most 4096 (empty) lock files ever pile up in LOCKS
+UID_RANGES = ((2_000_000_000, 4096 * UID_BLOCK), (65534 - 1024, 1024))
 PREFERRED_FIRST_UID = UID_RANGES[0][0]
 LOCKS = "/tmp/swiftlike-sandbox-uids"
 NOBODY = 65534
@@ -183,7 +184,7 @@ def call_uids() -> tuple[tuple[int, int], int | None] | None:
         if not _mapped(first, count):
             continue
         blocks = count // UID_BLOCK
-        for block in random.sample(range(blocks), min(blocks, 256)):
+        for block in random.sample(range(blocks), blocks):
             start = first + block * UID_BLOCK
             if directory is None:
                 return (start, UID_BLOCK), None

@@ -414,7 +414,7 @@ def serve() -> None:
     """The server's main: probe, say what holds (or that nothing isolates), then answer calls until stdin closes."""
     isolation, refused, user_namespace = probe()
     line = {"isolated": isolation is not None and isolation.isolated, "refused": refused,
-            "entry": None if isolation is None else isolation.entry,
+            "entry": None if isolation is None else isolation.entry, "uids": None if isolation is None else isolation.uids,
             "isolation": None if isolation is None else isolation.report()}
     os.write(1, (json.dumps(line) + "\n").encode())
     if isolation is not None:

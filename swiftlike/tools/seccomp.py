@@ -26,6 +26,7 @@ import ctypes
 import errno
 import functools
 import os
+import platform
 import struct
 from collections.abc import Iterable
 
@@ -54,6 +55,7 @@ _NUMBERS = {
     "open_by_handle_at": (304, 265),
 }
 _ARCHES = ((_AUDIT_ARCH_X86_64, 0), (_AUDIT_ARCH_AARCH64, 1))
+_MACHINES = {"x86_64", "aarch64", "arm64"}  # platform.machine() of the two
 
 # classic BPF opcodes and seccomp's return values (linux/filter.h, linux/seccomp.h)
 _LD_ABS, _JEQ, _JGE, _JSET, _RET = 0x20, 0x15, 0x35, 0x45, 0x06
@@ -124,6 +126,9 @@ def install(denied: Iterable[str] = DENIED, clone_flags: int = CLONE_NAMESPACES,
             enosys: Iterable[str] = ("clone3",)) -> None:
     """Install the filter on this process (inherited by its children; permanent). Needs no_new_privs or
     CAP_SYS_ADMIN; raises OSError when the kernel refuses it."""
+    if platform.machine() not in _MACHINES:  # the filter would kill the process at its next call
+        raise OSError(errno.ENOSYS, f"seccomp filter: no syscall table for {platform.machine()} (only "
+                                    f"{', '.join(sorted(_MACHINES))})")
     program = compiled(tuple(denied), clone_flags, tuple(enosys))
     instructions = ctypes.create_string_buffer(program, len(program))
     fprog = _SockFprog(len(program) // 8, ctypes.cast(instructions, ctypes.c_void_p))

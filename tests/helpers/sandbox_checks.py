@@ -2,7 +2,7 @@
 import time
 from pathlib import Path
 
-from swiftlike.tools import isolation
+from swiftlike.tools import isolation, sandbox
 
 NOBODY = 65534
 # the uids calls run as when the caller is root (isolation.UID_RANGES); getattr keeps this helper importable by the
@@ -10,16 +10,25 @@ NOBODY = 65534
 _RANGES = getattr(isolation, "UID_RANGES", ())
 
 
-def _sandbox_uid(uid: int) -> bool:
+def _block() -> tuple[int, int] | None:
+    """(first, count) of the uids this process's sandbox server gives its calls, once it has started."""
+    server = getattr(sandbox, "_server", None)
+    return (getattr(server, "started", None) or {}).get("uids")
+
+
+def _sandbox_uid(uid: int, block) -> bool:
+    if block is not None:  # this process's calls only, not those of another test run on the machine
+        return block[0] <= uid < block[0] + block[1]
     return uid == NOBODY or any(first <= uid < first + count for first, count in _RANGES)
 
 
 def sandbox_processes() -> list[int]:
-    """The processes running as a uid the sandbox gives its calls (nobody, or one of the per-call uids)."""
-    found = []
+    """The processes running as a uid this process's sandbox gives its calls (the server's block of per-call uids;
+    before it started, or with an older sandbox, nobody and every per-call uid)."""
+    found, block = [], _block()
     for entry in Path("/proc").iterdir():
         try:
-            if entry.name.isdigit() and _sandbox_uid(entry.stat().st_uid):
+            if entry.name.isdigit() and _sandbox_uid(entry.stat().st_uid, block):
                 found.append(int(entry.name))
         except FileNotFoundError:
             pass

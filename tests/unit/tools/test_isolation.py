@@ -6,7 +6,6 @@ user namespace per call), and where the kernel refuses every namespace, where it
 Each setting is a "trainer" process started by the test, with a secret in its environment, a 0600 file, a file it
 owns and a loopback listener of the test's; the settings run at once, and each attack's outcome comes back as JSON.
 """
-import ctypes
 import json
 import os
 import shutil
@@ -257,4 +256,3 @@ def test_the_seccomp_filter_is_checked_and_refuses_unknown_names():
     assert len(program) % 8 == 0 and 40 < len(program) // 8 < 255  # classic BPF, every jump within reach
     with pytest.raises(ValueError, match="no syscall numbers for frobnicate"):
         seccomp.compiled(("frobnicate",))
-    assert ctypes.sizeof(ctypes.c_void_p) == 8  # the filter reads arg0's low half at offset 16: 64-bit layouts
