@@ -50,6 +50,7 @@ from ..utils.errors import UsageError
 from ..utils.logging import get_logger
 from .builtin import TOOL_REGISTRY
 from .isolation import SINGLE_THREADED
+from .starvation import MAX_WALL_FACTOR
 
 logger = get_logger(__name__)
 
@@ -152,7 +153,8 @@ class _SandboxServer:
         with self.lock:
             waiting, self.waiting = self.waiting, {}
         for future in waiting.values():
-            future.set_result({"text": None, "error": f"the tool sandbox server stopped (exit code {code})"})
+            future.set_result({"text": None, "error": f"the tool sandbox server stopped (exit code {code})",
+                               "infra": True})
 
     def call(self, request: dict, wait_s: float) -> dict:
         future: Future = Future()
@@ -164,7 +166,7 @@ class _SandboxServer:
                 self.process.stdin.flush()
             except OSError as error:  # the server died since the liveness check; the next call starts another
                 self.waiting.pop(request["id"])
-                return {"text": None, "error": f"the tool sandbox server stopped ({error})"}
+                return {"text": None, "error": f"the tool sandbox server stopped ({error})", "infra": True}
         return future.result(timeout=wait_s)
 
     def stop(self) -> None:
@@ -224,12 +226,13 @@ def _ask(request: dict, limits: ToolLimits) -> dict:
     """The sandbox server's `{"text", "error"}` for one call; text None when there is no answer at all."""
     request["limits"] = asdict(limits)
     server = _running_server()
+    wait_s = limits.timeout_s * MAX_WALL_FACTOR + ANSWER_GRACE_S  # a call starved of CPU gets more (starvation.py)
     try:
-        return server.call(request, limits.timeout_s + ANSWER_GRACE_S)
+        return server.call(request, wait_s)
     except TimeoutError:
         server.stop()  # a server that misses its own deadline is replaced on the next call
-        wait_s = limits.timeout_s + ANSWER_GRACE_S
-        return {"text": None, "error": f"the tool sandbox did not answer {request['tool']} within {wait_s:g} s"}
+        return {"text": None, "error": f"the tool sandbox did not answer {request['tool']} within {wait_s:g} s",
+                "infra": True}
 
 
 def run_tool_isolated(name: str, arguments: dict, limits: ToolLimits = ToolLimits()) -> ToolOutcome:
@@ -251,6 +254,9 @@ class ProgramOutcome:
     stdout: str  # what the program wrote to stdout, cut to fit `max_output_chars`
     stdout_cut: bool  # it wrote more than `stdout` holds
     error: str | None  # None = it (and its test) ran to the end; else why not (raised, exit code, timeout, ...)
+    # the sandbox failed, not the program (its server died or did not answer, a setup error, a wall clock spent
+    # waiting for a CPU): `error` says how, and there is no verdict on the code
+    infra_error: bool = False
 
 
 def run_program_isolated(code: str, stdin: str = "", test: str | None = None,
@@ -262,11 +268,13 @@ def run_program_isolated(code: str, stdin: str = "", test: str | None = None,
     if not all(isinstance(text, str) for text in (code, stdin, "" if test is None else test)):
         raise TypeError("code, stdin and test must be text")
     answer = _ask({"tool": "the program", "program": {"code": code, "stdin": stdin, "test": test}}, limits)
+    if answer.get("infra"):
+        return ProgramOutcome("", False, answer["error"], infra_error=True)
     try:
         body = json.loads(answer["text"])
         stdout, cut = body["stdout"], body["stdout_cut"]  # absent from the sandbox's own error answers
     except (TypeError, ValueError, KeyError):
         return ProgramOutcome("", False, answer["error"] or "the program's answer cannot be read")
-    if not isinstance(stdout, str) or not isinstance(cut, bool):  # an answer the program forged, and forged badly
+    if not isinstance(stdout, str) or not isinstance(cut, bool):  # not the runner's (program.py) answer
         return ProgramOutcome("", False, answer["error"] or "the program's answer cannot be read")
     return ProgramOutcome(stdout, cut, answer["error"])

@@ -36,6 +36,7 @@ from .errors import ToolResultNotText
 from .isolation import (Isolation, call_uids, enter_inner, enter_outer, private_workdir, probe_order,
                         shared_user_namespace, verify)
 from .program import run_program
+from .starvation import at_deadline
 
 PROBE_TIMEOUT_S = 10.0
 _READ_CHUNK = 1 << 16
@@ -115,6 +116,8 @@ class _Call:
     result: bytearray = field(default_factory=bytearray)
     status: bytearray = field(default_factory=bytearray)
     timed_out: bool = False
+    starved: str | None = None  # why a call past its wall clock was the machine's fault (starvation.py)
+    started: float = field(default_factory=time.monotonic)
     too_long: bool = False
 
     @property
@@ -239,6 +242,9 @@ def _finish(call: _Call, isolation: Isolation | None = None) -> dict:
     name, limits = call.request["tool"], call.request["limits"]
     answer = _parse(call.result, limits["max_output_chars"])
     status = _parse_status(call.status)
+    if call.timed_out and call.starved:  # no verdict on the code: an infrastructure error, as a setup error is
+        error = f"the machine was too busy to give {name} its {limits['timeout_s']:g} s ({call.starved})"
+        return {"text": _error_text(error), "error": error, "infra": True}
     if call.timed_out:
         error = f"{name} timed out after {limits['timeout_s']:g} s"
     elif call.too_long:
@@ -247,6 +253,7 @@ def _finish(call: _Call, isolation: Isolation | None = None) -> dict:
         return answer
     elif "setup_error" in (answer or status):
         error = f"the sandbox could not isolate {name}: {(answer or status)['setup_error']}"
+        return {"text": _error_text(error), "error": error, "infra": True}
     elif status.get("exit_code") == -signal.SIGXCPU or (  # RLIMIT_CPU: SIGXCPU, then SIGKILL a second later
             status.get("exit_code") == -signal.SIGKILL and status["cpu_s"] >= limits["cpu_s"]):
         error = f"{name} timed out after {limits['cpu_s']} s of CPU time"
@@ -349,7 +356,11 @@ class _Server:
                     self._progress(key.data, exited=key.fd == key.data.pidfd)
             for call in list(self.calls.values()):
                 if not call.timed_out and time.monotonic() >= call.deadline:
-                    call.timed_out = True
+                    late = at_deadline(call.pid, call.started, call.request["limits"]["timeout_s"], time.monotonic())
+                    if late.extend_to is not None:  # it spent its time waiting for a CPU: starvation.py
+                        call.deadline = late.extend_to
+                        continue
+                    call.timed_out, call.starved = True, late.starved
                     _kill(call)
 
     def _read_requests(self) -> bool:

@@ -23,6 +23,14 @@ Test cases come from a dataset column, per row a list or its JSON text:
 the completion does (no code, a syntax error, an exception, a timeout, running out of memory, a crash) fails the
 cases it fails and is never an exception here.
 
+An assert case's verdict is decided by a test runner the code cannot reach, on plain values it cannot fake
+(`swiftlike/tools/verdict.py`); a stdin/stdout case's here, against an expected output that never enters the
+sandbox. When the sandbox itself fails on a case (its server died or did not answer, it could not set the call up,
+the call spent its wall clock waiting for a CPU on a busy machine: `ProgramOutcome.infra_error`), there is no
+verdict on the code, so the completion's reward is MISSING (as a judge's unreadable reply is): left out of its
+group's advantage statistics, counted in the trainer's `rewards/code_exec/missing`, and logged as a warning with
+the reason. Never 0: a correct program on a sick machine is not a wrong answer.
+
 Each case is its own sandbox call (about 8 ms of CPU; docs/rewards.md has the measured cost), run from a pool of
 threads, which the sandbox server serves at once. One call per case rather than one per completion: the cases of
 a completion cannot disturb each other (a loop in one case costs that case only, state does not leak), the
@@ -42,7 +50,7 @@ from typing import Any
 
 from ...tools.sandbox import ToolLimits, run_program_isolated
 from ...utils import get_logger
-from .functions import register_reward
+from .functions import MISSING, Unscored, register_reward
 
 logger = get_logger("swiftlike.rl")
 
@@ -139,24 +147,41 @@ class CodeExecReward:
                              "completions")
         return [row_cases(tests, info, row) for row, (tests, info) in enumerate(zip(*columns))]
 
-    def passes(self, code: str, case: CodeCase) -> bool:
+    def passes(self, code: str, case: CodeCase) -> bool | str:
+        """Whether the code passes the case; a str when the sandbox failed and there is no verdict (why)."""
         outcome = run_program_isolated(code, case.stdin, case.statement, self.limits)
+        if outcome.infra_error:
+            return outcome.error or "the sandbox failed"
         if outcome.error is not None:
             logger.debug("code_exec: a case failed: %s", outcome.error)
             return False
         return case.expected is None or (not outcome.stdout_cut and outcome.stdout.strip() == case.expected.strip())
 
     def __call__(self, completions: Sequence[str], test_cases: Sequence | None = None,
-                 verification_info: Sequence | None = None, **kwargs: Any) -> list[float | None]:
+                 verification_info: Sequence | None = None, **kwargs: Any) -> list[float | Unscored | None]:
         rows = self._rows(len(completions), test_cases, verification_info, kwargs)
         codes = [extract_code(completion) for completion in completions]
         jobs = list(dict.fromkeys((code, case) for code, cases in zip(codes, rows) for case in cases or ()))
-        passed: dict[tuple[str, CodeCase], bool] = {}
+        passed: dict[tuple[str, CodeCase], bool | str] = {}
         if jobs:
             with ThreadPoolExecutor(min(self.workers, len(jobs)), thread_name_prefix="code-exec") as pool:
                 passed = dict(zip(jobs, pool.map(lambda job: self.passes(*job), jobs)))
-        return [sum(passed[code, case] for case in cases) / len(cases) if cases else None
-                for code, cases in zip(codes, rows)]
+        rewards: list[float | Unscored | None] = []
+        failures: list[str] = []
+        for code, cases in zip(codes, rows):
+            verdicts = [passed[code, case] for case in cases or ()]
+            failures += [verdict for verdict in verdicts if isinstance(verdict, str)]
+            if not cases:
+                rewards.append(None)
+            elif any(isinstance(verdict, str) for verdict in verdicts):
+                rewards.append(MISSING)
+            else:
+                rewards.append(sum(verdicts) / len(cases))
+        if failures:
+            logger.warning("code_exec: the sandbox failed on %d case(s), so %d of %d completions have no reward "
+                           "(missing, counted in rewards/code_exec/missing; not scored 0). First: %s",
+                           len(failures), rewards.count(MISSING), len(rewards), failures[0])
+        return rewards
 
 
 register_reward("code_exec", CodeExecReward)
