@@ -13,6 +13,8 @@ Protocol: one JSON object per line, commands on stdin, events on stdout (logs go
     {"op": "reply", "episode": E, "text": T}                 -> the next "generate", or
                                                                 {"event": "done", "episode": E, "reward": R, ...}
     {"op": "cancel", "episode": E}                           -> nothing (the episode is dropped)
+    {"op": "ping", "episode": P}                             -> {"event": "pong", "episode": P}, from the event loop:
+                                                                a bridge whose loop is blocked (hung) never answers
 
 A command that cannot be served answers {"event": "error", "episode": E or null, "message": ...}; the bridge goes
 on serving the other episodes.
@@ -116,6 +118,8 @@ class Bridge:
                 if reply is None or reply.done():
                     raise ValueError(f"episode {episode!r} is not waiting for a reply")
                 reply.set_result(str(command["text"]))
+            elif op == "ping":
+                _send({"event": "pong", "episode": episode})
             elif op == "cancel":
                 task = self.tasks.pop(episode, None)
                 if task is not None:

@@ -19,6 +19,16 @@ sandbox; tool use goes through `tool_call_scheduler`), rubrics that score groups
 other than [system] + one user message, and environments that rewrite earlier messages (token in, token out trains
 on the conversation as it was sampled). One bridge process serves every episode of one (env_id, env_args); an
 environment that raises drops that episode; a bridge that dies is started again by the next episode.
+
+A bridge runs code we do not control, and it must not take the run down with it. It starts with a scrubbed
+environment (utils/side_venv.py `scrubbed_environment`: PATH, HOME, locale, caches and certificates; none of our API
+keys or tokens), plus the variables the row's `pass_env` lists on purpose (an environment whose rubric calls an API
+with its own key). Its episodes are waited on by a thread pool of its own, one thread per episode and at most
+`max_episodes` (256) episodes at once, so a hung environment cannot starve asyncio's default pool, which the tools
+and the engine calls of the other trajectories use; an episode beyond the bound is refused (dropped) rather than
+queued. An episode that gets no answer within `timeout_s` pings the bridge: a bridge whose event loop answers is
+slow on that episode only, which is dropped; one that does not answer (a blocking call in the environment holds its
+loop) is hung, so it is killed, its other episodes are dropped, and the next episode starts a new bridge.
 """
 from __future__ import annotations
 
@@ -31,9 +41,12 @@ import subprocess
 import threading
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
-from ...utils.side_venv import side_venv_python
+from ...utils.hub import offline_variable
+from ...utils.side_venv import scrubbed_environment, side_venv_python
 from .envs import Env, last_assistant_text, register_env
 from .trajectory import RolloutRequest
 
@@ -41,9 +54,14 @@ PYTHON_VARIABLE = "SWIFTLIKE_VERIFIERS_PYTHON"
 VENV_NAME = ".venv-verifiers"
 VERIFIERS = "verifiers==0.3.1"
 BRIDGE = Path(__file__).with_name("verifiers_bridge.py")
-ENV_KEYS = ("env_id", "env_args", "split", "index", "timeout_s")
+ENV_KEYS = ("env_id", "env_args", "split", "index", "timeout_s", "pass_env", "max_episodes")
 START_TIMEOUT_S = 300.0
+PING_TIMEOUT_S = 10.0  # a bridge whose event loop does not answer a ping this fast (or in timeout_s) is hung
+MAX_EPISODES = 256  # episodes one bridge plays at once, by default (env_config max_episodes)
 STDERR_TAIL_LINES = 30
+# Starting a bridge blocks (loading the environment takes up to START_TIMEOUT_S) and holds the bridges' lock: the
+# episodes that wait for one wait here, not on asyncio's default pool.
+_STARTS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="verifiers-start")
 
 
 def verifiers_python() -> Path:
@@ -57,16 +75,20 @@ def verifiers_python() -> Path:
 
 class BridgeProcess:
     """One verifiers_bridge.py subprocess and the episodes it plays. A reader thread routes each event to its
-    episode's queue, so any event loop (or none) can wait on it."""
+    episode's queue; `next_event` waits on one in the bridge's own pool (see the module docstring)."""
 
-    def __init__(self, python: Path, env_id: str, env_args: dict):
-        self.env_id = env_id
+    def __init__(self, python: Path, env_id: str, env_args: dict, pass_env: tuple[str, ...] = (),
+                 max_episodes: int = MAX_EPISODES):
+        self.env_id, self.max_episodes = env_id, max_episodes
         self.process = subprocess.Popen([str(python), str(BRIDGE), env_id, json.dumps(env_args)],
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                        text=True, bufsize=1)
+                                        text=True, bufsize=1,
+                                        env=scrubbed_environment(pass_env, offline=offline_variable() is not None))
         self.queues: dict[str | None, queue.Queue] = collections.defaultdict(queue.Queue)
         self.stderr_tail: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
         self.write_lock = threading.Lock()
+        self.episodes: set[str] = set()
+        self.waiters = ThreadPoolExecutor(max_workers=max_episodes, thread_name_prefix=f"verifiers-{env_id}")
         self.alive = True
         threading.Thread(target=self._drain_stderr, daemon=True).start()
         threading.Thread(target=self._route_events, daemon=True).start()
@@ -103,6 +125,19 @@ class BridgeProcess:
             self.process.stdin.write(json.dumps(command) + "\n")
             self.process.stdin.flush()
 
+    def claim(self, episode: str) -> None:
+        """Count an episode against `max_episodes`; one beyond it is refused (waiting for a slot could wait for
+        episodes that end only after this one starts)."""
+        with self.write_lock:
+            if len(self.episodes) >= self.max_episodes:
+                raise RuntimeError(f"the verifiers bridge for {self.env_id!r} already plays {self.max_episodes} "
+                                   "episodes, its bound (env_config max_episodes); this one is dropped")
+            self.episodes.add(episode)
+
+    async def next_event(self, episode: str, timeout_s: float, doing: str) -> dict:
+        """`wait`, on this bridge's own threads."""
+        return await asyncio.get_running_loop().run_in_executor(self.waiters, self.wait, episode, timeout_s, doing)
+
     def wait(self, episode: str | None, timeout_s: float, doing: str) -> dict:
         """The episode's next event; in slices, so a bridge that died before this episode's queue existed is
         noticed rather than waited on for the whole timeout."""
@@ -116,8 +151,7 @@ class BridgeProcess:
                     event = {"event": "died"}
                     break
                 if time.monotonic() >= deadline:
-                    raise TimeoutError(f"verifiers environment {self.env_id!r} gave no answer in {timeout_s:g} s "
-                                       f"while {doing} (env_config timeout_s sets the limit)") from None
+                    self._timed_out(timeout_s, doing)
         if event.get("event") == "died":
             try:
                 code = self.process.wait(timeout=10)  # its stdout closes a moment before it is reaped
@@ -127,27 +161,54 @@ class BridgeProcess:
                                f"{self.stderr()}")
         return event
 
+    def _timed_out(self, timeout_s: float, doing: str) -> None:
+        """Raise for an episode that got no answer in time; first ping the bridge, and kill it if it is hung."""
+        probe, patience = f"ping-{uuid.uuid4().hex}", min(PING_TIMEOUT_S, timeout_s)
+        late = (f"verifiers environment {self.env_id!r} gave no answer in {timeout_s:g} s while {doing} (env_config "
+                "timeout_s sets the limit)")
+        try:
+            self.send({"op": "ping", "episode": probe})
+            answered = self.queues[probe].get(timeout=patience).get("event") == "pong"
+        except (queue.Empty, RuntimeError, OSError):
+            answered = False
+        finally:
+            self.queues.pop(probe, None)
+        if answered:
+            raise TimeoutError(f"{late}; the bridge itself answers, so only this episode is dropped") from None
+        self.close()
+        raise TimeoutError(f"{late}, and its bridge (pid {self.process.pid}) did not answer a ping in {patience:g} s "
+                           f"either: it is hung, so it was stopped, and the next episode starts a new one. "
+                           f"{self.stderr()}".rstrip()) from None
+
     def forget(self, episode: str) -> None:
         self.queues.pop(episode, None)
+        with self.write_lock:
+            self.episodes.discard(episode)
 
     def close(self) -> None:
+        self.alive = False  # before the kill: bridge_for starts a new bridge from now on
         if self.process.poll() is None:
             self.process.kill()
         self.process.wait()
+        self.waiters.shutdown(wait=False)
 
 
 _bridges: dict[tuple, BridgeProcess] = {}
 _bridges_lock = threading.Lock()
 
 
-def bridge_for(env_id: str, env_args: dict) -> BridgeProcess:
-    """The live bridge of (python, env_id, env_args), started on first use and again after it died."""
+def bridge_for(env_id: str, env_args: dict, pass_env: tuple[str, ...] = (),
+               max_episodes: int = MAX_EPISODES) -> BridgeProcess:
+    """The live bridge of (python, env_id, env_args, pass_env, max_episodes), started on first use and again after
+    it died or was stopped as hung."""
     python = verifiers_python()
-    key = (str(python), env_id, json.dumps(env_args, sort_keys=True))
+    key = (str(python), env_id, json.dumps(env_args, sort_keys=True), pass_env, max_episodes)
     with _bridges_lock:
         bridge = _bridges.get(key)
         if bridge is None or not bridge.alive:
-            bridge = _bridges[key] = BridgeProcess(python, env_id, env_args)
+            if bridge is not None:
+                bridge.close()
+            bridge = _bridges[key] = BridgeProcess(python, env_id, env_args, pass_env, max_episodes)
         return bridge
 
 
@@ -157,7 +218,19 @@ def _close_bridges() -> None:
         bridge.close()
 
 
-def _config(env_config: dict) -> tuple[str, dict, str, int, float]:
+@dataclass(frozen=True)
+class EpisodeConfig:
+    """A row's env_config for the verifiers environment, checked."""
+    env_id: str
+    env_args: dict
+    split: str
+    index: int
+    timeout_s: float
+    pass_env: tuple[str, ...]
+    max_episodes: int
+
+
+def _config(env_config: dict) -> EpisodeConfig:
     unknown = sorted(set(env_config) - set(ENV_KEYS) - {"name"})
     if unknown:
         raise ValueError(f"verifiers: unknown env_config keys {unknown}; it takes {', '.join(ENV_KEYS)}")
@@ -178,7 +251,15 @@ def _config(env_config: dict) -> tuple[str, dict, str, int, float]:
     timeout_s = env_config.get("timeout_s", 600)
     if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or timeout_s <= 0:
         raise ValueError(f"verifiers: env_config 'timeout_s' must be a positive number of seconds, got {timeout_s!r}")
-    return env_id, env_args, split, index, float(timeout_s)
+    pass_env = env_config.get("pass_env") or []
+    if not isinstance(pass_env, list) or not all(isinstance(name, str) and name for name in pass_env):
+        raise ValueError(f"verifiers: env_config 'pass_env' must be a list of environment variable names to hand to "
+                         f"the bridge (its environment holds none of ours otherwise), got {pass_env!r}")
+    max_episodes = env_config.get("max_episodes", MAX_EPISODES)
+    if isinstance(max_episodes, bool) or not isinstance(max_episodes, int) or max_episodes < 1:
+        raise ValueError(f"verifiers: env_config 'max_episodes' must be an integer >= 1 (episodes one bridge plays "
+                         f"at once), got {max_episodes!r}")
+    return EpisodeConfig(env_id, env_args, split, index, float(timeout_s), tuple(sorted(set(pass_env))), max_episodes)
 
 
 class VerifiersEnv(Env):
@@ -186,14 +267,16 @@ class VerifiersEnv(Env):
 
     def __init__(self, env_config: dict):
         super().__init__(env_config)
-        self.env_id, self.env_args, self.split, self.index, self.timeout_s = _config(env_config)
+        self.config = _config(env_config)
+        self.env_id, self.split, self.index, self.timeout_s = (self.config.env_id, self.config.split,
+                                                               self.config.index, self.config.timeout_s)
         self.bridge: BridgeProcess | None = None
         self.episode = uuid.uuid4().hex
         self.conversation: list[dict] = []
         self.playing = False
 
     async def _next(self, doing: str) -> dict:
-        event = await asyncio.to_thread(self.bridge.wait, self.episode, self.timeout_s, doing)
+        event = await self.bridge.next_event(self.episode, self.timeout_s, doing)
         if event.get("event") == "error":
             self.playing = False
             raise RuntimeError(f"verifiers environment {self.env_id!r} failed while {doing}: {event.get('message')}"
@@ -201,7 +284,10 @@ class VerifiersEnv(Env):
         return event
 
     async def reset(self, request: RolloutRequest) -> tuple[str, dict, str]:
-        self.bridge = await asyncio.to_thread(bridge_for, self.env_id, self.env_args)
+        config = self.config
+        self.bridge = await asyncio.get_running_loop().run_in_executor(
+            _STARTS, bridge_for, config.env_id, config.env_args, config.pass_env, config.max_episodes)
+        self.bridge.claim(self.episode)
         self.bridge.send({"op": "start", "episode": self.episode, "split": self.split, "index": self.index})
         self.playing = True
         event = await self._next("starting the episode")
@@ -257,13 +343,14 @@ class VerifiersEnv(Env):
         self.playing = False
 
 
-def verifiers_rows(env_id: str, *, env_args: dict | None = None, split: str = "train", n: int = 0) -> list[dict]:
+def verifiers_rows(env_id: str, *, env_args: dict | None = None, split: str = "train", n: int = 0,
+                   pass_env: list[str] | None = None) -> list[dict]:
     """The first `n` entries (all when n <= 0) of a verifiers environment's dataset as swiftlike rows: its prompt as
     the messages (so the rows also serve single-turn training and evaluation), its answer as `solution`, and the
-    env_config that plays the entry."""
+    env_config that plays the entry (with `pass_env`, the variables its bridge is handed)."""
     env_args = env_args or {}
-    _config({"env_id": env_id, "env_args": env_args, "split": split, "index": 0})
-    bridge = bridge_for(env_id, env_args)
+    config = _config({"env_id": env_id, "env_args": env_args, "split": split, "index": 0, "pass_env": pass_env})
+    bridge = bridge_for(env_id, env_args, config.pass_env)
     bridge.send({"op": "rows", "split": split, "n": n})
     event = bridge.wait(None, START_TIMEOUT_S, f"listing the {split} dataset")
     if event.get("event") != "rows":
@@ -275,7 +362,8 @@ def verifiers_rows(env_id: str, *, env_args: dict | None = None, split: str = "t
         rows.append({"messages": entry["prompt"], "solution": None if answer is None else str(answer),
                      "env_config": {"name": "verifiers", "env_id": env_id, **({"env_args": env_args} if env_args
                                                                               else {}),
-                                    "split": split, "index": entry["index"]}})
+                                    "split": split, "index": entry["index"],
+                                    **({"pass_env": list(config.pass_env)} if config.pass_env else {})}})
     return rows
 
 

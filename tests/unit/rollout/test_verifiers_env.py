@@ -1,12 +1,16 @@
 """The `verifiers` environment (swiftlike/rollout/multi_turn/verifiers_env.py, verifiers_bridge.py): a real verifiers
 0.3.1 environment package (examples/train/grpo/multi_turn/verifiers_guess, installed into .venv-verifiers by
 `make setup`) played unchanged in its bridge process, by hand and through gym_scheduler on the tiny model; and what
-the adapter refuses or survives, each named."""
+the adapter refuses or survives, each named: a bridge that hangs is replaced, a slow episode is dropped alone, the
+waits never take asyncio's default threads, and the bridge holds none of our secrets."""
 from __future__ import annotations
 
 import asyncio
 import json
 import textwrap
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
@@ -125,6 +129,12 @@ class Broken(vf.MultiTurnEnv):
         if "exit" in messages[-1]["content"]:
             import os
             os._exit(3)
+        if "hang" in messages[-1]["content"]:  # a blocking call: the bridge's whole event loop stops
+            import time
+            time.sleep(1000)
+        if "stall" in messages[-1]["content"]:  # this episode waits; the bridge serves the others
+            import asyncio
+            await asyncio.sleep(1000)
         return [vf.UserMessage(content="again")]
 
 
@@ -163,6 +173,83 @@ def test_a_bridge_that_dies_is_named_and_started_again(broken_env):
     again, (question, _, _) = start(broken_env[0])
     assert question == "Say something."
     run(again.close())
+
+
+def with_config(row: dict, **config) -> dict:
+    return {**row, "env_config": {**row["env_config"], **config}}
+
+
+def test_a_bridge_that_hangs_is_replaced_and_the_next_episode_plays(broken_env):
+    row = with_config(broken_env[0], timeout_s=2)
+    hanging, _ = start(row)
+    hung = hanging.bridge.process
+    started = time.monotonic()
+    with pytest.raises(TimeoutError, match="'broken-vf' gave no answer in 2 s while answering turn 2"):
+        run(hanging.step(answer(row["messages"], "hang")))
+    assert time.monotonic() - started < 2 + 2 + 3  # the timeout, the ping's 2 s, and the kill
+    run(hanging.close())
+    assert hung.poll() is not None  # stopped, not left to sleep
+    again, (question, _, _) = start(row)
+    assert again.bridge.process.pid != hung.pid and question == "Say something."
+    assert run(again.step(answer(row["messages"], "hello")))[:3] == ("again", 0.0, False)
+    run(again.close())
+
+
+def test_a_slow_episode_is_dropped_alone_and_its_bridge_kept(broken_env):
+    row = with_config(broken_env[1], timeout_s=2)
+    slow, _ = start(row)
+    with pytest.raises(TimeoutError, match="gave no answer in 2 s .*the bridge itself answers, so only this episode"):
+        run(slow.step(answer(row["messages"], "stall")))
+    run(slow.close())
+    fine, _ = start(row)
+    assert fine.bridge is slow.bridge and fine.bridge.alive
+    assert run(fine.step(answer(row["messages"], "hello")))[:3] == ("again", 0.0, False)
+    run(fine.close())
+
+
+def test_episodes_wait_on_the_bridges_own_threads_up_to_their_bound(broken_env):
+    """Two episodes wait on a stalled environment while asyncio's default pool has one thread: that thread stays
+    free for the rest of the run (tools, engine calls). A third episode beyond max_episodes 2 is refused."""
+    row = with_config(broken_env[0], timeout_s=3, max_episodes=2)
+
+    async def scenario():
+        asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=1))
+        playing = [get_env("verifiers")(row["env_config"]) for _ in range(3)]
+        for env in playing[:2]:
+            await env.reset(RolloutRequest(list(row["messages"]), data_dict=dict(row)))
+        with pytest.raises(RuntimeError, match="already plays 2 episodes, its bound \\(env_config max_episodes\\)"):
+            await playing[2].reset(RolloutRequest(list(row["messages"]), data_dict=dict(row)))
+        stalled = [asyncio.ensure_future(env.step(answer(row["messages"], "stall"))) for env in playing[:2]]
+        await asyncio.sleep(0.5)
+        started = time.monotonic()
+        assert await asyncio.wait_for(asyncio.to_thread(lambda: 42), 2) == 42
+        free_after = time.monotonic() - started
+        outcomes = await asyncio.gather(*stalled, return_exceptions=True)
+        for env in playing:
+            await env.close()
+        return free_after, outcomes
+    free_after, outcomes = run(scenario())
+    assert free_after < 1 and all(isinstance(o, TimeoutError) for o in outcomes)
+
+
+def test_the_bridge_starts_without_our_secrets(broken_env, monkeypatch):
+    """The trainer's SECRET_TOKEN is not in the bridge's /proc/<pid>/environ, unless the row hands it over by name
+    (pass_env); the bridge still has what it needs to run (PATH, HOME, PYTHONPATH)."""
+    monkeypatch.setenv("SECRET_TOKEN", "hunter2-do-not-leak")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-also-secret")
+    environ = {}
+    for pass_env in ([], ["SECRET_TOKEN"]):
+        env, _ = start(with_config(broken_env[0], pass_env=pass_env, max_episodes=5))  # a bridge of its own
+        raw = Path(f"/proc/{env.bridge.process.pid}/environ").read_bytes()
+        environ[tuple(pass_env)] = dict(item.split("=", 1) for item in raw.decode().split("\0") if "=" in item)
+        run(env.close())
+    scrubbed, handed = environ[()], environ[("SECRET_TOKEN",)]
+    assert "SECRET_TOKEN" not in scrubbed and "OPENAI_API_KEY" not in scrubbed
+    assert not any("hunter2" in value or "sk-also" in value for value in scrubbed.values())
+    assert {"PATH", "HOME", "PYTHONPATH"} <= set(scrubbed)
+    assert handed["SECRET_TOKEN"] == "hunter2-do-not-leak" and "OPENAI_API_KEY" not in handed
+    with pytest.raises(ValueError, match="'pass_env' must be a list of environment variable names"):
+        get_env("verifiers")({**broken_env[0]["env_config"], "pass_env": "SECRET_TOKEN"})
 
 
 def test_group_rubrics_and_unknown_environments_are_refused_at_load(broken_env):

@@ -27,7 +27,8 @@ ENVIRONMENT_EDGES = {
     "eval/evalscope_backend.py": "evalscope runs as a subprocess in its own virtualenv: $SWIFTLIKE_EVALSCOPE_PYTHON "
                                  "names it, and it inherits the caller's environment plus its datasets cache and "
                                  "the hub offline switches",
-    "utils/side_venv.py": "$SWIFTLIKE_EVALSCOPE_PYTHON / $SWIFTLIKE_VERIFIERS_PYTHON name the virtualenvs beside ours",
+    "utils/side_venv.py": "$SWIFTLIKE_EVALSCOPE_PYTHON / $SWIFTLIKE_VERIFIERS_PYTHON name the virtualenvs beside ours; "
+                          "the scrubbed environment a verifiers bridge starts with is cut from ours",
     "infer/engine/vllm_engine.py": "VLLM_CPU_KVCACHE_SPACE, vLLM's own CPU cache variable, read where the "
                                    "engine's arguments are built",
 }
