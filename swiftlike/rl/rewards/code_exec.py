@@ -31,7 +31,7 @@ verdict on the code, so the completion's reward is MISSING (as a judge's unreada
 group's advantage statistics, counted in the trainer's `rewards/code_exec/missing`, and logged as a warning with
 the reason. Never 0: a correct program on a sick machine is not a wrong answer.
 
-Each case is its own sandbox call (about 8 ms of CPU; docs/rewards.md has the measured cost), run from a pool of
+Each case is its own sandbox call (about 30 ms of CPU; docs/rewards.md has the measured cost), run from a pool of
 threads, which the sandbox server serves at once. One call per case rather than one per completion: the cases of
 a completion cannot disturb each other (a loop in one case costs that case only, state does not leak), the
 sandbox's per-call wall clock and CPU limits are per case (and so is the process budget: a fork bomb beside a case
