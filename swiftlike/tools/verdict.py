@@ -245,7 +245,7 @@ class Link:
         if self.failure is not None:
             raise ProgramEnded(self.failure)
         self.send({"op": op, "target": target._number, "args": [encode(arg, self._opaque) for arg in args]})
-        return self.outcome(self.receive())
+        return self.outcome(self.receive(), ends_iteration=op == "next")
 
     def call(self, target: Proxy, args: tuple, kwargs: dict):
         if self.failure is not None:
@@ -271,12 +271,18 @@ class Link:
             original.clear()
             original.update(now)
 
-    def outcome(self, reply: dict):
+    def outcome(self, reply: dict, ends_iteration: bool = False):
+        """The value of the program's reply, or its exception raised here. StopIteration ends an iteration only
+        from `next`: raised by a call, it would end the test's `map`, `filter` or `iter(f, sentinel)` around that
+        call as if there were nothing left to check, so there it is a RuntimeError (as PEP 479 makes it in a
+        generator)."""
         if "value" in reply:
             return self.value(reply["value"])
         if "raised" in reply and type(reply["raised"]) is list and type(reply.get("message")) is str:
             args = self.value(reply.get("args"))
             raised = _builtin_exception(reply["raised"], args if type(args) is tuple else (reply["message"],))
+            if isinstance(raised, (StopIteration, StopAsyncIteration)) and not ends_iteration:
+                raise RuntimeError(f"the program raised {reply['message']} outside an iteration")
             if raised is not None:
                 raise raised
             self.fail(f"the program raised {reply['message']} during its test")

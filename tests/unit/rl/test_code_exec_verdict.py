@@ -73,6 +73,8 @@ FORGERIES = {
         "            os.kill(target, sig)\n"
         "        except OSError:\n"
         "            pass\n"),
+    # a StopIteration out of a call, which would end a test's map() early, leaving all() nothing false to see
+    "stop_iteration": "def add(a, b):\n    raise StopIteration\n",
     # the harness's memory and descriptors through /proc
     "read_harness": WRONG + (
         "import os\n"
@@ -90,9 +92,13 @@ def reward():
     return CodeExecReward(limits=LIMITS)
 
 
+# the same checks written with map(): a call that raises StopIteration would end it as if all were checked
+MAPPED_TESTS = ADD_TESTS + ["assert all(map(lambda case: add(*case[0]) == case[1], [((1, 2), 3), ((5, 5), 10)]))"]
+
+
 @pytest.mark.parametrize("name", sorted(FORGERIES))
 def test_each_forgery_scores_zero_and_the_right_code_one(reward, name):
-    assert reward([FORGERIES[name], RIGHT], test_cases=[ADD_TESTS, ADD_TESTS]) == [0.0, 1.0]
+    assert reward([FORGERIES[name], RIGHT], test_cases=[MAPPED_TESTS, MAPPED_TESTS]) == [0.0, 1.0]
 
 
 def test_a_module_the_test_imports_comes_from_the_installation_not_from_the_program(reward):
