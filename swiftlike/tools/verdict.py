@@ -37,7 +37,10 @@ are written back into the test's objects after the call (`nums.sort()` in the pr
 the nested lists of a list written back are new objects. A module the program imported under its own name is the
 runner's (`import math` in the program, `math.isclose(...)` in the test); any other name of the program's is the
 program's, a helper it imported (`from math import isclose`) included, so a test that compares with a helper from
-the program's namespace trusts the program: such a test should import the helper itself.
+the program's namespace trusts the program: such a test should import the helper itself. A name of the program's
+that is a builtin's (`all`, `abs`, `sorted`) does not hide the builtin from the test (`from solution import all`
+reaches it), and a StopIteration out of a call is a RuntimeError: either would let a wrong program end a test's
+`all(map(...))` early or true.
 """
 from __future__ import annotations
 
@@ -292,11 +295,13 @@ class Link:
 
 
 def namespace(link: Link, names) -> dict:
-    """The test's globals: the program module's names, its standard-library modules the runner's own."""
+    """The test's globals: the program module's names, its standard-library modules the runner's own, and none
+    that would hide a builtin (a program's `all = lambda _: True` would pass `assert all(...)`): those stay on the
+    `solution` module, for a test that asks for them (`from solution import max`)."""
     if type(names) is not list or not all(type(pair) is list and len(pair) == 2 and type(pair[0]) is str
                                           for pair in names):
         link.fail("the program's process answered with something that is not a message")
-    found = {"__builtins__": builtins, "__name__": "solution"}
+    found = {}
     for name, data in names:
         if (type(data) is list and len(data) == 3 and data[0] == "m" and data[1] == name and trusted_module(name)
                 and type(data[2]) is int):
@@ -309,7 +314,8 @@ def namespace(link: Link, names) -> dict:
     module = types.ModuleType("solution")  # for a test that imports the program: `from solution import add`
     module.__dict__.update(found)
     sys.modules["solution"] = module
-    return found
+    shown = {name: value for name, value in found.items() if name not in vars(builtins)}
+    return {**shown, "__builtins__": builtins, "__name__": "solution"}
 
 
 def judge(link: Link, code: str, test: str | None) -> str | None:

@@ -75,6 +75,8 @@ FORGERIES = {
         "            pass\n"),
     # a StopIteration out of a call, which would end a test's map() early, leaving all() nothing false to see
     "stop_iteration": "def add(a, b):\n    raise StopIteration\n",
+    # builtins the test uses, shadowed by the program's module: all() always true, map() of nothing
+    "shadow_builtins": WRONG + "def all(_):\n    return True\nmap = lambda *a: [True]\n",
     # the harness's memory and descriptors through /proc
     "read_harness": WRONG + (
         "import os\n"
@@ -154,7 +156,8 @@ def test_the_reference_solutions_are_out_of_reach(reward):
 def test_what_a_test_can_do_across_the_boundary():
     """Classes (LeetCode's `Solution().method(...)`), in-place changes, builtin exceptions by their base, iteration
     and `in` over the program's generators, the program's `import math`, dict subclasses compared as dicts,
-    `from solution import`, a standard-library function passed in; a test's own function cannot be passed."""
+    `from solution import` (the program's `max` there, the builtin in the test), a standard-library function passed
+    in; a test's own function cannot be passed."""
     program = ("import math\nfrom collections import Counter\n"
                "class Solution:\n    def twoSum(self, nums, target):\n"
                "        seen = {}\n        for i, n in enumerate(nums):\n"
@@ -168,7 +171,8 @@ def test_what_a_test_can_do_across_the_boundary():
                "def sort_in_place(xs, seen=None):\n    xs.sort()\n    if seen is not None:\n        seen['sorted'] = True\n"
                "def evens(n):\n    yield from range(0, n, 2)\n"
                "def letters(s):\n    return Counter(s)\n"
-               "def apply(f, x):\n    return f(x)\n")
+               "def apply(f, x):\n    return f(x)\n"
+               "def max(*args):\n    return 'mine'\n")
     test = ("assert Solution().twoSum([2, 7, 11, 15], 9) == [0, 1]\n"
             "s = Stack()\ns.push(1)\ns.push(2)\nassert len(s) == 2 and s.items == [1, 2] and s == s and s != Stack()\n"
             "try:\n    root(-1)\n    assert False\nexcept ValueError as e:\n    assert str(e) == '-1 < 0'\n"
@@ -177,7 +181,8 @@ def test_what_a_test_can_do_across_the_boundary():
             "assert list(evens(7)) == [0, 2, 4, 6] and 4 in evens(7) and 5 not in evens(7)\n"
             "assert letters('abca') == {'a': 2, 'b': 1, 'c': 1}\n"
             "assert apply(len, 'abc') == 3\n"
-            "from solution import root as r\nassert r(4) == 2.0\n"
+            "from solution import root as r, max as mine\nassert r(4) == 2.0 and mine(1, 5) == 'mine'\n"
+            "assert max(1, 5) == 5\n"
             "try:\n    apply(lambda x: x, 1)\n    assert False\nexcept TypeError as e:\n"
             "    assert 'the test passed a function to the program' in str(e)\n")
     assert run_program_isolated(program, test=test, limits=LIMITS).error is None
