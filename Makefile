@@ -10,9 +10,15 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml scripts/setup.sh
 	bash scripts/setup.sh
 
+# Per-test durations (--durations=0, JUnit XML) and fixture setup times land in build/test-results/;
+# scripts/test_times.py sums them per tier, file and fixture (docs/testing.md).
+RESULTS := build/test-results
+
 test: setup
 	$(VENV)/bin/ruff check swiftlike tests benchmarks scripts
-	$(PY) -m pytest -q --durations=40 tests
+	SWIFTLIKE_FIXTURE_TIMES=$(RESULTS)/fixtures.json $(PY) -m pytest -q --durations=0 \
+		--junitxml=$(RESULTS)/junit.xml tests
+	$(PY) scripts/test_times.py $(RESULTS)/junit.xml $(RESULTS)/fixtures.json --top 25
 
 test-fast: setup
 	$(PY) -m pytest -q tests -m "not slow"

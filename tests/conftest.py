@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "helpers"))
+pytest_plugins = ["timings_plugin"]  # fixture setup times for scripts/test_times.py ($SWIFTLIKE_FIXTURE_TIMES)
 
 os.environ.setdefault("SWIFTLIKE_OFFLINE", "1")
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")

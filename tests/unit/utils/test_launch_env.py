@@ -22,6 +22,8 @@ ENVIRONMENT_EDGES = {
     "tools/sandbox.py": "the sandbox server is a launch edge: it starts with PATH and LANG only, none of the caller's "
                         "secrets; SWIFTLIKE_ALLOW_UNISOLATED is the Python API's opt-out of isolation",
     "tools/isolation.py": "a sandboxed tool's environment is cleared to a fixed minimal one before it runs",
+    "tools/program.py": "a program's interpreter is exec'd with the sandboxed child's environment, which "
+                        "isolation.py has already cleared to the minimal one",
     "commands/app.py": "Gradio's analytics switch",
     "commands/webui.py": "Gradio's analytics switch",
     "eval/evalscope_backend.py": "evalscope runs as a subprocess in its own virtualenv: $SWIFTLIKE_EVALSCOPE_PYTHON "
