@@ -23,12 +23,12 @@ os.environ.setdefault("OMP_NUM_THREADS", str(len(os.sched_getaffinity(0))))
 
 import pytest  # noqa: E402
 
-TINY = "tiny-random/qwen2_5"
+from model_ids import SMOLLM2, TINY  # noqa: E402, F401  (the fixtures' models; tests import them from model_ids)
+
 CHROMIUM = "/usr/bin/chromium"
 # Flags for a closed network: without the background-networking ones Chromium keeps dialling Google's hosts.
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync"]
-SMOLLM2 = "HuggingFaceTB/SmolLM2-135M-Instruct"
 
 
 @pytest.fixture(scope="session")
@@ -122,6 +122,34 @@ def vllm_tiny(tiny_resolved, tiny_template, tiny_adapter):
                         adapters={"lora": tiny_adapter})
     yield engine
     engine.close()
+
+
+@pytest.fixture(scope="session")
+def rollout_server(tmp_path_factory):
+    """The session's `swiftlike rollout` of the tiny model, fp32 with LoRA, contexts of 1024 and up to 8 log-probs a
+    token: its port. For tests that generate, score, load adapters or sync LoRA weights; the base weights stay as
+    loaded, so a test that syncs full weights starts a server of its own. About 15 s to start, once per worker."""
+    from servers import free_port, start, stop
+    port = free_port()
+    proc = start(["rollout", "--model", TINY, "--port", str(port), "--torch_dtype", "float32", "--vllm_enable_lora",
+                  "true", "--vllm_max_model_len", "1024", "--max_logprobs", "8", "--max_prompts", "256"], port,
+                 tmp_path_factory.mktemp("rollout_server") / "server.log")
+    yield port
+    stop(proc)
+
+
+@pytest.fixture(scope="session")
+def pt_deploy(tmp_path_factory, tiny_adapter):
+    """The session's `swiftlike deploy` of the tiny model on the pt engine, fp32, with the `lora` adapter and up to 8
+    log-probs a token: its base URL (`http://127.0.0.1:PORT`). For judges, served teachers and OpenAI-client tests
+    that do not change what is served."""
+    from servers import free_port, start, stop
+    port = free_port()
+    proc = start(["deploy", "--model", TINY, "--infer_backend", "pt", "--torch_dtype", "float32", "--port", str(port),
+                  "--adapters", f"lora={tiny_adapter}", "--max_logprobs", "8"], port,
+                 tmp_path_factory.mktemp("pt_deploy") / "server.log")
+    yield f"http://127.0.0.1:{port}"
+    stop(proc)
 
 
 _VLLM_SERVE = {}

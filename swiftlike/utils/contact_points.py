@@ -108,6 +108,9 @@ CONTACT_POINTS: tuple[ContactPoint, ...] = (
     ContactPoint("vllm", "vllm.v1.worker.gpu_worker:Worker.model_runner", "attribute",
                  "a collective_rpc function (`_refresh_tied_lm_head`) reaches the model through the worker",
                  "infer/engine/vllm_engine.py"),
+    ContactPoint("vllm", "vllm.model_executor.model_loader.reload.layerwise:LAYERWISE_INFO", "attribute",
+                 "a closing engine drops its layers' reload records, which would keep its weights alive",
+                 "infer/engine/vllm_engine.py"),
     ContactPoint("vllm", "vllm.model_executor.layers.vocab_parallel_embedding:"
                  "UnquantizedEmbeddingMethod.process_weights_after_loading", "call",
                  "a tied LM head's CPU kernel is repacked from the reloaded embeddings", "infer/engine/vllm_engine.py",

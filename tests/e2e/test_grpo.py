@@ -1,10 +1,9 @@
 """`swiftlike rlhf --rlhf_type grpo` end to end on the tiny model: pt rollout, and colocated vLLM with LoRA-only sync."""
 import json
-import os
-import subprocess
-import sys
 
 import pytest
+
+from cli import run_cli
 
 from swiftlike.arguments import RlhfArguments
 from swiftlike.train.outputs import read_log
@@ -29,20 +28,11 @@ COMMON = ["--model", TINY, "--dataset", "swiftlike/arithmetic#16", "--reward_fun
 FILTERED = ["--temperature", "0.7", "--top_p", "0.9", "--top_k", "20"]
 
 
-def run_rlhf(tmp_path, *extra, steps: int = 2) -> subprocess.CompletedProcess:
+def rlhf(tmp_path, *extra, steps: int = 2):
     plugin = tmp_path / "plugin.py"
     plugin.write_text(PLUGIN)
-    env = {**os.environ, "SWIFTLIKE_OFFLINE": "1", "OMP_NUM_THREADS": "1", "VLLM_CPU_KVCACHE_SPACE": "1",
-           "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
-    argv = ["rlhf", "--rlhf_type", "grpo", *COMMON, "--external_plugins", str(plugin),
-            "--output_dir", str(tmp_path / "out"), "--max_steps", str(steps), *extra]
-    return subprocess.run([sys.executable, "-m", "swiftlike.cli.main", *argv], env=env, capture_output=True,
-                          text=True, timeout=900)
-
-
-def rlhf(tmp_path, *extra, steps: int = 2):
-    result = run_rlhf(tmp_path, *extra, steps=steps)
-    assert result.returncode == 0, result.stderr[-4000:]
+    run_cli("rlhf", "--rlhf_type", "grpo", *COMMON, "--external_plugins", plugin, "--output_dir", tmp_path / "out",
+            "--max_steps", steps, *extra)
     run_dir = next((tmp_path / "out").glob("v0-*"))
     return [e for e in read_log(run_dir) if "loss" in e], run_dir
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SMOLLM2, TINY
+from model_ids import SMOLLM2, TINY
 
 SWIFTLIKE = str(Path(sys.executable).parent / "swiftlike")
 QUESTIONS = [("What is 12 + 7?", "19"), ("What is 3 * 4?", "12"), ("Say hello.", None)]

@@ -1,5 +1,6 @@
 """Starting a `swiftlike` server command as a real process for a test, and waiting until it answers."""
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -30,6 +31,17 @@ def start(argv: list[str], port: int, log_path, timeout: float = 300, command: l
         time.sleep(1)
     proc.kill()
     raise TimeoutError(f"{argv[0]} did not answer /health within {timeout:.0f} s")
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """SIGINT, as Ctrl-C would, then SIGKILL after 30 s."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def start_vllm_serve(model_dir: str, port: int, log_path, served_name: str, max_model_len: int = 1024
