@@ -12,16 +12,22 @@ $(STAMP): pyproject.toml scripts/setup.sh
 
 # Per-test durations (--durations=0, JUnit XML) and fixture setup times land in build/test-results/;
 # scripts/test_times.py sums them per tier, file and fixture (docs/testing.md).
+# Two pytest-xdist workers, a file's tests together on one (docs/testing.md); TEST_WORKERS=0 runs in one process.
 RESULTS := build/test-results
+TEST_WORKERS ?= 2
+PARALLEL := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup)
 
 test: setup
 	$(VENV)/bin/ruff check swiftlike tests benchmarks scripts
-	SWIFTLIKE_FIXTURE_TIMES=$(RESULTS)/fixtures.json $(PY) -m pytest -q --durations=0 \
+	rm -rf $(RESULTS)
+	SWIFTLIKE_FIXTURE_TIMES=$(RESULTS)/fixtures.json $(PY) -m pytest -q $(PARALLEL) --durations=0 \
 		--junitxml=$(RESULTS)/junit.xml tests
 	$(PY) scripts/test_times.py $(RESULTS)/junit.xml $(RESULTS)/fixtures.json --top 25
 
+# The unit tier, what a contributor runs before each commit: tests/unit and tests/repo (no training process, no
+# vLLM engine, no server; tests/repo/test_test_tiers.py keeps it so).
 test-fast: setup
-	$(PY) -m pytest -q tests -m "not slow"
+	$(PY) -m pytest -q $(PARALLEL) tests/unit tests/repo
 
 demo: setup
 	bash scripts/demo.sh

@@ -1,4 +1,5 @@
-"""Shared fixtures. Expensive things (vLLM engines, converted models) are built once per session.
+"""Shared fixtures. Expensive things (vLLM engines, servers, converted models) are built once per session: per
+pytest-xdist worker when the suite runs in parallel (`make test` runs two), each worker being its own process.
 
 The suite mirrors the package: tests/unit/<package>/ (unit tests by package), tests/e2e/ (end-to-end runs:
 training, servers, the CLI, browsers), tests/repo/ (checks of the repository itself: layers, dependencies,
@@ -18,8 +19,10 @@ os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # A fixed thread count in every run the tests start: a training process otherwise follows the machine's load
 # (utils/threads.py), and a different count sums in another order, so a seeded run could sample other tokens
-# when the suite runs beside other work. tests/unit/utils/test_threads.py drives the adaptation directly.
-os.environ.setdefault("OMP_NUM_THREADS", str(len(os.sched_getaffinity(0))))
+# when the suite runs beside other work. tests/unit/utils/test_threads.py drives the adaptation directly. With
+# pytest-xdist the cores are shared out between the workers.
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+os.environ.setdefault("OMP_NUM_THREADS", str(max(1, len(os.sched_getaffinity(0)) // _WORKERS)))
 
 import pytest  # noqa: E402
 
@@ -178,8 +181,15 @@ def _stop_vllm_serve() -> None:
 
 @pytest.hookimpl(trylast=True)  # after -k / -m have deselected
 def pytest_collection_modifyitems(items):
+    """Groups for pytest-xdist's `--dist loadgroup`: a file's tests run on one worker, in order, so its module
+    fixtures start once; the modules that use the shared `vllm serve` run on one worker, so it starts once and
+    stops after its last user there."""
     users = [item.nodeid for item in items if "vllm_serve_tiny" in getattr(item, "fixturenames", ())]
     _VLLM_SERVE["last_user"] = users[-1] if users else None
+    serve_files = {nodeid.split("::")[0] for nodeid in users}
+    for item in items:
+        path = item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group("vllm_serve" if path in serve_files else path))
 
 
 def pytest_runtest_teardown(item, nextitem):
