@@ -90,11 +90,15 @@ def _process_state_restored(env: dict[str, str | None] | None):
 
     import torch
 
+    from swiftlike.rl.rewards import plugins
     from swiftlike.utils import logging as swiftlike_logging
     from swiftlike.utils.registry import restore_registries, snapshot_registries
     for module in REGISTRY_MODULES:
         importlib.import_module(module)
     saved_env, saved_cwd = dict(os.environ), os.getcwd()
+    # the plugin files imported so far: a file the run imports is forgotten afterwards (its registrations go with
+    # the registries), so the next run that names it imports it again, as a fresh process does
+    saved_plugins = dict(plugins._LOADED)
     saved = (snapshot_registries(), torch.get_num_threads(), torch.get_default_dtype(),
              {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)})
     logger = swiftlike_logging.get_logger()
@@ -113,6 +117,10 @@ def _process_state_restored(env: dict[str, str | None] | None):
         os.environ.clear()
         os.environ.update(saved_env)
         restore_registries(registries)
+        for path in set(plugins._LOADED) - set(saved_plugins):
+            sys.modules.pop(plugins._LOADED[path].__name__, None)
+        plugins._LOADED.clear()
+        plugins._LOADED.update(saved_plugins)
         torch.set_num_threads(threads)
         torch.set_default_dtype(dtype)
         for number, handler in handlers.items():
