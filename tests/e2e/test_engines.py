@@ -204,21 +204,26 @@ def test_prefix_cache_reset_that_vllm_refuses_is_an_error():
         engine.reset_prefix_cache()
 
 
-def test_a_closed_engine_that_reloaded_weights_leaves_nothing_alive(tiny_resolved, tiny_template):
+def test_a_closed_engine_leaves_nothing_alive_and_the_other_engines_working(tiny_resolved, tiny_template, vllm_tiny):
     """vLLM's per-layer reload records (a module-level WeakKeyDictionary whose values refer back to their layers)
     kept every closed engine's weights alive in this process (~75 MB per run of the tiny model before the fix);
-    close() drops its own layers' records."""
+    close() drops its own layers' records. And closing an engine tore down vLLM's process-wide
+    distributed state, so every other open engine of the process (here the session's) failed at its next step."""
     import gc
+    import weakref
 
     from transformers import AutoModelForCausalLM
     from vllm.model_executor.model_loader.reload.layerwise import LAYERWISE_INFO
 
     from swiftlike.infer.engine.vllm_engine import VllmEngine, VllmOptions
-    records_before = len(LAYERWISE_INFO)
+    before = vllm_tiny.infer(requests()[:2], GREEDY)
+    records_before = weakref.WeakSet(LAYERWISE_INFO.keys())  # what the open engines (the session's) recorded
     engine = VllmEngine(tiny_resolved, tiny_template, VllmOptions(torch_dtype="float32", max_model_len=256))
     weights = AutoModelForCausalLM.from_pretrained(tiny_resolved.model_dir, dtype=torch.float32).state_dict()
     engine.update_weights(weights.items())
-    assert len(LAYERWISE_INFO) > records_before  # the reload did record its layers
+    own = [weakref.ref(layer) for layer in list(LAYERWISE_INFO.keys()) if layer not in records_before]
+    assert own  # the reload did record its layers
     engine.close()
     gc.collect()
-    assert len(LAYERWISE_INFO) == records_before
+    assert not [ref for ref in own if ref() is not None and ref() in LAYERWISE_INFO]
+    assert_same_greedy(vllm_tiny.infer(requests()[:2], GREEDY), before, tol=1e-5)

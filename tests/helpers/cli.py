@@ -99,6 +99,8 @@ def _process_state_restored(env: dict[str, str | None] | None):
     # the plugin files imported so far: a file the run imports is forgotten afterwards (its registrations go with
     # the registries), so the next run that names it imports it again, as a fresh process does
     saved_plugins = dict(plugins._LOADED)
+    # a default process group made before the run (an open vLLM engine's, e.g. the session's) is not the run's
+    group_before = torch.distributed.is_available() and torch.distributed.is_initialized()
     saved = (snapshot_registries(), torch.get_num_threads(), torch.get_default_dtype(),
              {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)})
     logger = swiftlike_logging.get_logger()
@@ -111,7 +113,7 @@ def _process_state_restored(env: dict[str, str | None] | None):
         yield
     finally:
         registries, threads, dtype, handlers = saved
-        if torch.distributed.is_available() and torch.distributed.is_initialized():
+        if torch.distributed.is_available() and torch.distributed.is_initialized() and not group_before:
             torch.distributed.destroy_process_group()
         os.chdir(saved_cwd)
         os.environ.clear()

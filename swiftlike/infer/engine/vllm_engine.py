@@ -12,6 +12,7 @@ import itertools
 import os
 import queue
 import threading
+import weakref
 from collections.abc import AsyncIterator, Iterable, Iterator
 from dataclasses import dataclass
 
@@ -28,6 +29,9 @@ from .vllm_cpu_lora import install_fast_cpu_lora
 logger = get_logger("swiftlike.infer")
 
 CPU_KV_CACHE_GIB = 2
+# the engines of this process that are not closed: vLLM's distributed state (its world and parallel groups) is
+# process-wide and shared by all of them, so only the last one to close may tear it down
+_OPEN_ENGINES: weakref.WeakSet = weakref.WeakSet()
 
 
 @dataclass(frozen=True)
@@ -136,6 +140,7 @@ class VllmEngine(InferEngine):
         if self.options.enable_lora and on_cpu():
             install_fast_cpu_lora()
         self.llm = LLM(**engine_kwargs(resolved.model_dir, self.options))
+        _OPEN_ENGINES.add(self)
         self._adapters: dict[str, object] = {}
         self._lora_ids = itertools.count(1)
         self._request_ids = itertools.count()
@@ -400,6 +405,12 @@ class VllmEngine(InferEngine):
         if self._continuous is not None:
             self._continuous.close()
         self.llm.collective_rpc(_forget_reload_state)
+        _OPEN_ENGINES.discard(self)
+        # vLLM's in-process engine core tears down the process's distributed state when it shuts down, which
+        # broke every other open engine of this process (their next step: "pipeline model parallel group is not
+        # initialized"); it is left to the last one
+        with contextlib.nullcontext() if not _OPEN_ENGINES else _distributed_state_kept():
+            self.llm.llm_engine.engine_core.shutdown()
         del self.llm
         gc.collect()
 
@@ -528,6 +539,18 @@ class ContinuousBatcher:
         self._stop = True
         self._wake.set()
         self._thread.join(timeout=30)
+
+
+@contextlib.contextmanager
+def _distributed_state_kept() -> Iterator[None]:
+    """vLLM's engine-core shutdown without its teardown of the process-wide distributed state."""
+    from vllm.v1.engine import core
+    cleanup = core.cleanup_dist_env_and_memory
+    core.cleanup_dist_env_and_memory = lambda *args, **kwargs: None
+    try:
+        yield
+    finally:
+        core.cleanup_dist_env_and_memory = cleanup
 
 
 def _forget_reload_state(worker) -> None:
