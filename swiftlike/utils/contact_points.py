@@ -111,6 +111,11 @@ CONTACT_POINTS: tuple[ContactPoint, ...] = (
     ContactPoint("vllm", "vllm.model_executor.model_loader.reload.layerwise:LAYERWISE_INFO", "attribute",
                  "a closing engine drops its layers' reload records, which would keep its weights alive",
                  "infer/engine/vllm_engine.py"),
+    ContactPoint("vllm", "vllm.v1.engine.core:cleanup_dist_env_and_memory", "patch",
+                 "an engine that closes while another of the process is open shuts its core down without this "
+                 "teardown of the process-wide distributed state (the open one's)", "infer/engine/vllm_engine.py"),
+    ContactPoint("vllm", "vllm.v1.engine.llm_engine:LLMEngine.engine_core", "attribute",
+                 "a closing engine shuts its core down itself, inside the patch above", "infer/engine/vllm_engine.py"),
     ContactPoint("vllm", "vllm.model_executor.layers.vocab_parallel_embedding:"
                  "UnquantizedEmbeddingMethod.process_weights_after_loading", "call",
                  "a tied LM head's CPU kernel is repacked from the reloaded embeddings", "infer/engine/vllm_engine.py",
