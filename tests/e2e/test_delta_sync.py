@@ -6,6 +6,10 @@ The weights are those of real AdamW steps. vLLM's CPU linear layers keep their w
 parameter is empty), so "the engine's weights" are read as: every tensor vLLM still exposes (embeddings,
 norms, biases), exactly; the engine's greedy tokens and log-probs, exactly; and the tensors the engine was
 loaded from, bit for bit against the trainer's weights cast to the engine dtype.
+
+The servers here run in this process (their engines are read), one per engine dtype, and every test syncs full
+weights or deltas: none is the session's shared `rollout_server`. The GRPO runs are in this process too
+(`run_cli`), the server-mode one against the in-process server.
 """
 import asyncio
 import threading
@@ -13,13 +17,13 @@ import time
 
 import pytest
 import torch
+from model_ids import TINY
 from servers import free_port
 
 from swiftlike.infer.protocol import InferRequest, RequestConfig
 from swiftlike.rollout.wire import delta
 from swiftlike.rollout.client.transport import cast
 
-TINY = "tiny-random/qwen2_5"
 PROMPTS = ["What is 2 + 3?", "Name a colour.", "Count to five."]
 GREEDY = RequestConfig(max_tokens=12, temperature=0.0, logprobs=True)
 

@@ -2,19 +2,24 @@
 with no task reward the teacher's per-token log-ratio is the whole signal (the per-token advantage itself is
 checked by hand in tests/unit/rl/test_advantage_estimators.py). The served teacher and the 2026 options run
 against one real `swiftlike rollout` server, which is also the teacher (its base model, asked without the
-student's adapter)."""
+student's adapter): the session's shared `rollout_server` (tests/conftest.py; the student syncs its LoRA adapter
+only, so the served base weights stay the checkpoint's). The trainers run in this process (`run_cli`)."""
 from __future__ import annotations
 
 import math
 
 import pytest
 import torch
+from cli import run_cli
+from model_ids import TINY
 
-from swiftlike.commands.rlhf import rlhf_main
 from swiftlike.train.outputs import read_log
-from servers import free_port, start
 
-TINY = "tiny-random/qwen2_5"
+OPD = ["--rlhf_type", "grpo", "--model", TINY, "--dataset", "swiftlike/arithmetic#16", "--num_generations", "1",
+       "--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "1", "--max_completion_length", "16",
+       "--logging_steps", "1", "--learning_rate", "5e-2", "--lr_scheduler_type", "constant", "--tuner_type", "full",
+       "--beta", "0", "--gradient_checkpointing", "false", "--torch_dtype", "float32", "--report_to", "none",
+       "--save_steps", "100"]
 
 
 def opd(tmp_path, *extra, steps=3):
@@ -22,14 +27,9 @@ def opd(tmp_path, *extra, steps=3):
 
 
 def opd_run(tmp_path, *extra, steps=3):
-    result = rlhf_main(["--rlhf_type", "grpo", "--model", TINY, "--dataset", "swiftlike/arithmetic#16",
-                        "--num_generations", "1", "--per_device_train_batch_size", "4",
-                        "--gradient_accumulation_steps", "1", "--max_completion_length", "16", "--max_steps",
-                        str(steps), "--logging_steps", "1", "--learning_rate", "5e-2", "--lr_scheduler_type",
-                        "constant", "--tuner_type", "full", "--beta", "0", "--gradient_checkpointing", "false",
-                        "--torch_dtype", "float32", "--report_to", "none", "--save_steps", "100",
-                        "--output_dir", str(tmp_path), *extra])
-    return [e for e in read_log(result.run_dir) if "loss" in e], result.run_dir
+    run_cli("rlhf", *OPD, "--max_steps", steps, "--output_dir", tmp_path, *extra)
+    run_dir = next(tmp_path.glob("v0-*"))
+    return [e for e in read_log(run_dir) if "loss" in e], run_dir
 
 
 def test_pure_distillation_trains_on_the_teacher_signal_alone(tmp_path, tiny_adapter):
@@ -103,27 +103,16 @@ SERVED = ("--teacher_model_server", "http://127.0.0.1:1")
     ((*SERVED, "--teacher_adapters", "a"), "describe an in-process teacher"),
     ((*SERVED, "--gkd_logits_topk", "4"), "--gkd_logits_topk: GKD's teacher arguments, not used by --rlhf_type grpo"),
 ])
-def test_what_needs_a_per_sequence_advantage_or_rewards_is_refused(tmp_path, capsys, extra, message):
+def test_what_needs_a_per_sequence_advantage_or_rewards_is_refused(tmp_path, extra, message):
     """Refused before any model loads or any server is asked (the served teacher's URL answers nothing)."""
-    with pytest.raises(SystemExit):
-        opd(tmp_path / "refused", *extra)
-    assert message in capsys.readouterr().err and not (tmp_path / "refused").exists()
+    result = run_cli("rlhf", *OPD, "--max_steps", "3", "--output_dir", tmp_path / "refused", *extra, check=False)
+    assert result.returncode != 0
+    assert message in result.stderr and not (tmp_path / "refused").exists()
 
 
 # ---------------------------------------------------------------- a served teacher, and server mode
-
-
-@pytest.fixture(scope="module")
-def rollout_server(tmp_path_factory):
-    """One `swiftlike rollout` server of the tiny model: the student's rollouts (its LoRA adapter synced there)
-    and, asked without the adapter, the teacher."""
-    port = free_port()
-    proc = start(["rollout", "--model", TINY, "--port", str(port), "--torch_dtype", "float32", "--vllm_enable_lora",
-                  "true", "--vllm_max_model_len", "512", "--max_logprobs", "8"], port,
-                 tmp_path_factory.mktemp("rollout") / "rollout.log")
-    yield port
-    proc.terminate()
-    proc.wait(timeout=60)
+# `rollout_server` (tests/conftest.py): the student's rollouts (its LoRA adapter synced there) and, asked without
+# the adapter, the teacher.
 
 
 def test_served_teacher_gives_the_models_log_probs_of_the_sampled_tokens(rollout_server, tiny_resolved,
@@ -148,14 +137,13 @@ def test_served_teacher_gives_the_models_log_probs_of_the_sampled_tokens(rollout
 
 
 def server_grpo(tmp_path, port, *extra):
-    result = rlhf_main(["--rlhf_type", "grpo", "--model", TINY, "--dataset", "swiftlike/arithmetic#16",
-                        "--tuner_type", "lora", "--use_vllm", "true", "--vllm_mode", "server", "--vllm_server_port",
-                        str(port), "--vllm_enable_lora", "true", "--per_device_train_batch_size", "4",
-                        "--gradient_accumulation_steps", "1", "--max_completion_length", "12", "--max_steps", "3",
-                        "--logging_steps", "1", "--learning_rate", "5e-2", "--lr_scheduler_type", "constant",
-                        "--beta", "0", "--gradient_checkpointing", "false", "--torch_dtype", "float32",
-                        "--report_to", "none", "--save_steps", "100", "--output_dir", str(tmp_path), *extra])
-    log = [e for e in read_log(result.run_dir) if "loss" in e]
+    run_cli("rlhf", "--rlhf_type", "grpo", "--model", TINY, "--dataset", "swiftlike/arithmetic#16", "--tuner_type",
+            "lora", "--use_vllm", "true", "--vllm_mode", "server", "--vllm_server_port", port, "--vllm_enable_lora",
+            "true", "--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "1",
+            "--max_completion_length", "12", "--max_steps", "3", "--logging_steps", "1", "--learning_rate", "5e-2",
+            "--lr_scheduler_type", "constant", "--beta", "0", "--gradient_checkpointing", "false", "--torch_dtype",
+            "float32", "--report_to", "none", "--save_steps", "100", "--output_dir", tmp_path, *extra)
+    log = [e for e in read_log(next(tmp_path.glob("v0-*"))) if "loss" in e]
     assert len(log) == 3 and all(math.isfinite(e["loss"]) and "sync/bytes" in e for e in log), log
     return log
 

