@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml scripts/setup.sh
 # Two pytest-xdist workers, a file's tests together on one (docs/testing.md); TEST_WORKERS=0 runs in one process.
 RESULTS := build/test-results
 TEST_WORKERS ?= 2
-PARALLEL := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup)
+PARALLEL := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
 test: setup
 	$(VENV)/bin/ruff check swiftlike tests benchmarks scripts

@@ -179,17 +179,33 @@ def _stop_vllm_serve() -> None:
         proc.wait(60)
 
 
-@pytest.hookimpl(trylast=True)  # after -k / -m have deselected
-def pytest_collection_modifyitems(items):
-    """Groups for pytest-xdist's `--dist loadgroup`: a file's tests run on one worker, in order, so its module
-    fixtures start once; the modules that use the shared `vllm serve` run on one worker, so it starts once and
-    stops after its last user there."""
-    users = [item.nodeid for item in items if "vllm_serve_tiny" in getattr(item, "fixturenames", ())]
+def pytest_xdist_make_scheduler(config, log):
+    """`--dist loadfile` (what `make test` asks for), with the files that use the shared `vllm serve` as one unit: a
+    file's tests run on one worker, in order, so its module fixtures start once, and `vllm serve` starts once.
+
+    A scheduler of ours, not `--dist loadgroup` with xdist_group marks: pytest 9.2 names a test by `Node._id`, and
+    xdist 3.8's loadgroup renames `_nodeid`, so the marks were ignored and each file's tests were spread over both
+    workers (every module fixture started twice, two Ray heads at once). The controller collects nothing, so the
+    users of `vllm_serve_tiny` are found by name in the test files."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+    serve_files = {str(path.relative_to(config.rootpath)) for path in Path(__file__).parent.rglob("test_*.py")
+                   if "vllm_serve_tiny" in path.read_text(encoding="utf-8")}
+
+    class FileScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::")[0]
+            return "vllm_serve" if path in serve_files else path
+
+    return FileScheduling(config, log)
+
+
+def pytest_collection_finish(session):
+    """The last test to use the shared `vllm serve`, once -k / -m have deselected: it stops the server after that
+    test, not at the end of the session."""
+    users = [item.nodeid for item in session.items if "vllm_serve_tiny" in getattr(item, "fixturenames", ())]
     _VLLM_SERVE["last_user"] = users[-1] if users else None
-    serve_files = {nodeid.split("::")[0] for nodeid in users}
-    for item in items:
-        path = item.nodeid.split("::")[0]
-        item.add_marker(pytest.mark.xdist_group("vllm_serve" if path in serve_files else path))
 
 
 def pytest_runtest_teardown(item, nextitem):

@@ -8,6 +8,7 @@ the rest.
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 
 from ..utils import get_logger
@@ -105,11 +106,16 @@ def connect(address: str | None, needed: int, plugins: list[str]) -> Cluster:
 def _use_cluster_token() -> None:
     """Ray >= 2.59 clusters started with `ray start` require their token; `ray.init(address=...)` presents it only
     in RAY_AUTH_MODE=token (unlike `address="auto"`), so that mode is set when a token is at hand and no mode was
-    chosen. A cluster without authentication ignores the token."""
+    chosen. A cluster without authentication ignores the token. Ray reads the mode into its configuration when it
+    is imported, so in a process that imported Ray already (a script's own `import ray`, a test) the configuration
+    is read again, as Ray does when it turns token mode on itself; otherwise the driver would present no token, and
+    a local cluster it starts would get the token from the environment while the driver runs without one."""
     have_token = (os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH")
                   or os.path.isfile(os.path.expanduser("~/.ray/auth_token")))
     if have_token and "RAY_AUTH_MODE" not in os.environ:
         os.environ["RAY_AUTH_MODE"] = "token"
+        if "ray._raylet" in sys.modules:
+            sys.modules["ray._raylet"].Config.initialize("")
 
 
 def _worker_setup_hook(driver_cwd: str, plugins: list[str]):

@@ -153,4 +153,8 @@ CONTACT_POINTS: tuple[ContactPoint, ...] = (
                  "the batching loop sleeps when idle", "infer/engine/vllm_engine.py"),
     ContactPoint("vllm", "vllm.v1.engine.llm_engine:LLMEngine.model_config", "attribute",
                  "the engine's dtype and max_model_len, reported by /info", "infer/engine/vllm_engine.py"),
+    # Ray
+    ContactPoint("ray", "ray._raylet:Config.initialize", "call",
+                 "RAY_AUTH_MODE=token set after Ray was imported is read again, so the driver presents its token",
+                 "ray/cluster.py"),
 )

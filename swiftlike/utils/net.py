@@ -9,6 +9,9 @@ from pathlib import Path
 EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 LOWEST_PICKED = 20000
 TRIES = 64
+# Its own generator: a training run in a test process seeds the global one (set_seed), after which every xdist
+# worker drew the same "random" ports and a test reached another worker's server.
+_PORT_PICKER = random.SystemRandom()
 
 
 def ephemeral_start() -> int:
@@ -30,7 +33,7 @@ def free_port(host: str = "127.0.0.1") -> int:
     choice when that band is full or too narrow."""
     top = ephemeral_start()
     for _ in range(TRIES if top - 1 > LOWEST_PICKED else 0):
-        port = random.randint(LOWEST_PICKED, top - 1)
+        port = _PORT_PICKER.randint(LOWEST_PICKED, top - 1)
         with socket.socket() as s:
             try:
                 s.bind((host, port))

@@ -7,17 +7,17 @@ from pathlib import Path
 
 import pytest
 import trl
+from cli import run_cli
+from model_ids import TINY
 
 from swiftlike.arguments import parse_args
 from swiftlike.arguments.infer_args import InferArguments
 from swiftlike.arguments.rlhf_args import RlhfArguments
 from swiftlike.arguments.train_args import TrainArguments
-from swiftlike.cli.main import main as cli_main
 from swiftlike.model import load_tokenizer, resolve_model
 from swiftlike.template import get_template
 from swiftlike.utils.errors import NotBuiltError
 
-TINY = "tiny-random/qwen2_5"
 FAST = ["--report_to", "none", "--gradient_checkpointing", "false", "--gradient_accumulation_steps", "1",
         "--logging_steps", "1", "--save_steps", "100", "--max_steps", "2"]
 
@@ -76,14 +76,15 @@ def test_agent_template_flag_is_checked_where_it_is_declared():
         parse_args(RlhfArguments, ["--rlhf_type", "dpo", *data, "--agent_template", "hermes"])
 
 
-def test_cli_exit_statuses(capsys):
-    assert cli_main(["rlhf", "--rlhf_type", "dpo", "--model", TINY, "--dataset", "swiftlike/arithmetic-preference#2",
-                     "--agent_template", "hermes"]) == 3
-    assert "not built" in capsys.readouterr().err
-    assert cli_main(["sft", "--model", TINY, "--dataset", "swiftlike/calculator-agent#2", "--loss_scale",
-                     "hermes"]) == 3
-    assert "'hermes' (weight 2 on <tool_call> blocks) needs per-token loss weights" in capsys.readouterr().err
-    with pytest.raises(SystemExit) as usage:
-        cli_main(["sft", "--model", TINY, "--dataset", "swiftlike/calculator-agent#2", "--agent_template", "nope"])
-    assert usage.value.code == 2
-    assert "hermes" in capsys.readouterr().err
+def test_cli_exit_statuses():
+    not_built = run_cli("rlhf", "--rlhf_type", "dpo", "--model", TINY, "--dataset",
+                        "swiftlike/arithmetic-preference#2", "--agent_template", "hermes", check=False)
+    assert not_built.returncode == 3 and "not built" in not_built.stderr
+    loss_scale = run_cli("sft", "--model", TINY, "--dataset", "swiftlike/calculator-agent#2", "--loss_scale", "hermes",
+                         check=False)
+    assert loss_scale.returncode == 3
+    assert "'hermes' (weight 2 on <tool_call> blocks) needs per-token loss weights" in loss_scale.stderr
+    usage = run_cli("sft", "--model", TINY, "--dataset", "swiftlike/calculator-agent#2", "--agent_template", "nope",
+                    check=False)
+    assert usage.returncode == 2
+    assert "hermes" in usage.stderr

@@ -1,20 +1,19 @@
 """`swiftlike app` as a real process, driven by headless Chromium (the `browser` fixture of conftest.py):
 load the page, send a message, watch the reply stream in, and check it is the model's real answer."""
 import re
-import subprocess
-import sys
 import time
 
 import openai
 import pytest
-from servers import ENV, free_port, start
+from cli import run_cli
+from model_ids import TINY
+from servers import free_port, start
 
 from swiftlike.ui.chat import chat_messages
 from swiftlike.ui.tool_chat import call_title, offered_tools, text_of
 from swiftlike.arguments import parse_args
 from swiftlike.arguments.app_args import AppArguments
 
-TINY = "tiny-random/qwen2_5"
 KEY = "app-key"
 MESSAGE = "hello there"
 # Records every text the newest reply bubble shows, so the test can tell a streamed reply from one that appears whole.
@@ -141,8 +140,7 @@ def test_a_foreign_host_header_is_refused(app_on_model):
 
 
 def test_unreachable_base_url_is_a_clear_error():
-    r = subprocess.run([sys.executable, "-m", "swiftlike.cli.main", "app", "--base_url",
-                        f"http://127.0.0.1:{free_port()}/v1"], env=ENV, capture_output=True, text=True, timeout=120)
+    r = run_cli("app", "--base_url", f"http://127.0.0.1:{free_port()}/v1", check=False)
     assert r.returncode == 1
     assert "no OpenAI-compatible server answers at --base_url" in r.stderr
 

@@ -2,13 +2,13 @@
 options onto theirs, their outputs onto our protocol, the async bridge both engines share (with a fake engine), and
 the errors a user sees when a library or a GPU is missing."""
 import asyncio
-import subprocess
 import sys
 import time
 from types import SimpleNamespace
 
 import pytest
-from servers import ENV
+from cli import run_cli
+from model_ids import TINY
 
 from swiftlike.arguments import parse_args
 from swiftlike.arguments.deploy_args import DeployArguments
@@ -164,8 +164,7 @@ def test_missing_library_names_the_fix(monkeypatch, backend):
 
 def test_lmdeploy_deploy_on_cpu_exits_with_a_clear_message():
     """sglang's twin is in test_deploy.py."""
-    r = subprocess.run([sys.executable, "-m", "swiftlike.cli.main", "deploy", "--model", "tiny-random/qwen2_5",
-                        "--infer_backend", "lmdeploy"], env=ENV, capture_output=True, text=True, timeout=300)
+    r = run_cli("deploy", "--model", TINY, "--infer_backend", "lmdeploy", check=False)
     assert r.returncode == 1 and "needs an NVIDIA GPU" in r.stderr
 
 

@@ -3,8 +3,6 @@ real `openai` client."""
 import json
 import shutil
 import signal
-import subprocess
-import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -12,9 +10,10 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import openai
 import pytest
-from servers import ENV, free_port, start
+from cli import run_cli
+from model_ids import TINY
+from servers import free_port, start
 
-TINY = "tiny-random/qwen2_5"
 KEY = "deploy-key"
 HELLO = [{"role": "user", "content": "hello"}]
 
@@ -133,8 +132,7 @@ def test_openai_schema_parts_penalties_and_refused_fields(deploy):
 
 
 def test_gpu_only_backends_exit_with_a_clear_message():
-    r = subprocess.run([sys.executable, "-m", "swiftlike.cli.main", "deploy", "--model", TINY, "--infer_backend",
-                        "sglang"], env=ENV, capture_output=True, text=True, timeout=300)
+    r = run_cli("deploy", "--model", TINY, "--infer_backend", "sglang", check=False)
     assert r.returncode == 1 and "needs an NVIDIA GPU" in r.stderr
 
 
@@ -155,22 +153,17 @@ def test_sigterm_finishes_the_request_in_flight(deploy):
     assert "swiftlike deploy stopped" in log_path.read_text()
 
 
-def test_pt_backend_streams_token_by_token(tmp_path):
-    port = free_port()
-    log_path = tmp_path / "deploy-pt.log"
-    proc = start(["deploy", "--model", TINY, "--infer_backend", "pt", "--port", str(port), "--torch_dtype", "float32"],
-                 port, log_path)
-    try:
-        c = client(port, "unused")
-        whole = c.chat.completions.create(model=TINY, messages=HELLO, max_tokens=8, temperature=0)
-        chunks = [ch.choices[0].delta.content for ch in c.chat.completions.create(
-            model=TINY, messages=HELLO, max_tokens=8, temperature=0, stream=True) if ch.choices]
-        assert len([x for x in chunks if x]) > 1 and "".join(x or "" for x in chunks) == whole.choices[0].message.content
-        with pytest.raises(openai.BadRequestError, match="presence_penalty is not supported by the PtEngine"):
-            c.chat.completions.create(model=TINY, messages=HELLO, max_tokens=4, presence_penalty=1.0)
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(60) == 0
+def test_pt_backend_streams_token_by_token(pt_deploy):
+    """On the session's pt deploy of the tiny model (its base model here; a clean SIGTERM of a pt deploy is checked
+    on the one the next test starts)."""
+    port = int(pt_deploy.rsplit(":", 1)[1])
+    c = client(port, "unused")
+    whole = c.chat.completions.create(model=TINY, messages=HELLO, max_tokens=8, temperature=0)
+    chunks = [ch.choices[0].delta.content for ch in c.chat.completions.create(
+        model=TINY, messages=HELLO, max_tokens=8, temperature=0, stream=True) if ch.choices]
+    assert len([x for x in chunks if x]) > 1 and "".join(x or "" for x in chunks) == whole.choices[0].message.content
+    with pytest.raises(openai.BadRequestError, match="presence_penalty is not supported by the PtEngine"):
+        c.chat.completions.create(model=TINY, messages=HELLO, max_tokens=4, presence_penalty=1.0)
 
 
 def test_a_pt_stream_cut_by_its_client_stops_before_the_next_lora_request(tmp_path, tiny_adapter):

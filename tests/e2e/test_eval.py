@@ -1,17 +1,14 @@
 """`swiftlike eval`: scoring functions on hand-made cases, benchmark files, and end-to-end runs in-process and
 against a running `swiftlike deploy`."""
 import json
-import signal
-import subprocess
-import sys
 
 import pytest
-from servers import ENV, free_port, start
+from cli import run_cli
+from model_ids import TINY
 
 from swiftlike.eval.data import BUILTIN, load_benchmark
 from swiftlike.eval.scoring import extract_choice, extract_final, pass_at_k, qa_correct
-
-TINY = "tiny-random/qwen2_5"
+from swiftlike.eval.served import serving
 
 
 def test_extraction_and_equivalence():
@@ -52,30 +49,23 @@ def test_benchmark_files(tmp_path):
 
 def run_eval(tmp_path, *argv):
     out = tmp_path / "eval"
-    r = subprocess.run([sys.executable, "-m", "swiftlike.cli.main", "eval", *argv, "--eval_output_dir", str(out),
-                        "--torch_dtype", "float32"], env=ENV, capture_output=True, text=True, timeout=900)
-    assert r.returncode == 0, r.stderr[-3000:]
+    run_cli("eval", *argv, "--eval_output_dir", out, "--torch_dtype", "float32")
     run_dir = next(out.iterdir())
     predictions = [json.loads(line) for line in (run_dir / "predictions.jsonl").read_text().splitlines()]
     return json.loads((run_dir / "report.json").read_text()), predictions, (run_dir / "report.md").read_text()
 
 
-def test_eval_in_process_and_through_deploy_agree(tmp_path):
+def test_eval_in_process_and_through_deploy_agree(tmp_path, vllm_tiny):
+    """`swiftlike eval --model` on its own vLLM engine, and `--eval_url` against deploy's OpenAI app over the
+    session's vLLM engine of the same model (the `swiftlike deploy` process itself: test_deploy.py)."""
     local, local_preds, md = run_eval(tmp_path / "local", "--model", TINY, "--infer_backend", "vllm",
                                       "--eval_dataset", "math", "mcq", "--eval_limit", "6", "--max_new_tokens", "24",
                                       "--vllm_max_model_len", "1024")
     assert set(local["benchmarks"]) == {"math", "mcq"} and local["benchmarks"]["math"]["questions"] == 6
     assert "| math | accuracy | 6 | 1 |" in md and len(local_preds) == 12
-    port = free_port()
-    proc = start(["deploy", "--model", TINY, "--infer_backend", "vllm", "--port", str(port), "--torch_dtype",
-                  "float32", "--vllm_max_model_len", "1024"], port, tmp_path / "deploy.log")
-    try:
-        remote, remote_preds, _ = run_eval(tmp_path / "remote", "--eval_url", f"http://127.0.0.1:{port}/v1",
-                                           "--eval_dataset", "math", "mcq", "--eval_limit", "6",
-                                           "--max_new_tokens", "24")
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(60)
+    with serving(vllm_tiny, 24, 4) as url:
+        remote, remote_preds, _ = run_eval(tmp_path / "remote", "--eval_url", url, "--eval_dataset", "math", "mcq",
+                                           "--eval_limit", "6", "--max_new_tokens", "24")
     assert remote["model"] == TINY and remote["source"].startswith("http://")
     for name in ("math", "mcq"):
         assert remote["benchmarks"][name]["accuracy"] == local["benchmarks"][name]["accuracy"]

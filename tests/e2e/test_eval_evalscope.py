@@ -8,6 +8,7 @@ under the hub mirror's layout that evalscope's `local_path` reads with `datasets
 import json
 
 import pytest
+from model_ids import TINY
 
 from swiftlike.arguments.eval_args import EvalArguments
 from swiftlike.commands import arguments_of
@@ -16,7 +17,6 @@ from swiftlike.eval.evalscope_backend import PYTHON_VARIABLE, evalscope_python, 
 from swiftlike.eval.report import PREDICTION_KEYS
 from swiftlike.eval.served import Endpoint, serving
 
-TINY = "tiny-random/qwen2_5"
 ROWS = 6
 MAX_NEW_TOKENS = 24
 CONCURRENCY = 4

@@ -5,13 +5,13 @@ import json
 
 import httpx
 import pytest
+from model_ids import TINY
 
 from swiftlike.arguments.eval_args import EvalArguments
 from swiftlike.commands.eval import eval_main
 from swiftlike.eval.lm_eval_backend import run_lm_eval
 from swiftlike.eval.served import Endpoint, serving
 
-TINY = "tiny-random/qwen2_5"
 MAX_NEW_TOKENS = 12
 LL_TOLERANCE = 1e-3  # fp32 on both servers; only the batching of the forward passes differs
 

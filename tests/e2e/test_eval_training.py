@@ -4,10 +4,11 @@ checkpoint does when `swiftlike eval` loads it, which fails if the callback scor
 import json
 from pathlib import Path
 
+from model_ids import TINY
+
 from swiftlike import eval_main, rlhf_main, sft_main
 from swiftlike.train.outputs import read_log
 
-TINY = "tiny-random/qwen2_5"
 BENCH = ["--eval_use_evalscope", "true", "--eval_dataset", "math", "rg:basic_arithmetic", "--eval_limit", "3",
          "--eval_generation_config", '{"max_tokens": 8}']
 

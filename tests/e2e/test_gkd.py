@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import subprocess
-import sys
+import re
 import time
 from pathlib import Path
 
@@ -22,9 +20,10 @@ from swiftlike.rl.online.teacher import (LocalTeacher, PackedSequences, ServedTe
                                          completion_logits, fits_in_memory)
 from swiftlike.train.outputs import read_log
 
-from servers import free_port, start
+from cli import CliResult, run_cli
+from model_ids import TINY, TINY_LLAMA
+from servers import FaultyProxy, free_port, start
 
-TINY = "tiny-random/qwen2_5"
 ROWS = [
     {"messages": [{"role": "user", "content": "Who are you?"},
                   {"role": "assistant", "content": "I am Tutor, a small model trained by Swiftlike Lab."}]},
@@ -177,25 +176,30 @@ def teacher_dir(tiny_resolved, tiny_adapter, tmp_path_factory) -> str:
     return str(out)
 
 
-def gkd_run(tmp_path, data_file, *extra, steps: int = 3, batch: int = 2, own_process: bool = False,
+def run_gkd(tmp_path, data_file, *extra, steps: int = 3, batch: int = 2, env: dict | None = None,
+            check: bool = True) -> CliResult:
+    """`swiftlike rlhf --rlhf_type gkd` in this process (`env` on top of its environment; NPROC_PER_NODE=2
+    relaunches itself under torchrun)."""
+    return run_cli("rlhf", "--rlhf_type", "gkd", "--model", TINY, "--dataset", data_file, "--max_steps", steps,
+                   "--per_device_train_batch_size", batch, "--gradient_accumulation_steps", "1",
+                   "--split_dataset_ratio", "0", "--max_completion_length", "12", "--logging_steps", "1",
+                   "--report_to", "none", "--output_dir", tmp_path / "out", "--save_steps", "1000", *extra, env=env,
+                   check=check)
+
+
+def gkd_run(tmp_path, data_file, *extra, steps: int = 3, batch: int = 2,
             env: dict | None = None) -> tuple[list[dict], Path]:
-    """A GKD run; `own_process` runs the CLI in a child process (with `env` added to its environment), which a
-    colocated vLLM engine needs: closing one in this process would tear down vLLM's process-wide state under the
-    session's shared engine."""
-    argv = ["--rlhf_type", "gkd", "--model", TINY, "--dataset", data_file, "--max_steps", str(steps),
-            "--per_device_train_batch_size", str(batch), "--gradient_accumulation_steps", "1",
-            "--split_dataset_ratio", "0", "--max_completion_length", "12", "--logging_steps", "1",
-            "--report_to", "none", "--output_dir", str(tmp_path / "out"), "--save_steps", "1000", *extra]
-    if own_process:
-        env = {**os.environ, "SWIFTLIKE_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1",
-               "VLLM_ENABLE_V1_MULTIPROCESSING": "0", **(env or {})}
-        done = subprocess.run([sys.executable, "-m", "swiftlike.cli.main", "rlhf", *argv], env=env,
-                              capture_output=True, text=True, timeout=900)
-        assert done.returncode == 0, done.stderr[-4000:]
-        run_dir = next((tmp_path / "out").glob("v*-*"))
-    else:
-        run_dir = rlhf_main(argv).run_dir
+    """A GKD run: its logged training steps and its run directory."""
+    run_gkd(tmp_path, data_file, *extra, steps=steps, batch=batch, env=env)
+    run_dir = next((tmp_path / "out").glob("v*-*"))
     return [e for e in read_log(run_dir) if "loss" in e], run_dir
+
+
+def assert_refused(result: CliResult, message: str) -> None:
+    """The run stopped with status 1 on a ValueError whose message matches `message` (the CLI's error line)."""
+    assert result.returncode == 1, result.stderr[-3000:]
+    error = result.stderr[result.stderr.rindex("swiftlike rlhf: error: "):]
+    assert re.search(message, error), result.stderr[-3000:]
 
 
 def test_lora_student_with_its_own_base_as_teacher_starts_at_zero(tmp_path, data_file):
@@ -215,7 +219,7 @@ def test_two_processes_share_the_coin_and_the_adapter_disabled_teacher(tmp_path,
     first divergence is 0 on both; both ranks draw the same on-policy coin (a step is all on-policy or all not,
     never a mix of the two in the combined metric), and training goes on from there."""
     logged, _ = gkd_run(tmp_path, data_file, "--teacher_model", TINY, "--tuner_type", "lora", "--lmbda", "0.5",
-                        "--learning_rate", "1e-2", steps=4, own_process=True, env={"NPROC_PER_NODE": "2"})
+                        "--learning_rate", "1e-2", steps=4, env={"NPROC_PER_NODE": "2"})
     assert len(logged) == 4 and abs(logged[0]["jsd"]) < 1e-6
     assert all(e["on_policy"] in (0.0, 1.0) for e in logged) and {e["on_policy"] for e in logged} == {0.0, 1.0}
     assert all(math.isfinite(e["loss"]) for e in logged) and logged[-1]["jsd"] > 0
@@ -227,7 +231,7 @@ def test_bfloat16_colocated_vllm_with_top_k_top_p(tmp_path, data_file, teacher_d
     logged, _ = gkd_run(tmp_path, data_file, "--teacher_model", teacher_dir, "--tuner_type", "lora", "--lmbda", "1",
                         "--torch_dtype", "bfloat16", "--use_vllm", "true", "--vllm_mode", "colocate",
                         "--vllm_enable_lora", "true", "--vllm_max_model_len", "512", "--top_k", "20", "--top_p", "0.9",
-                        steps=3, own_process=True)
+                        steps=3)
     assert len(logged) == 3 and all(e["on_policy"] == 1.0 for e in logged)
     for e in logged:
         assert all(math.isfinite(e[key]) for key in ("loss", "jsd", "teacher_kl", "grad_norm")), e
@@ -267,15 +271,15 @@ def test_full_student_distils_a_different_teacher_on_a_repeated_batch(tmp_path, 
 def test_student_samples_on_colocated_vllm_with_a_top_k_teacher(tmp_path, data_file, teacher_dir):
     logged, _ = gkd_run(tmp_path, data_file, "--teacher_model", teacher_dir, "--tuner_type", "lora", "--lmbda", "1",
                         "--use_vllm", "true", "--vllm_mode", "colocate", "--vllm_enable_lora", "true",
-                        "--gkd_logits_topk", "5", "--vllm_max_model_len", "512", steps=2, own_process=True)
+                        "--gkd_logits_topk", "5", "--vllm_max_model_len", "512", steps=2)
     assert [e["on_policy"] for e in logged] == [1.0, 1.0]
     assert all(math.isfinite(e["loss"]) and e["completions/mean_length"] > 0 for e in logged)
     assert "sync/bytes" in logged[0]
 
 
 def test_teacher_with_another_tokenizer_is_refused(tmp_path, data_file):
-    with pytest.raises(ValueError, match="another tokenizer"):
-        gkd_run(tmp_path, data_file, "--teacher_model", "tiny-random/llama3", "--tuner_type", "full", steps=1)
+    assert_refused(run_gkd(tmp_path, data_file, "--teacher_model", TINY_LLAMA, "--tuner_type", "full", steps=1,
+                           check=False), "another tokenizer")
 
 
 # ---------------------------------------------------------------- a served teacher
@@ -382,8 +386,8 @@ def test_seq_kd_trains_on_teacher_samples_without_dataset_answers(tmp_path, teac
     in-process and served; the student's own base as teacher gives a divergence of exactly 0."""
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text("".join(json.dumps({"messages": r["messages"][:1]}) + "\n" for r in ROWS))
-    with pytest.raises(ValueError, match="ends in a 'user' turn, not an assistant answer"):
-        gkd_run(tmp_path / "refused", str(prompts), "--teacher_model", teacher_dir, "--lmbda", "0", steps=1)
+    assert_refused(run_gkd(tmp_path / "refused", str(prompts), "--teacher_model", teacher_dir, "--lmbda", "0",
+                           steps=1, check=False), "ends in a 'user' turn, not an assistant answer")
     local, _ = gkd_run(tmp_path / "local", str(prompts), "--teacher_model", teacher_dir, "--tuner_type", "full",
                        "--lmbda", "0", "--seq_kd", "true", steps=2)
     own_base, _ = gkd_run(tmp_path / "own", str(prompts), "--teacher_model", TINY, "--tuner_type", "lora",
@@ -397,8 +401,7 @@ def test_seq_kd_trains_on_teacher_samples_without_dataset_answers(tmp_path, teac
     assert all(e["jsd"] > 0 for e in local + served) and abs(own_base[0]["jsd"]) < 1e-6
 
 
-def test_served_teacher_refuses_another_tokenizer_and_reports_a_dead_server(teacher_server, tiny_template,
-                                                                          tmp_path):
+def test_served_teacher_refuses_another_tokenizer_and_reports_a_dead_server(teacher_server, tiny_template):
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
     url, _ = teacher_server
@@ -410,12 +413,11 @@ def test_served_teacher_refuses_another_tokenizer_and_reports_a_dead_server(teac
     with pytest.raises(ValueError, match="another tokenizer"):
         ServedTeacher(url, 8, 30, other, 60)
 
-    port = free_port()
-    proc = start(["deploy", "--model", TINY, "--infer_backend", "pt", "--port", str(port), "--max_logprobs", "8"],
-                 port, tmp_path / "doomed.log")
-    served = ServedTeacher(f"http://127.0.0.1:{port}", 8, 30, tiny_template.tokenizer, 10**6)
-    proc.kill()
-    proc.wait(timeout=30)
+    # a server that dies after the client connected: the teacher server behind a proxy of this process, closed
+    # (its port refuses connections from then on, as a killed server's does)
+    doomed = FaultyProxy(url)
+    served = ServedTeacher(doomed.url, 8, 30, tiny_template.tokenizer, 10**6)
+    doomed.close()
     batch = encoded_batch(tiny_template)
     started = time.time()
     with pytest.raises(RuntimeError, match="not reachable"):
@@ -437,9 +439,8 @@ def test_vllm_prompt_logprobs_match_the_pt_engine(vllm_tiny, pt_tiny):
 
 
 def test_cli_reports_bad_input_with_exit_status_2(data_file):
-    result = subprocess.run([sys.executable, "-m", "swiftlike.cli.main", "rlhf", "--rlhf_type", "gkd", "--model", TINY,
-                             "--teacher_model", TINY, "--dataset", data_file, "--lmbda", "2"], capture_output=True,
-                            text=True, timeout=120)
+    result = run_cli("rlhf", "--rlhf_type", "gkd", "--model", TINY, "--teacher_model", TINY, "--dataset", data_file,
+                     "--lmbda", "2", check=False)
     assert result.returncode == 2 and "--lmbda must be in [0, 1]" in result.stderr
 
 
@@ -468,22 +469,15 @@ def test_packed_batch_gives_the_padded_batch_logits(tiny_resolved, tiny_template
     assert batch.sequences() == [p + a for p, a in sequences]
 
 
-def test_server_mode_student_rollouts_with_the_rollout_server_as_teacher(tmp_path, data_file):
-    """`--vllm_mode server`: the student samples on a `swiftlike rollout` server and syncs only its LoRA adapter
-    there, and the same server, asked without the adapter, is the teacher (the base model's top-k prompt
-    log-probs): both of the rollout server's roles in one run."""
-    port = free_port()
-    proc = start(["rollout", "--model", TINY, "--port", str(port), "--torch_dtype", "float32",
-                  "--vllm_enable_lora", "true", "--vllm_max_model_len", "512", "--max_logprobs", "8"],
-                 port, tmp_path / "rollout.log")
-    try:
-        logged, _ = gkd_run(tmp_path, data_file, "--tuner_type", "lora", "--lmbda", "1", "--use_vllm", "true",
-                            "--vllm_mode", "server", "--vllm_server_port", str(port), "--vllm_enable_lora", "true",
-                            "--teacher_model_server", f"http://127.0.0.1:{port}", "--gkd_logits_topk", "8",
-                            "--learning_rate", "1e-2", steps=3)
-    finally:
-        proc.terminate()
-        proc.wait(timeout=60)
+def test_server_mode_student_rollouts_with_the_rollout_server_as_teacher(tmp_path, data_file, rollout_server):
+    """`--vllm_mode server`: the student samples on a `swiftlike rollout` server (the session's) and syncs only its
+    LoRA adapter there, and the same server, asked without the adapter, is the teacher (the base model's top-k
+    prompt log-probs): both of the rollout server's roles in one run."""
+    port = rollout_server
+    logged, _ = gkd_run(tmp_path, data_file, "--tuner_type", "lora", "--lmbda", "1", "--use_vllm", "true",
+                        "--vllm_mode", "server", "--vllm_server_port", str(port), "--vllm_enable_lora", "true",
+                        "--teacher_model_server", f"http://127.0.0.1:{port}", "--gkd_logits_topk", "8",
+                        "--learning_rate", "1e-2", steps=3)
     assert [e["on_policy"] for e in logged] == [1.0, 1.0, 1.0]
     assert abs(logged[0]["jsd"]) < 1e-5  # a fresh adapter: the student is still the served base model
     assert all(math.isfinite(e["loss"]) and "sync/bytes" in e for e in logged)

@@ -3,12 +3,12 @@ import json
 
 import pytest
 
-from cli import run_cli
+from cli import CliResult, run_cli
+from model_ids import TINY
 
 from swiftlike.arguments import RlhfArguments
 from swiftlike.train.outputs import read_log
 
-TINY = "tiny-random/qwen2_5"
 # A reward with spread on a random model (format_hash is always 0 there), so the policy really moves.
 PLUGIN = '''
 from swiftlike.rl.rewards.functions import register_reward
@@ -28,11 +28,15 @@ COMMON = ["--model", TINY, "--dataset", "swiftlike/arithmetic#16", "--reward_fun
 FILTERED = ["--temperature", "0.7", "--top_p", "0.9", "--top_k", "20"]
 
 
-def rlhf(tmp_path, *extra, steps: int = 2):
+def run_rlhf(tmp_path, *extra, steps: int = 2, check: bool = True) -> CliResult:
     plugin = tmp_path / "plugin.py"
     plugin.write_text(PLUGIN)
-    run_cli("rlhf", "--rlhf_type", "grpo", *COMMON, "--external_plugins", plugin, "--output_dir", tmp_path / "out",
-            "--max_steps", steps, *extra)
+    return run_cli("rlhf", "--rlhf_type", "grpo", *COMMON, "--external_plugins", plugin, "--output_dir",
+                   tmp_path / "out", "--max_steps", steps, *extra, check=check)
+
+
+def rlhf(tmp_path, *extra, steps: int = 2):
+    run_rlhf(tmp_path, *extra, steps=steps)
     run_dir = next((tmp_path / "out").glob("v0-*"))
     return [e for e in read_log(run_dir) if "loss" in e], run_dir
 

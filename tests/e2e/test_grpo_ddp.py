@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
+from cli import _process_state_restored, run_cli
+from model_ids import TINY
 from swiftlike.train.outputs import read_log
 from paths import HELPERS, REPO
 
-TINY = "tiny-random/qwen2_5"
-REPO = REPO
 WORKER = HELPERS / "grpo_ddp_worker.py"
 NUM_GENERATIONS = 2
 PROMPTS = [f"What is {a} + {b}?" for a, b in [(1, 2), (3, 4), (5, 6), (7, 8), (9, 10), (11, 12), (13, 14), (15, 16)]]
@@ -136,15 +136,33 @@ def record_rollouts(path: Path, cut: bool = True) -> None:
 
 def launch(out: Path, rollouts: Path, dataset: Path, processes: int, runs: dict | None = None,
            common: list[str] = COMMON) -> None:
+    """`runs` (RUNS by default) on the recorded `rollouts` in `processes` processes, results into `out`
+    (tests/helpers/grpo_ddp_worker.py). One process is this one (its thread count, environment, registries and
+    trainer classes put back after); two are torchrun's ranks, processes of their own by nature."""
     micro = 2 * NUM_GENERATIONS // processes
+    runs = RUNS if runs is None else runs
+    common = [*common, "--dataset", str(dataset), "--per_device_train_batch_size", str(micro)]
+    if processes == 1:
+        import torch
+
+        import grpo_ddp_worker
+        # one thread, as the single process of a launch had (OMP_NUM_THREADS=1): the same summation order. torch's
+        # own setter: a vLLM engine started in this process replaces torch.set_num_threads with a no-op
+        threads = torch.get_num_threads()
+        try:
+            with _process_state_restored({"OMP_NUM_THREADS": "1", "NPROC_PER_NODE": None, "RANK": None,
+                                          "LOCAL_RANK": None, "WORLD_SIZE": None}):
+                torch._C.set_num_threads(1)
+                grpo_ddp_worker.run_all(rollouts, out, runs, common)
+        finally:
+            torch._C.set_num_threads(threads)
+        return
     env = {**os.environ, "SWIFTLIKE_OFFLINE": "1", "OMP_NUM_THREADS": "1", "DDP_TEST_ROLLOUTS": str(rollouts),
-           "DDP_TEST_OUT": str(out), "DDP_TEST_ARGS": json.dumps(RUNS if runs is None else runs),
-           "DDP_TEST_COMMON": json.dumps([*common, "--dataset", str(dataset),
-                                          "--per_device_train_batch_size", str(micro)]),
+           "DDP_TEST_OUT": str(out), "DDP_TEST_ARGS": json.dumps(runs), "DDP_TEST_COMMON": json.dumps(common),
            "PYTHONPATH": os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])}
     env.pop("NPROC_PER_NODE", None)
-    launcher = ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}"] if processes > 1 else []
-    result = subprocess.run([sys.executable, *launcher, str(WORKER)], env=env, capture_output=True, text=True,
+    result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                             f"--nproc_per_node={processes}", str(WORKER)], env=env, capture_output=True, text=True,
                             timeout=600)
     assert result.returncode == 0, result.stderr[-6000:]
 
@@ -327,17 +345,15 @@ def test_cli_relaunches_under_torchrun_and_rank_0_writes_the_run(tmp_path):
     plugin.write_text("from swiftlike.rl.rewards.functions import register_reward\n\n"
                       "@register_reward('text_length')\ndef text_length(completions, **kwargs):\n"
                       "    return [len(c) / 100 for c in completions]\n")
-    env = {**os.environ, "SWIFTLIKE_OFFLINE": "1", "NPROC_PER_NODE": "2", "OMP_NUM_THREADS": "1",
-           "PYTHONPATH": os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])}
-    argv = ["rlhf", "--rlhf_type", "grpo", "--model", TINY, "--dataset", "swiftlike/arithmetic#16",
-            "--reward_funcs", "format_hash", "text_length", "--external_plugins", str(plugin), "--loss_type", "dapo",
-            "--num_generations", "4", "--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "2",
-            "--max_completion_length", "8", "--max_steps", "2", "--logging_steps", "1", "--save_steps", "2",
-            "--report_to", "none", "--gradient_checkpointing", "false", "--torch_dtype", "float32",
-            "--use_vllm", "false", "--output_dir", str(tmp_path / "out")]
-    result = subprocess.run([sys.executable, "-m", "swiftlike.cli.main", *argv], env=env, capture_output=True,
-                            text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-6000:]
+    # in this process, which starts torchrun's two ranks as a user's shell would see it do
+    result = run_cli("rlhf", "--rlhf_type", "grpo", "--model", TINY, "--dataset", "swiftlike/arithmetic#16",
+                     "--reward_funcs", "format_hash", "text_length", "--external_plugins", plugin, "--loss_type",
+                     "dapo", "--num_generations", "4", "--per_device_train_batch_size", "4",
+                     "--gradient_accumulation_steps", "2", "--max_completion_length", "8", "--max_steps", "2",
+                     "--logging_steps", "1", "--save_steps", "2", "--report_to", "none", "--gradient_checkpointing",
+                     "false", "--torch_dtype", "float32", "--use_vllm", "false", "--output_dir", tmp_path / "out",
+                     env={"NPROC_PER_NODE": "2", "OMP_NUM_THREADS": "1",
+                          "PYTHONPATH": os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])})
     assert "torch.distributed.run" in result.stderr and result.stdout.count("training finished") == 1
     (run_dir,) = (tmp_path / "out").iterdir()  # one run directory, named by rank 0
     steps = [e for e in read_log(run_dir) if "loss" in e]

@@ -5,11 +5,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
+from cli import run_cli
 from model_ids import SMOLLM2, TINY
 
-SWIFTLIKE = str(Path(sys.executable).parent / "swiftlike")
+SWIFTLIKE = str(Path(sys.executable).parent / "swiftlike")  # the console script pip installs
 QUESTIONS = [("What is 12 + 7?", "19"), ("What is 3 * 4?", "12"), ("Say hello.", None)]
 
 
@@ -21,10 +20,8 @@ def write_dataset(path: Path) -> Path:
     return path
 
 
-def run(*argv, stdin=None, timeout=600):
-    env = dict(os.environ, SWIFTLIKE_OFFLINE="1")
-    return subprocess.run([SWIFTLIKE, "infer", *argv], input=stdin, capture_output=True, text=True, env=env,
-                          timeout=timeout)
+def run(*argv, stdin=None):
+    return run_cli("infer", *argv, stdin=stdin, check=False)
 
 
 def batch(model, backend, tmp_path, *extra):
@@ -62,13 +59,14 @@ def test_interactive_chat_on_stdin():
 
 
 def test_bad_inputs_exit_with_clear_messages(tmp_path):
-    r = run("--model", TINY, "--val_dataset", str(tmp_path / "missing.jsonl"))
+    # through the installed `swiftlike` script itself, once: the entry point users run
+    r = subprocess.run([SWIFTLIKE, "infer", "--model", TINY, "--val_dataset", str(tmp_path / "missing.jsonl")],
+                       capture_output=True, text=True, env=dict(os.environ, SWIFTLIKE_OFFLINE="1"), timeout=600)
     assert r.returncode != 0 and "missing.jsonl" in r.stderr
     r = run("--model", TINY, "--adapters", str(tmp_path))
     assert r.returncode != 0 and "not a LoRA adapter" in r.stderr
 
 
-@pytest.mark.slow
 def test_smollm2_offline_pt_and_vllm_agree(tmp_path):
     """The real SmolLM2-135M-Instruct (dequantized GGUF), greedy, no network: both engines agree."""
     rows_pt = batch(SMOLLM2, "pt", tmp_path)

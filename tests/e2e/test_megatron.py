@@ -21,13 +21,13 @@ from swiftlike.train.megatron import (MegatronCausalLM, destroy_parallel, hf_to_
                                       initialize_parallel, mcore_to_hf, transformer_config)
 from swiftlike.train.megatron.convert import fuse_qkv, padded_vocab_size, split_qkv  # noqa: E402
 from swiftlike.train.megatron.model import read_hf_weights  # noqa: E402
-from paths import HELPERS, REPO
+from model_ids import TINY, TINY_LLAMA  # noqa: E402
+from paths import HELPERS, REPO  # noqa: E402
 
-REPO = REPO
 WORKER = HELPERS / "megatron_tp_worker.py"
-TINY = ("tiny-random/qwen2_5", "tiny-random/llama3")
+PACKAGED = (TINY, TINY_LLAMA)  # the packaged tiny checkpoints
 GQA = ("gqa-qwen2", "gqa-llama")
-ALL = TINY + GQA
+ALL = PACKAGED + GQA
 PAD_ID = 0
 
 
@@ -56,7 +56,7 @@ def build_gqa_checkpoint(kind: str, out: Path) -> Path:
 def checkpoints(tmp_path_factory) -> dict[str, Path]:
     from swiftlike.model import resolve_model
 
-    dirs = {name: resolve_model(name).model_dir for name in TINY}
+    dirs = {name: resolve_model(name).model_dir for name in PACKAGED}
     root = tmp_path_factory.mktemp("megatron-ckpt")
     dirs.update({kind: build_gqa_checkpoint(kind, root / kind) for kind in GQA})
     return dirs
@@ -187,7 +187,7 @@ def test_logits_match_transformers_at_real_positions(models, name, side):
     assert diff < 1e-4
 
 
-@pytest.mark.parametrize("name", ["gqa-qwen2", "tiny-random/llama3"])
+@pytest.mark.parametrize("name", ["gqa-qwen2", TINY_LLAMA])
 def test_logits_to_keep_and_explicit_position_ids(models, name):
     megatron, hf = models[name]
     ids, mask = padded_batch((9, 6), "left")
@@ -309,7 +309,7 @@ def test_perturbed_megatron_parameter_shows_in_the_right_hf_tensor(parallel, che
         == [[5, 2]]
 
 
-@pytest.mark.parametrize("name", ["tiny-random/qwen2_5", "gqa-llama"])
+@pytest.mark.parametrize("name", [TINY, "gqa-llama"])
 def test_save_pretrained_loads_in_transformers_with_the_same_logits(models, checkpoints, tmp_path, name):
     from transformers import AutoTokenizer
 
@@ -325,7 +325,7 @@ def test_save_pretrained_loads_in_transformers_with_the_same_logits(models, chec
         diff = max_diff_at_real_positions(megatron(ids, attention_mask=mask).logits,
                                           reloaded(input_ids=ids, attention_mask=mask).logits, mask)
     assert diff < 1e-4
-    if name.startswith("tiny-random/"):
+    if name in PACKAGED:
         assert AutoTokenizer.from_pretrained(out)("hello").input_ids == \
             AutoTokenizer.from_pretrained(checkpoints[name])("hello").input_ids
 
@@ -370,7 +370,7 @@ def test_parallel_setup_errors_name_the_fix(parallel, checkpoints, monkeypatch):
 
 # --- TP=2: two processes on gloo ---
 
-TP2_MODELS = ("gqa-qwen2", "tiny-random/llama3")
+TP2_MODELS = ("gqa-qwen2", TINY_LLAMA)
 TP2_BATCH = padded_batch((9, 6), "left", seed=4)
 
 

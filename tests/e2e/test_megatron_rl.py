@@ -6,14 +6,12 @@ import sys
 
 import pytest
 
+from cli import run_cli
+from model_ids import TINY
 from servers import ENV
 from swiftlike.train.outputs import read_log
-from paths import HELPERS
 
 pytest.importorskip("megatron.core")
-
-TINY = "tiny-random/qwen2_5"
-HERE = HELPERS
 
 
 def test_megatron_names_become_the_trainers_fields(monkeypatch):
@@ -122,16 +120,14 @@ def test_megatron_grpo_with_colocated_vllm_and_lora(tmp_path):
     plugin.write_text("from swiftlike.rl.rewards.functions import register_reward\n\n"
                       "@register_reward('text_length')\ndef text_length(completions, **kwargs):\n"
                       "    return [len(c) / 100 for c in completions]\n")
-    cmd = [sys.executable, "-m", "swiftlike.cli.main", "megatron", "rlhf", "--rlhf_type", "grpo", "--model", TINY,
-           "--dataset", "swiftlike/arithmetic#32", "--external_plugins", str(plugin), "--reward_funcs", "text_length",
-           "--num_generations", "4", "--micro_batch_size", "4", "--global_batch_size", "8", "--train_iters", "3",
-           "--lr", "1e-3", "--min_lr", "1e-4", "--max_completion_length", "12", "--use_vllm", "true",
-           "--vllm_max_model_len", "512", "--tuner_type", "lora", "--lora_rank", "8", "--beta", "0.04",
-           "--logging_steps", "1", "--report_to", "none", "--torch_dtype", "float32",
-           "--log_rollout_offpolicy_metrics", "true", "--output_dir", str(tmp_path / "out"),
-           "--cross_entropy_loss_fusion", "true", "--recompute_granularity", "selective"]
-    result = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=900)
-    assert result.returncode == 0, result.stderr[-5000:]
+    result = run_cli("megatron", "rlhf", "--rlhf_type", "grpo", "--model", TINY, "--dataset",
+                     "swiftlike/arithmetic#32", "--external_plugins", plugin, "--reward_funcs", "text_length",
+                     "--num_generations", "4", "--micro_batch_size", "4", "--global_batch_size", "8", "--train_iters",
+                     "3", "--lr", "1e-3", "--min_lr", "1e-4", "--max_completion_length", "12", "--use_vllm", "true",
+                     "--vllm_max_model_len", "512", "--tuner_type", "lora", "--lora_rank", "8", "--beta", "0.04",
+                     "--logging_steps", "1", "--report_to", "none", "--torch_dtype", "float32",
+                     "--log_rollout_offpolicy_metrics", "true", "--output_dir", tmp_path / "out",
+                     "--cross_entropy_loss_fusion", "true", "--recompute_granularity", "selective")
     assert "no effect" in result.stderr  # the Megatron-LM kernel settings, said once
     run_dir = next((tmp_path / "out").glob("v*"))
     logged = [e for e in read_log(run_dir) if "loss" in e]

@@ -10,12 +10,13 @@ import math
 
 import pytest
 
-from swiftlike.commands.rlhf import rlhf_main
+from cli import run_cli
+from model_ids import TINY
+
 from swiftlike.rollout.multi_turn import MultiTurnScheduler, register_scheduler
 from swiftlike.train.outputs import read_log
 from swiftlike.utils.registry import restore_registries, snapshot_registries
 
-TINY = "tiny-random/qwen2_5"
 ROWS = [{"messages": [{"role": "user", "content": f"What is {a} + {a}?"}]} for a in range(1, 5)]
 OBSERVATION = "Observation: carry on."
 
@@ -42,14 +43,14 @@ def observe_every_turn():
 def test_gkd_on_three_turn_trajectories(tmp_path, observe_every_turn):
     data = tmp_path / "rows.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
-    argv = ["--rlhf_type", "gkd", "--model", TINY, "--teacher_model", TINY, "--tuner_type", "lora",
+    run_cli("rlhf", "--rlhf_type", "gkd", "--model", TINY, "--teacher_model", TINY, "--tuner_type", "lora",
             "--dataset", str(data), "--split_dataset_ratio", "0", "--lmbda", "1", "--beta", "0.5",
             "--sft_alpha", "0.1", "--multi_turn_scheduler", "gkd_observe_every_turn", "--max_turns", "3",
             "--max_completion_length", "8", "--max_steps", "3", "--per_device_train_batch_size", "2",
             "--gradient_accumulation_steps", "1", "--learning_rate", "5e-2", "--logging_steps", "1",
             "--save_steps", "1000", "--report_to", "none", "--torch_dtype", "float32",
-            "--gradient_checkpointing", "false", "--output_dir", str(tmp_path / "out")]
-    run_dir = rlhf_main(argv).run_dir
+            "--gradient_checkpointing", "false", "--output_dir", tmp_path / "out")
+    run_dir = next((tmp_path / "out").glob("v0-*"))
     steps = [e for e in read_log(run_dir) if "loss" in e]
     assert [e["step"] for e in steps] == [1, 2, 3]
     for e in steps:

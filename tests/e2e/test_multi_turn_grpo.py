@@ -5,15 +5,14 @@ and an environment that raises. After each sync the engine's log-probs of every 
 equal the trainer's (k3_kl < 1e-4): the trainer scores exactly the ids the engine sampled, in their context."""
 import json
 import math
-import os
-import subprocess
-import sys
 
 import pytest
 
+from cli import run_cli
+from model_ids import TINY
+
 from swiftlike.train.outputs import read_log
 
-TINY = "tiny-random/qwen2_5"
 # A reward over the whole conversation, and a scheduler that never ends a trajectory before --max_turns: each turn (cut at the token limit or not) is
 # followed by a user message, inserted as ids; each step is rewarded like an environment's. `fail_every` makes
 # the environment raise on turn 2 of every n-th trajectory it starts.
@@ -64,16 +63,11 @@ METRICS = ("multi_turn/turns_mean", "multi_turn/turns_max", "multi_turn/tool_cal
 
 
 def rlhf(tmp_path, *extra, env: dict | None = None):
-    """One run in its own process (a colocated vLLM engine is process-wide state); its logged steps, run dir and
+    """One run (in this process; NPROC_PER_NODE=2 relaunches itself under torchrun): its logged steps, run dir and
     stderr."""
     plugin = tmp_path / "plugin.py"
     plugin.write_text(PLUGIN)
-    env = {**os.environ, "SWIFTLIKE_OFFLINE": "1", "OMP_NUM_THREADS": "1", "VLLM_CPU_KVCACHE_SPACE": "1",
-           "VLLM_ENABLE_V1_MULTIPROCESSING": "0", **(env or {})}
-    argv = [*COMMON, "--external_plugins", str(plugin), "--output_dir", str(tmp_path / "out"), *extra]
-    done = subprocess.run([sys.executable, "-m", "swiftlike.cli.main", "rlhf", *argv], env=env, capture_output=True,
-                          text=True, timeout=900)
-    assert done.returncode == 0, done.stderr[-4000:]
+    done = run_cli("rlhf", *COMMON, "--external_plugins", plugin, "--output_dir", tmp_path / "out", *extra, env=env)
     run_dir = next((tmp_path / "out").glob("v0-*"))
     return [e for e in read_log(run_dir) if "loss" in e], run_dir, done.stderr
 

@@ -9,9 +9,9 @@ import time
 import httpx
 import openai
 import pytest
+from model_ids import TINY
 from servers import free_port
 
-TINY = "tiny-random/qwen2_5"
 HELLO = [{"role": "user", "content": "hello"}]
 PROMPT = "The sky is blue and the grass"
 

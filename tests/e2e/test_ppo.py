@@ -1,20 +1,20 @@
 """`swiftlike rlhf --rlhf_type ppo` on the tiny model: bad input refused before any model loads, a pt-rollout run
 with every PPO switch on, and colocated vLLM with LoRA-only sync, a reward model and a reward function, saved and
 resumed with its critic."""
+import contextlib
 import json
-import os
-import subprocess
-import sys
 
 import pytest
+
+from cli import run_cli
+from model_ids import TINY, TINY_LLAMA
 
 from swiftlike.arguments import RlhfArguments
 from swiftlike.arguments.parser import parse_args
 from swiftlike.rl.online.critic import CRITIC_DIR, check_ppo_models
 from swiftlike.train.outputs import read_log
 
-TINY = "tiny-random/qwen2_5"
-OTHER_TOKENIZER = "tiny-random/llama3"  # SmolLM2's tokenizer with five more special tokens
+OTHER_TOKENIZER = TINY_LLAMA  # SmolLM2's tokenizer with five more special tokens
 PLUGIN = '''
 import os
 
@@ -54,16 +54,30 @@ COMMON = ["--model", TINY, "--dataset", "swiftlike/arithmetic#16", "--per_device
           "--torch_dtype", "float32"]
 
 
+@contextlib.contextmanager
+def ppo_trainer_unpatched():
+    """The plugin's probes patch PpoTrainer, and the runs are in this process: after each run the class is as it
+    was, so the next run's probe never wraps this one's (each call would be recorded twice) or outlives the test."""
+    from swiftlike.rl.online.ppo_trainer import PpoTrainer
+    names = ("get_batch_samples", "_trains_critic_at_sampling")
+    own = {name: PpoTrainer.__dict__[name] for name in names if name in PpoTrainer.__dict__}
+    try:
+        yield
+    finally:
+        for name in names:
+            if name in own:
+                setattr(PpoTrainer, name, own[name])
+            elif name in PpoTrainer.__dict__:
+                delattr(PpoTrainer, name)
+
+
 def rlhf(tmp_path, *extra, steps: int, run: str = "v0-*", env: dict | None = None):
     plugin = tmp_path / "plugin.py"
     plugin.write_text(PLUGIN)
-    env = {**os.environ, "SWIFTLIKE_OFFLINE": "1", "OMP_NUM_THREADS": "1", "VLLM_CPU_KVCACHE_SPACE": "1",
-           "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "PPO_PROBE": str(tmp_path / "probe.txt"), **(env or {})}
-    argv = ["rlhf", "--rlhf_type", "ppo", *COMMON, "--external_plugins", str(plugin),
-            "--output_dir", str(tmp_path / "out"), "--max_steps", str(steps), *extra]
-    result = subprocess.run([sys.executable, "-m", "swiftlike.cli.main", *argv], env=env, capture_output=True,
-                            text=True, timeout=900)
-    assert result.returncode == 0, result.stderr[-4000:]
+    with ppo_trainer_unpatched():
+        run_cli("rlhf", "--rlhf_type", "ppo", *COMMON, "--external_plugins", plugin, "--output_dir",
+                tmp_path / "out", "--max_steps", steps, *extra, env={"PPO_PROBE": str(tmp_path / "probe.txt"),
+                                                                     **(env or {})})
     run_dir = sorted((tmp_path / "out").glob(run))[-1]
     return [e for e in read_log(run_dir) if "loss" in e], run_dir
 
@@ -191,10 +205,7 @@ def test_ppo_colocated_vllm_lora_sync_with_reward_model_saves_and_resumes_its_cr
                                 run="v1-*")
     assert [e["step"] for e in resumed] == [3, 4]
     # the output is the policy's checkpoint like any other (the critic beside it): export merges it
-    export = subprocess.run([sys.executable, "-m", "swiftlike.cli.main", "export", "--adapters",
-                             str(resumed_dir / "checkpoint-4"), "--merge_lora", "true"],
-                            env={**os.environ, "SWIFTLIKE_OFFLINE": "1"}, capture_output=True, text=True, timeout=600)
-    assert export.returncode == 0, export.stderr[-3000:]
+    run_cli("export", "--adapters", resumed_dir / "checkpoint-4", "--merge_lora", "true")
     assert (resumed_dir / "checkpoint-4-merged" / "config.json").is_file()
 
 

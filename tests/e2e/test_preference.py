@@ -2,9 +2,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,7 +18,9 @@ from swiftlike.template import get_template
 from swiftlike.train.data import EncodeStats
 from swiftlike.train.outputs import read_log
 
-TINY = "tiny-random/qwen2_5"
+from cli import run_cli
+from model_ids import TINY
+
 PAIRS = [
     {"messages": [{"role": "user", "content": "What is 2 + 3?"}, {"role": "assistant", "content": "2 + 3 = 5.\n#### 5"}],
      "rejected_response": "I think it is 6."},
@@ -84,8 +83,7 @@ def test_bad_arguments_name_the_flag(kw, message):
 
 def test_ppo_without_a_reward_source_exits_2_naming_the_flags():
     """ppo was the type refused as not built; now it is, and what it needs is named before any model loads."""
-    result = subprocess.run([sys.executable, "-m", "swiftlike.cli.main", "rlhf", "--rlhf_type", "ppo", "--model", TINY,
-                             "--dataset", "swiftlike/arithmetic"], capture_output=True, text=True, timeout=120)
+    result = run_cli("rlhf", "--rlhf_type", "ppo", "--model", TINY, "--dataset", "swiftlike/arithmetic", check=False)
     assert result.returncode == 2, result.stderr
     assert "--rlhf_type ppo needs a reward source: --reward_model" in result.stderr
 
@@ -325,15 +323,11 @@ def test_first_dpo_loss_equals_hand_computed_sigmoid_loss(tmp_path, template):
 def test_rm_checkpoint_scores_grpo_rewards(tmp_path):
     """A LoRA reward model trained by `rlhf --rlhf_type rm` is accepted by GRPO's --reward_model as it is."""
     result, _ = run(tmp_path, "rm", steps=2)
-    env = {**os.environ, "SWIFTLIKE_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    grpo = subprocess.run(
-        [sys.executable, "-m", "swiftlike.cli.main", "rlhf", "--rlhf_type", "grpo", "--model", TINY,
-         "--dataset", "swiftlike/arithmetic#8", "--reward_model", str(result.last_checkpoint),
-         "--num_generations", "2", "--per_device_train_batch_size", "2", "--gradient_accumulation_steps", "1",
-         "--max_completion_length", "8", "--max_steps", "1", "--logging_steps", "1", "--report_to", "none",
-         "--gradient_checkpointing", "false", "--output_dir", str(tmp_path / "grpo")],
-        env=env, capture_output=True, text=True, timeout=600)
-    assert grpo.returncode == 0, grpo.stderr[-3000:]
+    run_cli("rlhf", "--rlhf_type", "grpo", "--model", TINY, "--dataset", "swiftlike/arithmetic#8", "--reward_model",
+            result.last_checkpoint, "--num_generations", "2", "--per_device_train_batch_size", "2",
+            "--gradient_accumulation_steps", "1", "--max_completion_length", "8", "--max_steps", "1",
+            "--logging_steps", "1", "--report_to", "none", "--gradient_checkpointing", "false", "--output_dir",
+            tmp_path / "grpo")
     run_dir = next((tmp_path / "grpo").iterdir())
     step = next(e for e in read_log(run_dir) if "reward" in e)
     column = [k for k in step if k.startswith("rewards/") and k.endswith("/mean")]

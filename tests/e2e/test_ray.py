@@ -3,7 +3,9 @@ tiny model: GRPO with separate and colocated rollout, GKD with standalone teache
 against one process, a killed replica, and a job larger than the cluster.
 
 One Ray head of the module's own (`ray start --head --block`, its own temp dir, stopped by its own process) serves
-the module; each job joins it with --ray_address, as a user's job joins a cluster.
+the module; each job joins it with --ray_address, as a user's job joins a cluster. The jobs' drivers run in this
+process (run_cli), the actors in the head's worker processes; only the job whose replica is killed mid-run has a
+driver process of its own, whose output the test follows while it runs and whose exit it times.
 """
 import json
 import os
@@ -20,15 +22,17 @@ from pathlib import Path
 import httpx
 import pytest
 
+from cli import CliResult, run_cli
+from model_ids import TINY, TINY_LLAMA
 from servers import ENV, free_port
 from swiftlike.train.outputs import read_log
 from paths import HELPERS
 
-pytestmark = pytest.mark.slow
 ray = pytest.importorskip("ray")
 
-TINY = "tiny-random/qwen2_5"
-HERE = HELPERS
+# what a job's driver and (forwarded by it) its actors run with, as the driver processes of these tests had: one
+# compute thread each (Ray pins nothing on a cluster the job joins)
+JOB_ENV = {"OMP_NUM_THREADS": "1"}
 GRPO = f"""
 rlhf_type: grpo
 model: {TINY}
@@ -93,13 +97,13 @@ def write_job(tmp_path: Path, *parts: str, name: str = "job.yaml") -> Path:
     return path
 
 
-def run_job(config: Path, *flags, timeout=900, env=None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "swiftlike.cli.main", "rlhf", "--use_ray", "true", "--config",
-                           str(config), *flags], env={**ENV, **(env or {})}, capture_output=True, text=True,
-                          timeout=timeout)
+def run_job(config: Path, *flags, env=None, check=True) -> CliResult:
+    """`swiftlike rlhf --use_ray true --config config *flags`, its driver in this process."""
+    return run_cli("rlhf", "--use_ray", "true", "--config", config, *flags, env={**JOB_ENV, **(env or {})},
+                   check=check)
 
 
-def finished_log(result: subprocess.CompletedProcess, tmp_path: Path) -> list[dict]:
+def finished_log(result: CliResult, tmp_path: Path) -> list[dict]:
     assert result.returncode == 0, result.stderr[-5000:]
     assert "training finished" in result.stdout
     run_dir = next((tmp_path / "out").glob("v*"))
@@ -144,7 +148,7 @@ def test_gkd_with_a_standalone_teacher_replica(head, tmp_path):
         colocate_groups: [[train, rollout]]
         train: {{gpus: 1, tuner_type: lora}}
         rollout: {{gpus: 1, vllm_max_model_len: 512}}
-        teacher: {{gpus: 1, model: tiny-random/llama3, vllm_engine_kwargs: {{"max_logprobs": 8}}}}
+        teacher: {{gpus: 1, model: {TINY_LLAMA}, vllm_engine_kwargs: {{"max_logprobs": 8}}}}
         """)
     result = run_job(config, "--ray_address", head)
     logged = finished_log(result, tmp_path)
@@ -207,9 +211,7 @@ def test_ms_swift_megatron_ray_yaml_runs_as_swiftlike_megatron_rlhf(head, tmp_pa
           vllm_gpu_memory_utilization: 0.4
           vllm_max_model_len: 512
         """)
-    result = subprocess.run([sys.executable, "-m", "swiftlike.cli.main", "megatron", "rlhf", "--use_ray", "true",
-                             "--config", str(config), "--ray_address", head], env=ENV, capture_output=True, text=True,
-                            timeout=900)
+    result = run_cli("megatron", "rlhf", "--use_ray", "true", "--config", config, "--ray_address", head, env=JOB_ENV)
     logged = finished_log(result, tmp_path)
     assert [e["step"] for e in logged] == [1, 2]
     assert all(e["rollout_correction/k3_kl"] < 1e-4 for e in logged)
@@ -221,7 +223,7 @@ def test_ms_swift_megatron_ray_yaml_runs_as_swiftlike_megatron_rlhf(head, tmp_pa
 
 def test_a_job_larger_than_the_cluster_is_refused_before_any_actor_starts(head, tmp_path):
     config = write_job(tmp_path, GRPO, "train: {gpus: 3}\nrollout: {gpus: 2}\n")
-    result = run_job(config, "--ray_address", head, timeout=120)
+    result = run_job(config, "--ray_address", head, check=False)
     assert result.returncode == 1
     assert "needs 5 CPU slots (train 3 + rollout 2)" in result.stderr and "has 4" in result.stderr
     assert "starting" not in result.stderr
@@ -230,7 +232,7 @@ def test_a_job_larger_than_the_cluster_is_refused_before_any_actor_starts(head, 
 def test_a_job_on_fewer_nodes_than_its_nnodes_is_refused_before_any_actor_starts(head, tmp_path):
     config = write_job(tmp_path, GRPO, "nnodes: 2\ncolocate_groups: [[train, rollout]]\ntrain: {gpus: 1}\n"
                                        "rollout: {gpus: 1}\n")
-    result = run_job(config, "--ray_address", head, timeout=120)
+    result = run_job(config, "--ray_address", head, check=False)
     assert result.returncode == 1
     assert "nnodes: 2 and the Ray cluster" in result.stderr and "has 1 node(s)" in result.stderr, result.stderr[-2000:]
     assert "starting" not in result.stderr
@@ -315,15 +317,11 @@ def test_two_ray_train_workers_match_one_process(head, tmp_path):
     two.mkdir()
     settings = dict(zip([a[2:] for a in COMMON[::2]], COMMON[1::2]))
     settings.update(loss_type="grpo", beta="0.04", per_device_train_batch_size="2",
-                    external_plugins=str(HERE / "ray_recorded_rollouts_plugin.py"), dataset=str(dataset),
+                    external_plugins=str(HELPERS / "ray_recorded_rollouts_plugin.py"), dataset=str(dataset),
                     output_dir=str(two / "run"))
     config = tmp_path / "two.yaml"
     config.write_text("".join(f"{k}: {v}\n" for k, v in settings.items()) + "train: {gpus: 2}\n")
-    result = subprocess.run([sys.executable, "-m", "swiftlike.cli.main", "rlhf", "--use_ray", "true", "--config",
-                             str(config), "--ray_address", head],
-                            env={**ENV, "SWIFTLIKE_TEST_ROLLOUTS": str(rollouts), "SWIFTLIKE_TEST_OUT": str(two)},
-                            capture_output=True, text=True, timeout=900)
-    assert result.returncode == 0, result.stderr[-5000:]
+    run_job(config, "--ray_address", head, env={"SWIFTLIKE_TEST_ROLLOUTS": str(rollouts), "SWIFTLIKE_TEST_OUT": str(two)})
     a = train_logs(one, "grpo")
     b = [e for e in read_log(next((two / "run").glob("v*"))) if "loss" in e]
     assert [e["step"] for e in a] == [e["step"] for e in b] == [1, 2]
@@ -384,14 +382,13 @@ def test_multi_turn_grpo_on_ray(head, tmp_path, placement, said):
 
 
 def test_opd_rl_on_ray_is_refused_before_ray_starts(tmp_path):
-    config = write_job(tmp_path, GRPO, """
-        teacher_model: tiny-random/qwen2_5
+    config = write_job(tmp_path, GRPO, f"teacher_model: {TINY}\n", """
         use_vllm: true
         colocate_groups: [[train, rollout]]
         train: {gpus: 1}
         rollout: {gpus: 1}
         """)
-    result = run_job(config, timeout=120)
+    result = run_job(config, check=False)
     assert result.returncode == 3, result.stderr[-2000:]
     assert "--teacher_model with --rlhf_type grpo (OPD-RL) on Ray: not built" in result.stderr
     assert "starting" not in result.stderr

@@ -1,10 +1,11 @@
 """`swiftlike rlhf --use_ray true` with no cluster running: the job starts a local Ray cluster itself and stops it
-after. (tests/e2e/test_ray.py runs its jobs on a `ray start` head, which runs only while that module does.)"""
+after. (tests/e2e/test_ray.py runs its jobs on a `ray start` head, which runs only while that module does.) The
+driver runs in this process (run_cli), so the cluster it starts is this process's children, stopped by its
+ray.shutdown()."""
 import pytest
 
 from test_ray import GRPO, check_synced, finished_log, run_job, write_job
 
-pytestmark = pytest.mark.slow
 pytest.importorskip("ray")
 
 

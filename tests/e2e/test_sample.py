@@ -8,13 +8,10 @@ import sys
 import time
 
 import pytest
+from cli import BASE_ENV, run_cli
+from model_ids import TINY
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "helpers"))
-from servers import ENV, free_port, start  # noqa: E402
-
-from swiftlike.commands.sample import sample_main  # noqa: E402
-
-TINY = "tiny-random/qwen2_5"
+from swiftlike.commands.sample import sample_main
 # Deterministic rewards with passing and failing answers even for a random model's text.
 PLUGIN = '''
 from swiftlike.rl.rewards import register_prm, register_reward
@@ -143,27 +140,26 @@ def test_a_token_classification_prm_and_a_plugin_prm_filter_by_the_weakest_step(
         assert min(len(w) % 4 / 3 for w in row["messages"][-1]["content"].split()[:3]) >= 0.5
 
 
-def sample_cli(tmp_path, name, *extra):
-    argv = [sys.executable, "-m", "swiftlike.cli.main", "sample", *common(tmp_path, "--sampler_engine", "vllm"),
-            "--dataset", "swiftlike/arithmetic#40", "--num_return_sequences", "4", "--max_new_tokens", "32",
-            "--vllm_max_num_seqs", "8", "--vllm_max_model_len", "512", "--output_file", name, *extra]
-    return argv
+def sample_argv(tmp_path, name, *extra):
+    return ["sample", *common(tmp_path, "--sampler_engine", "vllm"), "--dataset", "swiftlike/arithmetic#40",
+            "--num_return_sequences", "4", "--max_new_tokens", "32", "--vllm_max_num_seqs", "8",
+            "--vllm_max_model_len", "512", "--output_file", name, *extra]
 
 
 def test_vllm_resume_after_a_kill_and_shards_write_the_uninterrupted_file(tmp_path):
     """The whole run, then the second of two shards killed halfway and resumed: the shard's file is the tail of
-    the whole run's, byte for byte (three engine starts, not four: the resumed shard checks both)."""
-    whole = subprocess.run(sample_cli(tmp_path, "whole.jsonl"), env=ENV, capture_output=True, text=True,
-                           timeout=600)
-    assert whole.returncode == 0, whole.stderr[-3000:]
+    the whole run's, byte for byte (three engine starts, not four: the resumed shard checks both). The killed run
+    is a process of its own (SIGKILL is what is under test), with this process's environment (its thread count
+    among it), so that it samples what the in-process runs sample."""
+    whole = run_cli(*sample_argv(tmp_path, "whole.jsonl"))
     assert "[swiftlike sample] 40 prompts" in whole.stdout and "tokens/s on vllm" in whole.stdout
     expected = (tmp_path / "whole.jsonl").read_bytes()
     assert expected.count(b"\n") == 160  # no reward: every answer is a row
 
     shard = ("--data_range", "1", "2")
     progress = tmp_path / "cut.jsonl.progress.json"
-    killed = subprocess.Popen(sample_cli(tmp_path, "cut.jsonl", *shard), env=ENV, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)
+    killed = subprocess.Popen([sys.executable, "-m", "swiftlike.cli.main", *sample_argv(tmp_path, "cut.jsonl", *shard)],
+                              env={**os.environ, **BASE_ENV}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 300
     while time.time() < deadline and killed.poll() is None:
         if progress.exists() and json.loads(progress.read_text())["prompts_done"] >= 10:
@@ -174,18 +170,22 @@ def test_vllm_resume_after_a_kill_and_shards_write_the_uninterrupted_file(tmp_pa
     assert killed.returncode == -signal.SIGKILL, "the run finished before it could be killed halfway"
     done = json.loads(progress.read_text())["prompts_done"]
     assert 10 <= done < 20
-    resumed = subprocess.run(sample_cli(tmp_path, "cut.jsonl", *shard, "--resume", "true"), env=ENV,
-                             capture_output=True, text=True, timeout=600)
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    resumed = run_cli(*sample_argv(tmp_path, "cut.jsonl", *shard, "--resume", "true"))
     assert f"({done} done before --resume)" in resumed.stdout
     cut = (tmp_path / "cut.jsonl").read_bytes()
     assert cut.count(b"\n") == 80 and expected.endswith(cut)
 
 
-def test_distill_from_a_served_teacher(tmp_path, capsys):
-    port = free_port()
-    server = start(["deploy", "--model", TINY, "--port", str(port), "--torch_dtype", "float32",
-                    "--served_model_name", "teacher"], port, tmp_path / "deploy.log")
+def test_distill_from_a_served_teacher(tmp_path, capsys, pt_tiny):
+    """The teacher: deploy's OpenAI app over the session's pt engine of the tiny model, under the name
+    --served_model_name gives it (the `swiftlike deploy` process itself: test_deploy.py)."""
+    from test_openai_fields import _serve
+
+    from swiftlike.arguments import parse_args
+    from swiftlike.arguments.deploy_args import DeployArguments
+    from swiftlike.deploy.server import ServeSettings, create_app
+    settings = ServeSettings.of(parse_args(DeployArguments, ["--model", TINY, "--served_model_name", "teacher"]))
+    port, http, thread = _serve(create_app(pt_tiny, settings))
     try:
         kwargs = json.dumps({"base_url": f"http://127.0.0.1:{port}/v1", "max_concurrency": 4})
         argv = ["--model", "teacher", "--sampler_type", "distill", "--engine_kwargs", kwargs, "--dataset",
@@ -193,8 +193,8 @@ def test_distill_from_a_served_teacher(tmp_path, capsys):
                 "--max_new_tokens", "16", "--output_dir", str(tmp_path), "--output_file", "distill.jsonl"]
         result = sample_main(argv)
     finally:
-        server.send_signal(signal.SIGINT)
-        server.wait(timeout=60)
+        http.should_exit = True
+        thread.join(30)
     rows = read(tmp_path / "distill.jsonl")
     assert result.rows == len(rows) == 12 and result.tokens > 0
     assert all(r["messages"][-1]["content"] for r in rows)

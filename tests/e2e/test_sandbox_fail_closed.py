@@ -4,7 +4,8 @@ warning under --allow_unisolated_execution (saved in args.json).
 The kernel is made to refuse every namespace the way Docker's default seccomp profile does: the command runs under
 a seccomp filter (swiftlike/tools/seccomp.py) that answers unshare and setns with EPERM and clone with namespace
 flags too, installed before the CLI starts, so the sandbox server inherits it; as root it also runs without
-CAP_SYS_ADMIN (setpriv).
+CAP_SYS_ADMIN (setpriv). So each command is a process of its own (not tests/helpers/cli.py's in-process run): a
+seccomp filter cannot be taken off the process that installed it.
 """
 import json
 import os
@@ -12,10 +13,11 @@ import shutil
 import subprocess
 import sys
 
+from model_ids import TINY
+
 from swiftlike.rl.online.sandbox_check import sandbox_users
 from swiftlike.train.outputs import read_log
 
-TINY = "tiny-random/qwen2_5"
 REFUSING = ("import ctypes, runpy, sys; from swiftlike.tools import seccomp; "
             "ctypes.CDLL(None).prctl(38, 1, 0, 0, 0); seccomp.install(denied=('unshare', 'setns')); "
             "sys.argv = ['swiftlike'] + sys.argv[1:]; runpy.run_module('swiftlike.cli.main', run_name='__main__')")

@@ -12,7 +12,8 @@ from pathlib import Path
 import jsonschema
 import openai
 import pytest
-from test_openai_fields import TINY, _serve, client
+from model_ids import TINY
+from test_openai_fields import _serve, client
 
 # A random model never closes a string of its own accord, so the strings are bounded (maxLength is enforced too).
 TOOLS = [

@@ -7,27 +7,18 @@ import sys
 import time
 
 import pytest
+from cli import BASE_ENV, run_cli
+from model_ids import SMOLLM2, TINY
 
+from swiftlike import pt_main, sft_main
 from swiftlike.train.outputs import read_log
 
-TINY = "tiny-random/qwen2_5"
 FAST = ["--report_to", "none", "--gradient_checkpointing", "false", "--gradient_accumulation_steps", "1",
         "--logging_steps", "1"]
 
 
-def cli(*argv, env=None, check=True, timeout=600):
-    """The real `swiftlike` console entry point in a fresh process."""
-    full_env = {**os.environ, "SWIFTLIKE_OFFLINE": "1", **(env or {})}
-    result = subprocess.run([sys.executable, "-m", "swiftlike.cli.main", *map(str, argv)], env=full_env,
-                            capture_output=True, text=True, timeout=timeout)
-    if check and result.returncode != 0:
-        raise AssertionError(f"swiftlike {argv[0]} failed ({result.returncode}):\n{result.stderr[-3000:]}")
-    return result
-
-
-def run_in_process(*argv, command="sft"):
-    from swiftlike import pt_main, sft_main
-    return (sft_main if command == "sft" else pt_main)(list(map(str, argv)))
+def strs(*argv) -> list[str]:
+    return [str(a) for a in argv]
 
 
 def losses(run_dir):
@@ -47,9 +38,9 @@ def assert_loss_falls(run_dir):
 @pytest.fixture(scope="module")
 def lora_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("lora")
-    return run_in_process("--model", TINY, "--dataset", "swiftlike/alpaca-mini#8", "--output_dir", out,
-                          "--max_steps", 12, "--save_steps", 6, "--per_device_train_batch_size", 4,
-                          "--learning_rate", 5e-3, "--lora_rank", 8, *FAST)
+    return sft_main(strs("--model", TINY, "--dataset", "swiftlike/alpaca-mini#8", "--output_dir", out,
+                         "--max_steps", 12, "--save_steps", 6, "--per_device_train_batch_size", 4,
+                         "--learning_rate", 5e-3, "--lora_rank", 8, *FAST))
 
 
 def test_lora_sft_lowers_loss_and_lays_out_the_run(lora_run):
@@ -72,9 +63,9 @@ def test_lora_sft_lowers_loss_and_lays_out_the_run(lora_run):
 
 
 def test_full_sft_with_validation_lowers_loss(tmp_path):
-    result = run_in_process("--model", TINY, "--tuner_type", "full", "--dataset", "swiftlike/alpaca-mini#12",
-                            "--split_dataset_ratio", 0.25, "--output_dir", tmp_path, "--max_steps", 12,
-                            "--save_steps", 6, "--per_device_train_batch_size", 3, "--learning_rate", 1e-3, *FAST)
+    result = sft_main(strs("--model", TINY, "--tuner_type", "full", "--dataset", "swiftlike/alpaca-mini#12",
+                           "--split_dataset_ratio", 0.25, "--output_dir", tmp_path, "--max_steps", 12,
+                           "--save_steps", 6, "--per_device_train_batch_size", 3, "--learning_rate", 1e-3, *FAST))
     assert_loss_falls(result.run_dir)
     evals = [e["eval_loss"] for e in read_log(result.run_dir) if "eval_loss" in e]
     assert len(evals) == 2 and evals[1] < evals[0]
@@ -88,10 +79,10 @@ def test_pt_on_plain_text_and_packing(tmp_path):
     data = tmp_path / "corpus.jsonl"
     data.write_text("".join(json.dumps({"text": f"Paragraph {i}: the quick brown fox jumps over the lazy dog "
                                                 f"{'again ' * (i % 5)}and rests."}) + "\n" for i in range(24)))
-    result = run_in_process("--model", TINY, "--dataset", data, "--output_dir", tmp_path / "out",
-                            "--max_steps", 8, "--save_steps", 8, "--per_device_train_batch_size", 2,
-                            "--packing", "true", "--max_length", 64, "--learning_rate", 5e-3, "--profile_step", 3,
-                            *FAST, command="pt")
+    result = pt_main(strs("--model", TINY, "--dataset", data, "--output_dir", tmp_path / "out",
+                          "--max_steps", 8, "--save_steps", 8, "--per_device_train_batch_size", 2,
+                          "--packing", "true", "--max_length", 64, "--learning_rate", 5e-3, "--profile_step", 3,
+                          *FAST))
     assert result.data.kept == 24 and result.global_step == 8
     profile = json.loads((result.run_dir / "profile-step3.json").read_text())  # --profile_step: one step's operators
     names = [row["operator"] for row in profile["operators"]]
@@ -108,8 +99,8 @@ def test_pt_on_plain_text_and_packing(tmp_path):
 def test_too_long_samples_are_counted_in_the_log(tmp_path, caplog):
     import logging
     with caplog.at_level(logging.INFO, logger="swiftlike.train"):
-        result = run_in_process("--model", TINY, "--dataset", "swiftlike/alpaca-mini", "--output_dir", tmp_path,
-                                "--max_steps", 1, "--max_length", 60, *FAST)
+        result = sft_main(strs("--model", TINY, "--dataset", "swiftlike/alpaca-mini", "--output_dir", tmp_path,
+                               "--max_steps", 1, "--max_length", 60, *FAST))
     assert result.data.dropped_too_long > 0
     assert f"{result.data.dropped_too_long} longer than --max_length 60 dropped" in caplog.text
 
@@ -117,23 +108,24 @@ def test_too_long_samples_are_counted_in_the_log(tmp_path, caplog):
 def test_bad_row_and_bad_adapter_are_clear_errors(tmp_path, lora_run):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"query": "a", "response": "b"}\n{"query": "c"}\n')
-    result = cli("sft", "--model", TINY, "--dataset", bad, "--output_dir", tmp_path, check=False)
+    result = run_cli("sft", "--model", TINY, "--dataset", bad, "--output_dir", tmp_path, check=False)
     assert result.returncode == 1
     assert "bad.jsonl line 2: missing field 'response'" in result.stderr
     not_adapter = lora_run.run_dir / "images"
-    result = cli("export", "--adapters", not_adapter, "--merge_lora", "true", "--model", TINY, check=False)
+    result = run_cli("export", "--adapters", not_adapter, "--merge_lora", "true", "--model", TINY, check=False)
     assert result.returncode == 2 and "not a LoRA adapter (no adapter_config.json" in result.stderr
 
 
 def test_sigkill_during_save_then_resume_matches_uninterrupted_run(tmp_path):
     """Kill -9 while a checkpoint is being written; every checkpoint left is complete, and
-    resuming from the newest one reproduces the loss curve of a run that was never stopped."""
+    resuming from the newest one reproduces the loss curve of a run that was never stopped. The killed run is a
+    process of its own (the kill is what is under test); the others run in this one."""
     common = ["--model", TINY, "--dataset", "swiftlike/alpaca-mini#16", "--max_steps", 8, "--save_steps", 1,
               "--per_device_train_batch_size", 2, "--learning_rate", 3e-3, "--lora_dropout", 0.2, *FAST]
-    reference = run_in_process(*common, "--output_dir", tmp_path / "reference")
+    reference = sft_main(strs(*common, "--output_dir", tmp_path / "reference"))
     killed_dir = tmp_path / "killed"
     proc = subprocess.Popen([sys.executable, "-m", "swiftlike.cli.main", "sft", *map(str, common),
-                             "--output_dir", str(killed_dir)], env={**os.environ, "SWIFTLIKE_OFFLINE": "1"},
+                             "--output_dir", str(killed_dir)], env={**os.environ, **BASE_ENV},
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     caught = None
     deadline = time.time() + 300
@@ -153,11 +145,12 @@ def test_sigkill_during_save_then_resume_matches_uninterrupted_run(tmp_path):
         for name in ("adapter_model.safetensors", "optimizer.pt", "scheduler.pt", "rng_state.pth",
                      "trainer_state.json", "args.json"):
             assert (ckpt / name).is_file(), (ckpt, name)
-    partial = cli("sft", "--resume_from_checkpoint", caught, "--dataset", "swiftlike/alpaca-mini#16", check=False)
+    partial = run_cli("sft", "--resume_from_checkpoint", caught, "--dataset", "swiftlike/alpaca-mini#16",
+                      check=False)
     assert partial.returncode != 0 and "unfinished save" in partial.stderr
 
     last = published[-1]
-    resumed = cli("sft", "--resume_from_checkpoint", last)  # arguments and output_dir come from the run
+    resumed = run_cli("sft", "--resume_from_checkpoint", last)  # arguments and output_dir come from the run
     assert "training finished" in resumed.stdout
     resumed_dir = max(killed_dir.glob("v1-*"))
     expected, got = losses(reference.run_dir), losses(resumed_dir)
@@ -167,9 +160,10 @@ def test_sigkill_during_save_then_resume_matches_uninterrupted_run(tmp_path):
 
 
 def test_two_process_torchrun_on_cpu(tmp_path):
-    result = cli("sft", "--model", TINY, "--dataset", "swiftlike/alpaca-mini#16", "--output_dir", tmp_path,
-                 "--max_steps", 3, "--save_steps", 3, "--per_device_train_batch_size", 2, *FAST,
-                 env={"NPROC_PER_NODE": "2", "OMP_NUM_THREADS": "1"})
+    """The relaunch under torchrun, seen from outside: a process of its own."""
+    result = run_cli("sft", "--model", TINY, "--dataset", "swiftlike/alpaca-mini#16", "--output_dir", tmp_path,
+                     "--max_steps", 3, "--save_steps", 3, "--per_device_train_batch_size", 2, *FAST,
+                     env={"NPROC_PER_NODE": "2", "OMP_NUM_THREADS": "1"}, in_process=False)
     assert "torch.distributed.run" in result.stderr and "training finished" in result.stdout
     (run_dir,) = tmp_path.glob("v0-*")
     ckpt = run_dir / "checkpoint-3"
@@ -188,7 +182,7 @@ def test_merged_model_matches_adapter_inference_pt_and_vllm(lora_run, tmp_path, 
     from swiftlike.model import resolve_model
 
     ckpt = lora_run.last_checkpoint
-    out = cli("export", "--adapters", ckpt, "--merge_lora", "true")  # model and template from args.json
+    out = run_cli("export", "--adapters", ckpt, "--merge_lora", "true")  # model and template from args.json
     merged = ckpt.parent / f"{ckpt.name}-merged"
     assert str(merged) in out.stdout and (merged / "model.safetensors").is_file()
     assert json.loads((merged / "args.json").read_text())["template"] == "qwen2_5"
@@ -220,27 +214,26 @@ def test_infer_reads_model_and_template_from_checkpoint(lora_run, tmp_path):
     questions = tmp_path / "q.jsonl"
     questions.write_text(json.dumps({"query": "Name a planet."}) + "\n")
     result_path = tmp_path / "answers.jsonl"
-    out = cli("infer", "--adapters", lora_run.last_checkpoint, "--val_dataset", questions, "--result_path",
-              result_path, "--max_new_tokens", 4)
+    out = run_cli("infer", "--adapters", lora_run.last_checkpoint, "--val_dataset", questions, "--result_path",
+                  result_path, "--max_new_tokens", 4)
     assert "tiny-random/qwen2_5" in out.stderr and "template qwen2_5" in out.stderr
     assert len(result_path.read_text().splitlines()) == 1
 
 
-@pytest.mark.slow
 def test_smollm2_lora_self_cognition_end_to_end(tmp_path):
     """The ms-swift self-cognition recipe on the real SmolLM2: after LoRA training, the model names itself."""
-    out = cli("sft", "--model", "HuggingFaceTB/SmolLM2-135M-Instruct", "--dataset", "swiftlike/self-cognition",
-              "--model_name", "Swifty", "--model_author", "Lark Labs", "--output_dir", tmp_path / "out",
-              "--num_train_epochs", 1, "--per_device_train_batch_size", 8, "--learning_rate", 2e-3,
-              "--gradient_accumulation_steps", 1, "--gradient_checkpointing", "false", "--report_to", "none",
-              "--logging_steps", 4, timeout=1800)
+    out = run_cli("sft", "--model", SMOLLM2, "--dataset", "swiftlike/self-cognition",
+                  "--model_name", "Swifty", "--model_author", "Lark Labs", "--output_dir", tmp_path / "out",
+                  "--num_train_epochs", 1, "--per_device_train_batch_size", 8, "--learning_rate", 2e-3,
+                  "--gradient_accumulation_steps", 1, "--gradient_checkpointing", "false", "--report_to", "none",
+                  "--logging_steps", 4)
     (checkpoint,) = (tmp_path / "out").glob("v0-*/checkpoint-12")
     assert str(checkpoint) in out.stdout
     questions = tmp_path / "q.jsonl"
     questions.write_text(json.dumps({"query": "who are you?"}) + "\n")
     answers = tmp_path / "answers.jsonl"
-    cli("infer", "--adapters", checkpoint, "--val_dataset", questions, "--result_path", answers,
-        "--max_new_tokens", 40)
+    run_cli("infer", "--adapters", checkpoint, "--val_dataset", questions, "--result_path", answers,
+            "--max_new_tokens", 40)
     response = json.loads(answers.read_text())["response"]
     assert "Swifty" in response, response
 
@@ -252,8 +245,8 @@ def test_two_runs_in_one_process_each_write_their_own_tensorboard_dir(tmp_path):
               "--per_device_train_batch_size", 2, "--report_to", "tensorboard", "--gradient_checkpointing", "false",
               "--gradient_accumulation_steps", "1", "--logging_steps", "1"]
     chosen = tmp_path / "tb"
-    first = run_in_process(*common, "--output_dir", tmp_path / "a", "--logging_dir", chosen)
-    second = run_in_process(*common, "--output_dir", tmp_path / "b")
+    first = sft_main(strs(*common, "--output_dir", tmp_path / "a", "--logging_dir", chosen))
+    second = sft_main(strs(*common, "--output_dir", tmp_path / "b"))
     events = lambda root: sorted(p.relative_to(tmp_path) for p in root.rglob("events.out.tfevents.*"))  # noqa: E731
     assert len(events(chosen)) == 1, f"--logging_dir {chosen} should hold the first run's curves only: {events(chosen)}"
     assert not events(first.run_dir), "the first run's curves go to its --logging_dir, not its run directory"
@@ -263,9 +256,10 @@ def test_two_runs_in_one_process_each_write_their_own_tensorboard_dir(tmp_path):
 
 def test_failed_torchrun_workers_end_with_one_line_not_the_launchers_traceback(tmp_path):
     """The workers print their own errors; the launcher adds one line naming torchrun's status, not a traceback of
-    its own frames that would bury theirs (a plain RuntimeError printed one before the CLI's usage-error rule)."""
-    result = cli("sft", "--model", TINY, "--dataset", str(tmp_path / "missing.jsonl"), "--max_steps", "1",
-                 "--output_dir", tmp_path / "out", env={"NPROC_PER_NODE": "2"}, check=False)
+    its own frames that would bury theirs (a plain RuntimeError printed one before the CLI's usage-error rule).
+    The launcher's whole output, as a user sees it: a process of its own."""
+    result = run_cli("sft", "--model", TINY, "--dataset", tmp_path / "missing.jsonl", "--max_steps", "1",
+                     "--output_dir", tmp_path / "out", env={"NPROC_PER_NODE": "2"}, check=False, in_process=False)
     assert result.returncode == 1
     last = result.stderr.strip().splitlines()[-1]
     assert last == "swiftlike sft: error: torchrun exited with status 1; see the worker output above"

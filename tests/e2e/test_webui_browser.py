@@ -13,10 +13,10 @@ from pathlib import Path
 
 import psutil
 import pytest
+from model_ids import TINY
 from servers import free_port, start
 from test_app import WATCH_REPLIES, assert_streamed
 
-TINY = "tiny-random/qwen2_5"
 SHOTS = os.environ.get("SWIFTLIKE_UI_SCREENSHOTS")
 
 

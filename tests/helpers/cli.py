@@ -150,14 +150,14 @@ def _captured(stdin: str | None):
     if stdin is not None:
         sys.stdin = io.StringIO(stdin)
     for handler, stream in zip(handlers, saved_handler_streams):
-        handler.setStream(sys.stdout if stream in (saved_streams[1], sys.__stdout__) else sys.stderr)
+        _point(handler, sys.stdout if stream in (saved_streams[1], sys.__stdout__) else sys.stderr)
     try:
         yield output
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
         for handler, stream in zip(handlers, saved_handler_streams):
-            handler.setStream(stream)
+            _point(handler, stream)
         sys.stdin, sys.stdout, sys.stderr = saved_streams
         for fd, saved in zip((1, 2), saved_fds):
             os.dup2(saved, fd)
@@ -166,6 +166,17 @@ def _captured(stdin: str | None):
             file.seek(0)
             output.append(file.read().decode("utf-8", errors="replace"))
             file.close()
+
+
+def _point(handler: logging.StreamHandler, stream) -> None:
+    """`handler.setStream(stream)` without its flush of the old stream: a handler made while pytest captured an
+    earlier test still holds that capture's file, closed since, and flushing it raised "I/O operation on closed
+    file"."""
+    handler.acquire()
+    try:
+        handler.stream = stream
+    finally:
+        handler.release()
 
 
 def _stream_handlers() -> list[logging.StreamHandler]:

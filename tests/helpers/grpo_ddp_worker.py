@@ -12,8 +12,13 @@ Drawing the PNG curves is skipped, for time.
 Rewards, advantages, old/reference log-probs, the loss and its normalisers, DDP and the optimizer step are
 all the real code.
 
-Environment: DDP_TEST_ROLLOUTS (the recorded rollouts, JSON), DDP_TEST_OUT (results directory),
-DDP_TEST_ARGS (JSON: {run name: extra CLI arguments}), DDP_TEST_COMMON (JSON: the arguments of every run).
+`run_all` is the whole of it as a function: the one-process runs call it in the test's own process (through
+test_grpo_ddp.launch, which puts back what the runs leave: the patched classes, the reward registered here, the
+environment and thread count), where a fresh interpreter would cost ~10 s of imports per launch.
+
+Environment of `main` (a process of its own: torchrun's ranks): DDP_TEST_ROLLOUTS (the recorded rollouts, JSON),
+DDP_TEST_OUT (results directory), DDP_TEST_ARGS (JSON: {run name: extra CLI arguments}), DDP_TEST_COMMON (JSON: the
+arguments of every run).
 """
 from __future__ import annotations
 
@@ -27,15 +32,25 @@ import swiftlike.rl.online.grpo_trainer as grpo_trainer
 import swiftlike.rl.online.ppo_trainer as ppo_trainer
 import swiftlike.train.trainer as train_trainer
 from swiftlike.commands.rlhf import rlhf_main
-from swiftlike.rl.rewards.functions import register_reward
+from swiftlike.rl.rewards.functions import REWARD_REGISTRY, register_reward
 from swiftlike.rl.online.rollout_worker import Rollout
 
-RECORDED: dict[str, list[dict]] = json.loads(Path(os.environ["DDP_TEST_ROLLOUTS"]).read_text())
-OUT = Path(os.environ["DDP_TEST_OUT"])
-RANK = int(os.environ.get("RANK", "0"))
+# what `configure` read: the recorded rollouts ({prompt: [rollout record, ...]}) and the results directory
+RECORDED: dict[str, list[dict]] = {}
+OUT = Path()
 
 
-@register_reward("text_length")
+def configure(rollouts: str | Path, out: str | Path) -> None:
+    """Serve the rollouts recorded in `rollouts` and write the results into `out`; registers `text_length`
+    (where it is not registered yet)."""
+    global OUT
+    RECORDED.clear()
+    RECORDED.update(json.loads(Path(rollouts).read_text()))
+    OUT = Path(out)
+    if "text_length" not in REWARD_REGISTRY:
+        register_reward("text_length", text_length)
+
+
 def text_length(completions, **kwargs):
     """A reward with spread on a random model, so advantages are not all zero."""
     return [len(c) / 100 for c in completions]
@@ -99,21 +114,35 @@ class InjectedPpoTrainer(Recording, ppo_trainer.PpoTrainer):
     """PpoTrainer on the recorded rollouts."""
 
 
-def main() -> None:
+def run_all(rollouts: str | Path, out: str | Path, runs: dict[str, list[str]], common: list[str]) -> None:
+    """Every run of `runs` ({name: extra CLI arguments}, after `common`) in this process, on the rollouts recorded in
+    `rollouts`, each writing its results into `out`. The trainer classes and the PNG curves are put back after."""
+    configure(rollouts, out)
+    rank = int(os.environ.get("RANK", "0"))
+    saved = grpo_trainer.GrpoTrainer, ppo_trainer.PpoTrainer, train_trainer.plot_curves
     # rlhf_main imports them from their modules at call time
     grpo_trainer.GrpoTrainer = InjectedRolloutTrainer
     ppo_trainer.PpoTrainer = InjectedPpoTrainer
     train_trainer.plot_curves = lambda *a, **kw: []  # the PNG curves are not under test and cost ~15 s a run here
-    common = json.loads(os.environ["DDP_TEST_COMMON"])
-    for name, extra in json.loads(os.environ["DDP_TEST_ARGS"]).items():
-        result = rlhf_main([*common, "--output_dir", str(OUT / name), *extra])
-        trainer = Recording.last
-        (OUT / f"{name}.rank{RANK}.json").write_text(json.dumps(
-            {"prompts": trainer.prompts_seen, "metrics": trainer.local_metrics, "run_dir": str(result.run_dir),
-             "micro_steps": trainer.micro_steps}))
-        if RANK == 0:
-            torch.save({"before": trainer.params_before, "after": trained_parameters(trainer)},
-                       OUT / f"{name}.params.pt")
+    try:
+        for name, extra in runs.items():
+            result = rlhf_main([*common, "--output_dir", str(OUT / name), *extra])
+            trainer = Recording.last
+            Recording.last = None  # the trainer (and its model) goes with the run
+            (OUT / f"{name}.rank{rank}.json").write_text(json.dumps(
+                {"prompts": trainer.prompts_seen, "metrics": trainer.local_metrics, "run_dir": str(result.run_dir),
+                 "micro_steps": trainer.micro_steps}))
+            if rank == 0:
+                torch.save({"before": trainer.params_before, "after": trained_parameters(trainer)},
+                           OUT / f"{name}.params.pt")
+            del trainer, result
+    finally:
+        grpo_trainer.GrpoTrainer, ppo_trainer.PpoTrainer, train_trainer.plot_curves = saved
+
+
+def main() -> None:
+    run_all(os.environ["DDP_TEST_ROLLOUTS"], os.environ["DDP_TEST_OUT"], json.loads(os.environ["DDP_TEST_ARGS"]),
+            json.loads(os.environ["DDP_TEST_COMMON"]))
 
 
 if __name__ == "__main__":

@@ -4,8 +4,7 @@ tests/e2e/test_grpo_ddp.py records, and save what the test compares with a one-p
 Ray imports it in every worker process as it starts (the driver's worker_process_setup_hook), before the
 trainer is built, which is the same point at which tests/helpers/grpo_ddp_worker.py puts its trainer in place; the
 trainer itself is that worker's `InjectedRolloutTrainer` (see there). Environment: SWIFTLIKE_TEST_ROLLOUTS and
-SWIFTLIKE_TEST_OUT (the driver forwards SWIFTLIKE_* variables to every actor), which become that worker's
-DDP_TEST_ROLLOUTS and DDP_TEST_OUT.
+SWIFTLIKE_TEST_OUT (the driver forwards SWIFTLIKE_* variables to every actor), handed to that worker's `configure`.
 """
 from __future__ import annotations
 
@@ -17,9 +16,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-os.environ["DDP_TEST_ROLLOUTS"] = os.environ["SWIFTLIKE_TEST_ROLLOUTS"]
-os.environ["DDP_TEST_OUT"] = os.environ["SWIFTLIKE_TEST_OUT"]
 import grpo_ddp_worker as recorded  # noqa: E402
+
+recorded.configure(os.environ["SWIFTLIKE_TEST_ROLLOUTS"], os.environ["SWIFTLIKE_TEST_OUT"])
 
 
 class SavingTrainer(recorded.InjectedRolloutTrainer):

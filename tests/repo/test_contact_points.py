@@ -13,7 +13,7 @@ from paths import REPO
 
 ROOT = REPO / "swiftlike"
 MODULE_OF = {"transformers": "transformers", "trl": "trl", "peft": "peft", "megatron-core": "megatron.core",
-             "vllm": "vllm"}
+             "vllm": "vllm", "ray": "ray"}
 
 
 def resolve(path: str):

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from paths import REPO
+from model_ids import TINY
 
 ROOT = REPO
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
@@ -29,6 +30,7 @@ IMPORT_TO_DIST: dict[str, tuple[str, ...]] = {
     "megatron": ("megatron-core",),
     # math-verify's configuration types live in its own dependency; swiftlike passes them to math-verify.
     "latex2sympy2_extended": ("math-verify",),
+    "xdist": ("pytest-xdist",),  # tests/conftest.py's scheduler for `make test`'s two workers
 }
 
 # Imports only an extra provides: the extra(s) that must declare it. Each must stay lazy. wandb and swanlab are
@@ -235,7 +237,7 @@ def test_report_to_a_missing_tracker_names_its_extra(monkeypatch, tracker):
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == tracker else real(name, *a))
     with pytest.raises(ValueError, match=re.escape(f"pip install 'swiftlike[{tracker}]'")):
-        TrainArguments(model="tiny-random/qwen2_5", dataset=["swiftlike/alpaca-mini#4"], report_to=[tracker])
+        TrainArguments(model=TINY, dataset=["swiftlike/alpaca-mini#4"], report_to=[tracker])
 
 
 def test_pip_check_in_our_environment_reports_only_what_setup_does_on_purpose():

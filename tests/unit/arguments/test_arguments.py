@@ -1,9 +1,9 @@
 """One typed dataclass per command, filled alike by the CLI, --config files and the Python API."""
 import json
-import subprocess
-import sys
 
 import pytest
+from cli import run_cli
+from model_ids import TINY
 
 from swiftlike.arguments import InferArguments, TrainArguments, parse_args
 from swiftlike.utils.errors import NotBuiltError
@@ -47,7 +47,7 @@ def test_a_config_file_takes_the_aliases_the_command_line_takes(tmp_path, capsys
 def test_a_ray_job_yaml_takes_the_aliases_too(tmp_path):
     from swiftlike.arguments.ray_args import load_ray_job
     path = tmp_path / "job.yaml"
-    path.write_text("rlhf_type: grpo\nmodel: tiny-random/qwen2_5\ndataset: [swiftlike/arithmetic#8]\n"
+    path.write_text(f"rlhf_type: grpo\nmodel: {TINY}\ndataset: [swiftlike/arithmetic#8]\n"
                     "reward_funcs: [accuracy]\nnum_generations: 2\nbatch_size: 2\nmax_completion_length: 8\n"
                     "use_vllm: true\ncolocate_groups: [[train, rollout]]\ntrain: {gpus: 1, train_type: full}\n"
                     "rollout: {gpus: 1}\n")
@@ -55,20 +55,16 @@ def test_a_ray_job_yaml_takes_the_aliases_too(tmp_path):
     assert (job.train.tuner_type, job.train.per_device_train_batch_size) == ("full", 2)
 
 
-def run_cli(*argv):
-    return subprocess.run([sys.executable, "-m", "swiftlike.cli.main", *argv], capture_output=True, text=True)
-
-
 def test_unknown_argument_and_invalid_choice_exit_nonzero(tmp_path):
-    r = run_cli("infer", "--model", "m", "--no_such_flag", "1")
+    r = run_cli("infer", "--model", "m", "--no_such_flag", "1", check=False)
     assert r.returncode != 0 and "--no_such_flag" in r.stderr
-    r = run_cli("infer", "--model", "m", "--infer_backend", "tpu")
+    r = run_cli("infer", "--model", "m", "--infer_backend", "tpu", check=False)
     assert r.returncode != 0 and "tpu" in r.stderr and "pt" in r.stderr and "vllm" in r.stderr
-    r = run_cli("infer", "--model", "m", "--stream", "maybe")
+    r = run_cli("infer", "--model", "m", "--stream", "maybe", check=False)
     assert r.returncode != 0 and "true or false" in r.stderr
     bad = tmp_path / "bad.yaml"
     bad.write_text("model: m\nnot_an_arg: 1\n")
-    r = run_cli("infer", "--config", str(bad))
+    r = run_cli("infer", "--config", str(bad), check=False)
     assert r.returncode != 0 and "not_an_arg" in r.stderr
 
 
@@ -86,22 +82,22 @@ def test_python_api_validates_like_cli():
 def test_checkpoint_args_json_fills_model(tmp_path):
     ckpt = tmp_path / "v0-run" / "checkpoint-10"
     ckpt.mkdir(parents=True)
-    (ckpt.parent / "args.json").write_text(json.dumps({"model": "tiny-random/qwen2_5", "system": "Be nice."}))
+    (ckpt.parent / "args.json").write_text(json.dumps({"model": TINY, "system": "Be nice."}))
     args = InferArguments(adapters=[str(ckpt)])
-    assert args.model == "tiny-random/qwen2_5" and args.system == "Be nice."
+    assert args.model == TINY and args.system == "Be nice."
     assert InferArguments(adapters=[str(ckpt)], model="other").model == "other"
 
 
 def test_cli_usage_and_refused_commands():
-    r = run_cli()
+    r = run_cli(check=False)
     assert r.returncode != 0 and "infer" in r.stdout and "web-ui" in r.stdout and "not built yet" not in r.stdout
-    r = run_cli("web-ui", "--server_name", "0.0.0.0")
+    r = run_cli("web-ui", "--server_name", "0.0.0.0", check=False)
     assert r.returncode == 2 and "needs --api_key" in r.stderr
-    r = run_cli("rollout", "--model", "no/such-model-xyz", "--vllm_data_parallel_size", "2")
+    r = run_cli("rollout", "--model", "no/such-model-xyz", "--vllm_data_parallel_size", "2", check=False)
     assert r.returncode == 3 and "one engine per server" in r.stderr
-    r = run_cli("train")
+    r = run_cli("train", check=False)
     assert r.returncode != 0 and "unknown command 'train'" in r.stderr
-    r = run_cli("infer", "--help")
+    r = run_cli("infer", "--help", check=False)
     assert r.returncode == 0 and "--val_dataset" in r.stdout and "--vllm_max_lora_rank" in r.stdout
 
 
@@ -175,7 +171,7 @@ def test_sampling_flags_are_one_group_with_defaults_by_command():
 
 def test_delta_weight_sync_needs_merged_weight_sync_to_vllm():
     from swiftlike.arguments import RlhfArguments
-    common = dict(rlhf_type="grpo", model="tiny-random/qwen2_5", dataset=["d"], reward_funcs=["format"],
+    common = dict(rlhf_type="grpo", model=TINY, dataset=["d"], reward_funcs=["format"],
                   num_generations=4, per_device_train_batch_size=4, weight_sync="delta")
     with pytest.raises(ValueError, match="--weight_sync delta .* needs --use_vllm true"):
         RlhfArguments(**common)

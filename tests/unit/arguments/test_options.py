@@ -4,6 +4,8 @@ import dataclasses
 import typing
 
 import pytest
+from cli import run_cli
+from model_ids import TINY
 
 from swiftlike.arguments import parse_args
 from swiftlike.arguments.rlhf_args import (GkdArguments, GrpoArguments, MultiTurnArguments, PolicyTrainingArguments,
@@ -18,7 +20,6 @@ from swiftlike.rl.core.options import (GkdOptions, GrpoOptions, MultiTurnOptions
                                        TeacherOptions, flags_not_read_by, flags_only_for)
 from swiftlike.utils.errors import NotBuiltError
 
-TINY = "tiny-random/qwen2_5"
 GENERATED = {PolicyTrainingOptions: PolicyTrainingArguments, SamplingOptions: CompletionArguments,
              GrpoOptions: GrpoArguments, RewardOptions: RewardArguments, RolloutOptions: RolloutPlacementArguments,
              MultiTurnOptions: MultiTurnArguments, TeacherOptions: TeacherArguments, GkdOptions: GkdArguments,
@@ -299,12 +300,13 @@ def test_rollout_server_has_the_servers_multi_turn_flags():
         RolloutServerArguments(model=TINY, max_turns=0)
 
 
-def test_rollout_server_with_an_unknown_scheduler_stops_before_the_model_loads(capsys, tmp_path):
-    from swiftlike.cli.main import main as cli_main
+def test_rollout_server_with_an_unknown_scheduler_stops_before_the_model_loads(tmp_path):
     broken = tmp_path / "broken_plugin.py"
     broken.write_text("import not_a_module_anywhere\n")
-    assert cli_main(["rollout", "--model", TINY, "--multi_turn_scheduler", "nope"]) != 0
-    assert "unknown --multi_turn_scheduler 'nope'; valid values: gym_scheduler" in capsys.readouterr().err
-    assert cli_main(["rollout", "--model", TINY, "--multi_turn_scheduler", "nope", "--external_plugins",
-                     str(broken)]) != 0
-    assert "broken_plugin.py" in capsys.readouterr().err
+    run = run_cli("rollout", "--model", TINY, "--multi_turn_scheduler", "nope", check=False)
+    assert run.returncode != 0
+    assert "unknown --multi_turn_scheduler 'nope'; valid values: gym_scheduler" in run.stderr
+    run = run_cli("rollout", "--model", TINY, "--multi_turn_scheduler", "nope", "--external_plugins", broken,
+                  check=False)
+    assert run.returncode != 0
+    assert "broken_plugin.py" in run.stderr

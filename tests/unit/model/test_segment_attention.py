@@ -3,12 +3,12 @@ sequence the logits and gradients it gets alone and under transformers' row-wide
 sequence boundaries the switched model is transformers' SDPA, padded batches included."""
 import pytest
 import torch
+from model_ids import TINY
 
 from swiftlike.model import load_model, resolve_model
 from swiftlike.model.segment_attention import (SEGMENT_ATTENTION, on_segment_attention, segment_bounds,
                                                use_segment_attention)
 
-TINY = "tiny-random/qwen2_5"
 LENGTHS = [7, 13, 5, 11]
 
 

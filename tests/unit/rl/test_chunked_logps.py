@@ -2,14 +2,13 @@
 the autograd function on random tensors, and GRPO's `completion_logps` on the tiny model with LoRA and in full."""
 import pytest
 import torch
+from model_ids import TINY
 
 from swiftlike.rl.core.chunked_logps import linear_selected_logps
 from swiftlike.rl.core.sampling import filters_vocabulary, selected_logps
 from swiftlike.rl.online import grpo_batch
 from swiftlike.rl.online.grpo_batch import completion_logps, linear_head, tensorize
 from swiftlike.rl.online.rollout_worker import Rollout
-
-TINY = "tiny-random/qwen2_5"
 
 
 def close(a, b, tol=1e-5):

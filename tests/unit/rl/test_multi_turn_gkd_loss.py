@@ -5,6 +5,7 @@ import math
 
 import pytest
 import torch
+from model_ids import TINY
 
 from swiftlike.arguments import RlhfArguments
 from swiftlike.rl.core.distill import teacher_topk
@@ -12,8 +13,6 @@ from swiftlike.rl.core.options import GkdOptions, TeacherOptions
 from swiftlike.rl.online.gkd_trainer import gkd_loss, micro_batch_loss, trajectory_loss_mask
 from swiftlike.rl.online.rollout_worker import Rollout
 from swiftlike.rl.online.teacher import PackedSequences, TeacherOutput
-
-TINY = "tiny-random/qwen2_5"
 
 
 def logits_of(*probs: float) -> torch.Tensor:

@@ -5,6 +5,7 @@ import math
 
 import pytest
 import torch
+from model_ids import TINY
 
 from swiftlike.arguments import RlhfArguments
 from swiftlike.rl.core.correction import mismatch_metrics, rollout_is_weights
@@ -16,7 +17,6 @@ from swiftlike.rl.online.rollout_worker import Rollout
 from swiftlike.rl.online.trajectories import (drop_failed_trajectories, multi_turn_metrics, trajectory_record,
                                                turn_segments)
 
-TINY = "tiny-random/qwen2_5"
 INF = float("inf")
 
 

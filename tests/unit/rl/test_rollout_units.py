@@ -6,6 +6,7 @@ import time
 import pytest
 import torch
 from safetensors.torch import save, save_file
+from model_ids import TINY
 
 from swiftlike.arguments import RlhfArguments
 from swiftlike.infer import openai_api
@@ -74,7 +75,7 @@ def test_buckets_group_by_size_and_cast_to_the_server_dtype():
 
 
 def server_args(**kw) -> RlhfArguments:
-    base = dict(rlhf_type="grpo", model="tiny-random/qwen2_5", dataset=["d"], reward_funcs=["format"], num_generations=4,
+    base = dict(rlhf_type="grpo", model=TINY, dataset=["d"], reward_funcs=["format"], num_generations=4,
                 per_device_train_batch_size=4, use_vllm=True, vllm_mode="server")
     return RlhfArguments(**{**base, **kw})
 
@@ -329,7 +330,7 @@ def test_checkpoint_and_peft_trainer_fingerprints_agree():
     from swiftlike.model import load_model, resolve_model
     from swiftlike.train.engine_weights import engine_weights
     from swiftlike.rollout.wire.fingerprint import WeightsFingerprint, checkpoint_fingerprint
-    resolved = resolve_model("tiny-random/qwen2_5")
+    resolved = resolve_model(TINY)
     server = checkpoint_fingerprint(resolved.model_dir, "bfloat16")
     model = get_peft_model(load_model(resolved, "float32", "cpu"), LoraConfig(r=4, target_modules="all-linear",
                                                                                init_lora_weights=False))

@@ -2,6 +2,7 @@
 log-probs, values and gradients as one row per sequence, for distinct prompts (PPO's batches) and for groups."""
 import pytest
 import torch
+from model_ids import TINY
 
 from swiftlike.rl.online.grpo_batch import (MIN_SHARED_PREFIX, _without_prefix, common_prefix_length,
                                             completion_logps, shared_prefix, tensorize)
@@ -93,7 +94,7 @@ def test_the_critic_values_the_same_through_the_shared_prefix():
     from swiftlike.model import resolve_model
     from swiftlike.rl.online.critic import completion_values
     torch.manual_seed(0)
-    resolved = resolve_model("tiny-random/qwen2_5")
+    resolved = resolve_model(TINY)
     base = AutoModelForSequenceClassification.from_pretrained(resolved.model_dir, num_labels=1, dtype=torch.float32)
     critic = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, task_type="SEQ_CLS",
                                              target_modules=list(resolved.meta.lora_target_modules)))

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import trl
 from trajectories import VERSION, drive
+from model_ids import TINY
 
 from swiftlike.model import load_tokenizer, resolve_model
 from swiftlike.rollout.multi_turn import Env, RolloutRequest, build_scheduler, envs, register_env
@@ -71,11 +72,11 @@ def tokenizers():
 
 def make_template(tokenizers, name, agent):
     if name == "tokenizer:qwen2_5":
-        tokenizer = load_tokenizer(resolve_model("tiny-random/qwen2_5"))
+        tokenizer = load_tokenizer(resolve_model(TINY))
         tokenizer.chat_template = QWEN2_5_JINJA.read_text()
         return get_template("tokenizer", tokenizer)
     if name == "tokenizer":  # the tiny model's own chat template, on a tokenizer no other case changes
-        return get_template("tokenizer", load_tokenizer(resolve_model("tiny-random/qwen2_5")), agent_template=agent)
+        return get_template("tokenizer", load_tokenizer(resolve_model(TINY)), agent_template=agent)
     tokenizer = tokenizers(TOKENIZER_FOR[name])
     tokenizer.chat_template = TEMPLATE_REGISTRY[name].chat_template
     return get_template(name, tokenizer, agent_template=agent)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 import trl
+from model_ids import TINY
 
 from swiftlike.model import load_tokenizer, resolve_model
 from swiftlike.template import (AGENT_TEMPLATE_REGISTRY, IGNORE_INDEX, ToolCall, get_agent_template, get_template,
@@ -61,7 +62,7 @@ PROMPTS = [THREE_ROUNDS[:1], THREE_ROUNDS[:4], THREE_ROUNDS[:8],
 @pytest.fixture(scope="module")
 def qwen2_5_tokenizer():
     """The tiny model's tokenizer carrying Qwen2.5's real chat template, which renders tools."""
-    tokenizer = load_tokenizer(resolve_model("tiny-random/qwen2_5"))
+    tokenizer = load_tokenizer(resolve_model(TINY))
     tokenizer.chat_template = (CHAT_TEMPLATES / "qwen2_5.jinja").read_text()
     return tokenizer
 

@@ -1,5 +1,6 @@
 """Our template encoding equals tokenizer.apply_chat_template token for token."""
 import pytest
+from model_ids import SMOLLM2
 
 from swiftlike.model import load_tokenizer, resolve_model
 from swiftlike.template import IGNORE_INDEX, TEMPLATE_REGISTRY, get_template
@@ -62,7 +63,7 @@ def test_qwen3_thinking_off_matches():
 
 def test_smollm2_real_tokenizer_template_matches():
     """SmolLM2's own chat template (from its GGUF) against our smollm2 template."""
-    tokenizer = load_tokenizer(resolve_model("HuggingFaceTB/SmolLM2-135M-Instruct"))
+    tokenizer = load_tokenizer(resolve_model(SMOLLM2))
     assert "SmolLM" in tokenizer.chat_template
     template = get_template("smollm2", tokenizer)
     for messages in CONVERSATIONS:

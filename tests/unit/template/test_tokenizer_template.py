@@ -1,20 +1,17 @@
 """Any chat model: an unregistered model type trains and serves with its tokenizer's own chat template.
 
 The model is a tiny random MistralForCausalLM (no registered type has that architecture), saved offline
-with a tokenizer whose chat template is Zephyr's format, which no registered template uses.
+with a tokenizer whose chat template is Zephyr's format, which no registered template uses (tests/helpers/
+tiny_mistral.py). Its 2-step sft and infer from the checkpoint are in tests/e2e/test_template_runs.py.
 """
 import json
-import os
-import subprocess
-import sys
 
 import pytest
+from tiny_mistral import ZEPHYR, save_tiny_mistral
 
 from swiftlike.model import load_tokenizer, resolve_model
 from swiftlike.template import IGNORE_INDEX, get_template
 
-ZEPHYR = ("{% for m in messages %}{{ '<|' + m['role'] + '|>\\n' + m['content'] + eos_token + '\\n' }}{% endfor %}"
-          "{% if add_generation_prompt %}{{ '<|assistant|>\\n' }}{% endif %}")
 ZEPHYR_MARKED = ("{% for m in messages %}{% if m['role'] == 'assistant' %}{{ '<|assistant|>\\n' }}"
                  "{% generation %}{{ m['content'] + eos_token }}{% endgeneration %}{{ '\\n' }}"
                  "{% else %}{{ '<|' + m['role'] + '|>\\n' + m['content'] + eos_token + '\\n' }}{% endif %}"
@@ -28,28 +25,6 @@ MULTI_TURN = [{"role": "system", "content": "Be brief."}, {"role": "user", "cont
               {"role": "assistant", "content": " Blue "}, {"role": "user", "content": "Another one:\n"},
               {"role": "assistant", "content": "Green\n\nor red."}]
 PROMPTS = [[{"role": "user", "content": "Who are you?"}], MULTI_TURN + [{"role": "user", "content": "Thanks"}]]
-FAST = ["--report_to", "none", "--gradient_checkpointing", "false", "--gradient_accumulation_steps", "1"]
-
-
-def save_tiny_mistral(path, chat_template):
-    """A 2-layer random Mistral with SmolLM2's trained BPE (taken from tiny-random/qwen2_5) and the Zephyr tokens."""
-    import torch
-    from transformers import AutoTokenizer, GenerationConfig, MistralConfig, MistralForCausalLM
-    tokenizer = AutoTokenizer.from_pretrained(resolve_model("tiny-random/qwen2_5").model_dir)
-    tokenizer.add_special_tokens({"eos_token": "</s>", "pad_token": "</s>",
-                                  "additional_special_tokens": ["<|system|>", "<|user|>", "<|assistant|>"]})
-    tokenizer.chat_template = chat_template
-    eos = tokenizer.convert_tokens_to_ids("</s>")
-    config = MistralConfig(vocab_size=(len(tokenizer) + 63) // 64 * 64, hidden_size=64, intermediate_size=128,
-                           num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2, head_dim=32,
-                           max_position_embeddings=1024, tie_word_embeddings=True, sliding_window=None,
-                           bos_token_id=tokenizer.bos_token_id, eos_token_id=eos, pad_token_id=eos)
-    torch.manual_seed(0)
-    model = MistralForCausalLM(config)
-    model.generation_config = GenerationConfig(eos_token_id=eos, pad_token_id=eos)
-    model.save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
 
 
 @pytest.fixture(scope="module")
@@ -178,24 +153,3 @@ def test_llama_without_a_known_family_token_is_not_guessed_llama3():
     from swiftlike.model.registry import guess_model_type
     assert guess_model_type("llama", "tinyllama-chat", {"</s>", "<s>"}) is None
     assert guess_model_type("llama", "x", {"<|eot_id|>"}) == "llama3"
-
-
-def test_sft_then_infer_on_the_unregistered_model(mistral_dir, tmp_path):
-    """A 2-step LoRA sft, then `swiftlike infer` from its checkpoint (template `tokenizer` from args.json)."""
-    from swiftlike import sft_main
-    result = sft_main(["--model", str(mistral_dir), "--dataset", "swiftlike/alpaca-mini#8", "--max_steps", "2",
-                       "--output_dir", str(tmp_path / "out"), "--logging_steps", "1", *FAST])
-    assert result.global_step == 2 and result.train_loss is not None
-    saved = json.loads((result.run_dir / "args.json").read_text())
-    assert (saved["model_type"], saved["template"]) == ("mistral", "tokenizer")
-    questions = tmp_path / "q.jsonl"
-    questions.write_text(json.dumps({"query": "Say hi."}) + "\n")
-    out = tmp_path / "answers.jsonl"
-    run = subprocess.run([sys.executable, "-m", "swiftlike.cli.main", "infer", "--adapters",
-                          str(result.last_checkpoint), "--val_dataset", str(questions), "--result_path", str(out),
-                          "--max_new_tokens", "4", "--temperature", "0"],
-                         env={**os.environ, "SWIFTLIKE_OFFLINE": "1"}, capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0, run.stderr[-3000:]
-    assert "model type 'mistral' is not registered" in run.stderr
-    rows = [json.loads(line) for line in out.read_text().splitlines()]
-    assert len(rows) == 1 and rows[0]["usage"]["completion_tokens"] >= 1

@@ -3,11 +3,10 @@ transformers' loss, value and gradients, within 1e-5 in fp32; on CPU TRL's head 
 positions once patched; the Trainer routes training batches (not evaluation) through it."""
 import pytest
 import torch
+from model_ids import TINY
 
 from swiftlike.model import load_model, resolve_model
 from swiftlike.train.fused_head import add_compact_lm_head, score_only_labelled_positions_on_cpu
-
-TINY = "tiny-random/qwen2_5"
 
 
 def lora_model(compact: bool):

@@ -6,10 +6,9 @@ import math
 
 import pytest
 import torch
+from model_ids import TINY
 
 from swiftlike.train.lora_dropout import HashedDropout, keep_bits, use_hashed_lora_dropout
-
-TINY = "tiny-random/qwen2_5"
 
 
 def no_zeros(*shape, dtype=torch.float32):

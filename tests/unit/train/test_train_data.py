@@ -1,6 +1,7 @@
 """Training data path: encoding with --max_length rules, packing, collators, argument checks."""
 import pytest
 import torch
+from model_ids import TINY
 
 from swiftlike.template.base import IGNORE_INDEX
 from swiftlike.train.data import EncodeStats, PackedCollator, PaddingCollator, RowEncoder, encode_rows, pack_samples
@@ -109,7 +110,7 @@ def test_encode_stats_describe_all_kept():
 
 @pytest.mark.parametrize("argv, message", [
     (["--dataset", "x.jsonl"], "--model is required"),
-    (["--model", "tiny-random/qwen2_5"], "--dataset is required"),
+    (["--model", TINY], "--dataset is required"),
     (["--model", "m", "--dataset", "d", "--packing", "true"], "--packing true needs --max_length"),
     (["--model", "m", "--dataset", "d", "--tuner_type", "full", "--adapters", "a"], "cannot be combined"),
     (["--model", "m", "--dataset", "d", "--target_modules", "all-linear", "q_proj", "--lora_rank", "0"],

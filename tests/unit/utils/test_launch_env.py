@@ -2,6 +2,7 @@
 import re
 
 import pytest
+from model_ids import TINY
 
 from swiftlike.utils.launch_env import LaunchEnv
 from paths import REPO
@@ -77,9 +78,9 @@ def test_a_bad_value_names_the_variable(clean_launch):
 
 def test_gradient_accumulation_default_counts_the_planned_processes(clean_launch):
     from swiftlike.arguments.train_args import TrainArguments
-    one = TrainArguments(model="tiny-random/qwen2_5", dataset=["swiftlike/alpaca-mini"], per_device_train_batch_size=2)
+    one = TrainArguments(model=TINY, dataset=["swiftlike/alpaca-mini"], per_device_train_batch_size=2)
     clean_launch.setenv("NPROC_PER_NODE", "4")
-    four = TrainArguments(model="tiny-random/qwen2_5", dataset=["swiftlike/alpaca-mini"], per_device_train_batch_size=2)
+    four = TrainArguments(model=TINY, dataset=["swiftlike/alpaca-mini"], per_device_train_batch_size=2)
     assert (one.gradient_accumulation_steps, four.gradient_accumulation_steps) == (8, 2)
 
 
