@@ -410,7 +410,9 @@ class _Server:
             del self.calls[call.pidfd]
             self._answer(call.request, _finish(call, self.isolation))
             if self.isolation.as_root:
-                self.free_uids.append(call.uid)
+                # taken last: a fork bomb's processes may still be dying when its call has answered, and they
+                # count against the uid's RLIMIT_NPROC (the next call on it could not fork: EAGAIN)
+                self.free_uids.insert(0, call.uid)
                 if self.waiting:
                     self._begin(self.waiting.pop(0))
 

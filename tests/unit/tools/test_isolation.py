@@ -245,6 +245,25 @@ def test_a_fork_bomb_does_not_starve_another_calls_threads():
     assert settled(lambda: not sandbox_processes()), sandbox_processes()
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="per-call uids are root's")
+def test_the_calls_after_a_fork_bomb_run_on_other_uids():
+    """A finished call's uid is taken last: a fork bomb's processes may still be dying when its call has answered,
+    and they count against that uid's process limit (reused at once, the next call could not fork its program:
+    EAGAIN, in code_exec's fork-bomb test, one full run in four)."""
+    bomb = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"
+
+    def uid() -> str:
+        outcome = run_program_isolated("import os\nprint(os.getuid())", limits=ToolLimits(timeout_s=20))
+        assert outcome.error is None, outcome
+        return outcome.stdout.strip()
+
+    before = uid()
+    run_program_isolated(bomb, limits=ToolLimits(timeout_s=2.0, cpu_s=1, memory_mb=64))  # its output is dropped
+    after = [uid() for _ in range(3)]
+    # each call on a uid no recent call had (a uid reused at once: the bomb on `before`'s, then all three on it)
+    assert len({before, *after}) == 4, (before, after)
+
+
 def test_require_isolation_answers_what_holds_here():
     report = require_isolation()
     assert not [words for words in report.values() if "NOT ISOLATED" in words], report
