@@ -34,6 +34,27 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-
                  "--disable-component-update", "--disable-sync"]
 
 
+@pytest.fixture
+def fresh_warnings(monkeypatch):
+    """warn_once remembers for the process; a test that asks for this sees its own first warning."""
+    from swiftlike.utils import logging as swiftlike_logging
+    monkeypatch.setattr(swiftlike_logging, "_WARNED", set())
+
+
+@pytest.fixture
+def encode_calls(monkeypatch):
+    """Counts Template.encode calls: the observable difference between encoding, lazy encoding and cache reuse."""
+    from swiftlike.template import Template
+    calls = []
+    original = Template.encode
+
+    def counted(self, *args, **kwargs):
+        calls.append(1)
+        return original(self, *args, **kwargs)
+    monkeypatch.setattr(Template, "encode", counted)
+    return calls
+
+
 @pytest.fixture(scope="session")
 def tiny_resolved():
     from swiftlike.model import resolve_model

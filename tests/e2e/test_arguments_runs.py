@@ -2,66 +2,30 @@
 tests/unit/arguments/test_ms_swift_flags.py (issue 51: the unit tier trains nothing; what each flag does to the data,
 collators and model without a run stays there). In this process through sft_main, the Python API of `swiftlike sft`,
 so a test can watch the collators, the encoder and the loaded model."""
-import json
 import logging
 
 import pytest
 import torch
+from flag_runs import args_of, multi_turn, write_rows
 from model_ids import TINY
 
 from swiftlike.arguments import parse_args
 from swiftlike.arguments.infer_args import InferArguments
-from swiftlike.arguments.train_args import TrainArguments
-from swiftlike.template import IGNORE_INDEX, Template
+from swiftlike.template import IGNORE_INDEX
 from swiftlike.train import data as train_data
 from swiftlike.train import prepare
-from swiftlike.utils import logging as swiftlike_logging
+
+pytestmark = pytest.mark.usefixtures("fresh_warnings")  # each test sees its own first warning
 
 FAST = ["--report_to", "none", "--gradient_checkpointing", "false", "--gradient_accumulation_steps", "1",
         "--logging_steps", "1", "--save_steps", "100"]
 on_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU fallback")
 
 
-def multi_turn(i):
-    return {"messages": [{"role": "user", "content": f"Name colour {i}."}, {"role": "assistant", "content": "Blue."},
-                         {"role": "user", "content": "Another?"}, {"role": "assistant", "content": f"Green {i}."}]}
-
-
-def write_rows(path, rows, bad_line=None):
-    lines = [json.dumps(row) for row in rows]
-    if bad_line is not None:
-        lines[bad_line - 1] = "{not json"
-    path.write_text("\n".join(lines) + "\n")
-    return str(path)
-
-
 def sft(tmp_path, *argv):
     from swiftlike import sft_main
     return sft_main(["--model", TINY, "--max_steps", "2", "--output_dir", str(tmp_path / "out"), *FAST,
                      *map(str, argv)])
-
-
-def args_of(*argv, cls=TrainArguments):
-    return parse_args(cls, ["--model", TINY, "--dataset", "swiftlike/alpaca-mini#6", *map(str, argv)])
-
-
-@pytest.fixture(autouse=True)
-def fresh_warnings(monkeypatch):
-    """warn_once remembers for the process; each test sees its own first warning."""
-    monkeypatch.setattr(swiftlike_logging, "_WARNED", set())
-
-
-@pytest.fixture
-def encode_calls(monkeypatch):
-    """Counts Template.encode calls: the observable difference between encoding, lazy encoding and cache reuse."""
-    calls = []
-    original = Template.encode
-
-    def counted(self, *args, **kwargs):
-        calls.append(1)
-        return original(self, *args, **kwargs)
-    monkeypatch.setattr(Template, "encode", counted)
-    return calls
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ import torch
 from cli import run_cli
 from model_ids import TINY, TINY_LLAMA
 from paths import HELPERS
-from servers import free_port, start
+from servers import free_port, start, stop
 
 from swiftlike.train.outputs import read_log
 
@@ -46,27 +46,18 @@ def start_server(tmp_path, *extra) -> tuple[subprocess.Popen, int]:
     return proc, port
 
 
-def stop_server(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     proc, port = start_server(tmp_path_factory.mktemp("server"), "--api_key", KEY)
     yield port
-    stop_server(proc)
+    stop(proc)
 
 
 @pytest.fixture(scope="module")
 def second_server(tmp_path_factory):
     proc, port = start_server(tmp_path_factory.mktemp("server2"), "--api_key", KEY)
     yield port, proc
-    stop_server(proc)
+    stop(proc)
 
 
 def api(port: int):
@@ -425,7 +416,7 @@ def test_grpo_rebases_policy_versions_when_the_server_restarts_mid_run(tmp_path)
         result = grpo(tmp_path, [port], "--tuner_type", "full", "--learning_rate", "1e-3", "--weight_sync", "delta",
                       steps=5, check=False, plugin_text=plugin)
     finally:
-        stop_server(proc)
+        stop(proc)
         if pid_file.exists():
             restarted = int(pid_file.read_text())
             os.kill(restarted, signal.SIGINT)

@@ -1,10 +1,10 @@
 """ms-swift's data, attention and kernel flags: accepted with ms-swift's names and defaults, and doing what
 they do there where that means something on a CPU machine: parsed, refused, and what each does to the data, the
 collators and the model. The 2-step sft run of each flag is in tests/e2e/test_arguments_runs.py."""
-import json
 
 import pytest
 import torch
+from flag_runs import args_of, multi_turn, write_rows
 from model_ids import TINY
 
 from swiftlike.arguments import parse_args
@@ -12,50 +12,15 @@ from swiftlike.arguments.eval_args import EvalArguments
 from swiftlike.arguments.rlhf_args import RlhfArguments
 from swiftlike.arguments.train_args import PtArguments, TrainArguments
 from swiftlike.dataset import DatasetRowError
-from swiftlike.template import IGNORE_INDEX, Template
+from swiftlike.template import IGNORE_INDEX
 from swiftlike.train import data as train_data
 from swiftlike.train import prepare
-from swiftlike.utils import logging as swiftlike_logging
+
+pytestmark = pytest.mark.usefixtures("fresh_warnings")  # each test sees its own first warning
 
 MS_SWIFT_FLAGS = {"--load_from_cache_file": "true", "--dataset_num_proc": "4", "--attn_impl": "flash_attn",
                   "--lazy_tokenize": "true", "--padding_free": "true", "--use_liger_kernel": "true",
                   "--loss_scale": "last_round", "--streaming": "false"}
-
-
-def multi_turn(i):
-    return {"messages": [{"role": "user", "content": f"Name colour {i}."}, {"role": "assistant", "content": "Blue."},
-                         {"role": "user", "content": "Another?"}, {"role": "assistant", "content": f"Green {i}."}]}
-
-
-def write_rows(path, rows, bad_line=None):
-    lines = [json.dumps(row) for row in rows]
-    if bad_line is not None:
-        lines[bad_line - 1] = "{not json"
-    path.write_text("\n".join(lines) + "\n")
-    return str(path)
-
-
-def args_of(*argv, cls=TrainArguments):
-    return parse_args(cls, ["--model", TINY, "--dataset", "swiftlike/alpaca-mini#6", *map(str, argv)])
-
-
-@pytest.fixture(autouse=True)
-def fresh_warnings(monkeypatch):
-    """warn_once remembers for the process; each test sees its own first warning."""
-    monkeypatch.setattr(swiftlike_logging, "_WARNED", set())
-
-
-@pytest.fixture
-def encode_calls(monkeypatch):
-    """Counts Template.encode calls: the observable difference between encoding, lazy encoding and cache reuse."""
-    calls = []
-    original = Template.encode
-
-    def counted(self, *args, **kwargs):
-        calls.append(1)
-        return original(self, *args, **kwargs)
-    monkeypatch.setattr(Template, "encode", counted)
-    return calls
 
 
 def test_ms_swift_command_line_parses_with_ms_swift_defaults():
