@@ -17,12 +17,12 @@ import pytest
 import torch
 from cli import run_cli
 from model_ids import TINY
-from servers import free_port, start
+from servers import free_port, start, stop
 
 from swiftlike.infer.protocol import RequestConfig
 from swiftlike.train.outputs import read_log
 from test_multi_turn_grpo import completions
-from test_rollout_server import remote_engine, stop_server
+from test_rollout_server import remote_engine
 
 TEMPERATURE = 0.7
 TURNS = 3
@@ -78,7 +78,7 @@ def server(tmp_path_factory, plugin):
                   "observe_every_turn", "--max_turns", str(TURNS), "--external_plugins", str(plugin)], port,
                  tmp_path_factory.mktemp("server") / "server.log")
     yield port
-    stop_server(proc)
+    stop(proc)
 
 
 def rlhf(tmp_path, port, plugin, *extra, check: bool = True):
