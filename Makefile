@@ -7,7 +7,7 @@ STAMP := $(VENV)/.setup-stamp
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml scripts/setup.sh
+$(STAMP): pyproject.toml scripts/setup.sh scripts/pip_sources.py $(wildcard scripts/locks/*.txt)
 	bash scripts/setup.sh
 
 # Per-test durations (--durations=0, JUnit XML) and fixture setup times land in build/test-results/;

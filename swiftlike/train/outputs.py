@@ -114,7 +114,9 @@ def plot_curves(run_dir: str | os.PathLike, keys: tuple[str, ...] = PLOTTED, smo
 
     A key may be a pattern (`rewards/*/mean`), since which reward or timing series a run logs is only
     known from its log. Train curves get an exponential moving average drawn over the raw points, which
-    stay visible.
+    stay visible. One figure is redrawn for every series, with fixed margins and a legend only where two lines
+    need telling apart: a GRPO run draws ~20 curves, and a new figure, a tight bounding box (a second draw) and
+    a one-line legend each were about half of the ~0.15 s a curve cost.
     """
     import matplotlib
     matplotlib.use("Agg")
@@ -125,28 +127,35 @@ def plot_curves(run_dir: str | os.PathLike, keys: tuple[str, ...] = PLOTTED, smo
     images = run_dir / IMAGES_DIR
     images.mkdir(exist_ok=True)
     written = []
-    for key in _expand(keys, series):
-        if key not in series or len(series[key][0]) < 1:
-            continue
-        xs, ys = series[key]
-        fig, ax = plt.subplots(figsize=(6, 4))
-        ax.plot(xs, ys, color="#9ecae1" if len(xs) > 4 else "#1f77b4", marker="o" if len(xs) <= 20 else None,
-                label=key)
-        if len(xs) > 4 and not key.startswith("eval_") and key != "learning_rate":
-            ema, avg = [], ys[0]
-            for y in ys:
-                avg = smooth * avg + (1 - smooth) * y
-                ema.append(avg)
-            ax.plot(xs, ema, color="#1f77b4", label=f"{key} (smoothed)")
-        ax.set_xlabel("step")
-        ax.set_title(key)
-        ax.grid(alpha=0.3)
-        ax.legend()
-        name = ("train_" + key if not key.startswith(("eval_", "train_")) else key).replace("/", "_")
-        target = images / f"{name}.png"
-        tmp = images / f".{name}.tmp.png"
-        fig.savefig(tmp, dpi=100, bbox_inches="tight")
+    fig, ax = plt.subplots(figsize=(6, 4))
+    fig.subplots_adjust(left=0.14, right=0.97, bottom=0.12, top=0.92)
+    try:
+        for key in _expand(keys, series):
+            if key not in series or len(series[key][0]) < 1:
+                continue
+            written.append(_draw_curve(fig, ax, key, *series[key], smooth, images))
+    finally:
         plt.close(fig)
-        os.replace(tmp, target)
-        written.append(target)
     return written
+
+
+def _draw_curve(fig, ax, key: str, xs: list[int], ys: list[float], smooth: float, images: Path) -> Path:
+    ax.clear()
+    ax.plot(xs, ys, color="#9ecae1" if len(xs) > 4 else "#1f77b4", marker="o" if len(xs) <= 20 else None,
+            label=key)
+    if len(xs) > 4 and not key.startswith("eval_") and key != "learning_rate":
+        ema, avg = [], ys[0]
+        for y in ys:
+            avg = smooth * avg + (1 - smooth) * y
+            ema.append(avg)
+        ax.plot(xs, ema, color="#1f77b4", label=f"{key} (smoothed)")
+        ax.legend()
+    ax.set_xlabel("step")
+    ax.set_title(key)
+    ax.grid(alpha=0.3)
+    name = ("train_" + key if not key.startswith(("eval_", "train_")) else key).replace("/", "_")
+    target = images / f"{name}.png"
+    tmp = images / f".{name}.tmp.png"
+    fig.savefig(tmp, dpi=100)
+    os.replace(tmp, target)
+    return target
