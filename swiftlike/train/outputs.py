@@ -116,7 +116,7 @@ def plot_curves(run_dir: str | os.PathLike, keys: tuple[str, ...] = PLOTTED, smo
     known from its log. Train curves get an exponential moving average drawn over the raw points, which
     stay visible. One figure is redrawn for every series, with fixed margins and a legend only where two lines
     need telling apart: a GRPO run draws ~20 curves, and a new figure, a tight bounding box (a second draw) and
-    a one-line legend each were about half of the ~0.15 s a curve cost.
+    a one-line legend per curve cost about 30% of the time (57 curves: 6.5 s before, 4.6 s after).
     """
     import matplotlib
     matplotlib.use("Agg")
